@@ -1,0 +1,3 @@
+"""meritlens.analytics: metric catalogue, windows, profiles, readiness and queries."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""meritlens.collector: OTLP receivers, the span store, the window processor and the server."""
+
+__all__: list[str] = []
