@@ -23,6 +23,7 @@ DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_HTTP_PORT}"
 
 TRACES_PATH = "/v1/traces"
 SQL_PATH = "/api/sql"
+READINESS_PATH = "/api/readiness"
 HEALTH_PATH = "/healthz"
 
 
