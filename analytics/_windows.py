@@ -18,6 +18,7 @@ import datetime as _dt
 import math
 from dataclasses import dataclass
 from enum import Enum
+from typing import Callable
 
 from meritlens.analytics._catalogue import (
     METRICS,
@@ -264,6 +265,9 @@ FROM flagged GROUP BY target_id, task_key"""
 
 
 # --- window definitions ---------------------------------------------------------------------------
+_COUNTED = "count({v}) > 0"
+"""The default test that a metric's sources were observed: it has a sample."""
+
 @dataclass(frozen=True)
 class WindowDefinition:
     """How the processor computes one metric's window (all SQL fragments are data).
@@ -275,12 +279,13 @@ class WindowDefinition:
     metric: str
     sample_sql: str
     """One row's sample value; NULL when the row is no sample of this metric."""
-    configured_sql: str = "count(v) > 0"
-    """Aggregate over the rows: the metric's sources were observed (else `not_configured`)."""
+    configured_sql: str = _COUNTED
+    """Aggregate over the rows: the metric's sources were observed (else `not_configured`).
+    ``{v}`` stands for the sample column in this and the next two fragments."""
     not_applicable_sql: str = "false"
     """Aggregate over the rows: the metric does not apply to this target (e.g. it never uses tools)."""
     value_sql: str | None = None
-    """Aggregate giving the value when it is not the plain aggregation of the samples ``v``."""
+    """Aggregate giving the value when it is not the plain aggregation of the samples ``{v}``."""
 
     @property
     def spec(self) -> MetricSpec:
@@ -304,7 +309,7 @@ class WindowDefinition:
 
 
 # Cost (or reasoning tokens) of every task with a known outcome, over the successful ones.
-_PER_SUCCESS = "sum(v) / nullif(count(v) FILTER (WHERE outcome_success), 0)"
+_PER_SUCCESS = "sum({v}) / nullif(count({v}) FILTER (WHERE outcome_success), 0)"
 
 WINDOW_DEFINITIONS: tuple[WindowDefinition, ...] = (
     WindowDefinition("task_quality", "quality_score"),
@@ -312,7 +317,7 @@ WINDOW_DEFINITIONS: tuple[WindowDefinition, ...] = (
     WindowDefinition(
         "tool_use_performance",
         "CASE WHEN is_tool THEN CAST(NOT is_error AS INTEGER) END",
-        not_applicable_sql="count(v) = 0 AND max(tool_calls) FILTER (WHERE is_call) = 0",
+        not_applicable_sql="count({v}) = 0 AND max(tool_calls) FILTER (WHERE is_call) = 0",
     ),
     WindowDefinition(
         "reasoning_efficiency",
@@ -341,8 +346,8 @@ WINDOW_DEFINITIONS: tuple[WindowDefinition, ...] = (
         "throughput",
         "1",
         value_sql=(
-            f"CASE WHEN count(v) >= {MIN_SAMPLES_FOR_REPEATED_CLAIM} AND max(end_ns) > min(start_ns)"
-            " THEN count(v) / ((max(end_ns) - min(start_ns)) / 1e9) END"
+            f"CASE WHEN count({{v}}) >= {MIN_SAMPLES_FOR_REPEATED_CLAIM} AND max(end_ns) > min(start_ns)"
+            " THEN count({v}) / ((max(end_ns) - min(start_ns)) / 1e9) END"
         ),
     ),
     WindowDefinition("retry_rate", "CASE WHEN is_call THEN CAST(retries > 0 AS INTEGER) END"),
@@ -358,34 +363,38 @@ WINDOWED_METRICS = SPAN_WINDOW_METRICS
 
 def _value_sql(aggregation: Aggregation) -> str:
     return {
-        Aggregation.SUM: "sum(v)",
-        Aggregation.MEAN: "avg(v)",
-        Aggregation.RATE: "avg(v)",
-        Aggregation.DISTRIBUTION: "avg(v)",
-        Aggregation.PERCENTILE: "quantile_cont(v, 0.95)",
-        Aggregation.SINGLE_VALUE: "CASE WHEN count(v) = 1 THEN max(v) END",
+        Aggregation.SUM: "sum({v})",
+        Aggregation.MEAN: "avg({v})",
+        Aggregation.RATE: "avg({v})",
+        Aggregation.DISTRIBUTION: "avg({v})",
+        Aggregation.PERCENTILE: "quantile_cont({v}, 0.95)",
+        Aggregation.SINGLE_VALUE: "CASE WHEN count({v}) = 1 THEN max({v}) END",
     }[aggregation]
 
 
-def _measure_sql(d: WindowDefinition) -> str:
-    """One SELECT aggregating the samples of ``d`` per (target_id, scope)."""
-    if d.spec.sample_unit is SampleUnit.TASK:
-        rows, first, last = "tasks", "first_end", "last_end"
-        keys = "flatten(list(span_keys) FILTER (WHERE v IS NOT NULL))"
-    else:
-        rows, first, last = "scoped", "end_time", "end_time"
-        keys = "list(trace_id || ':' || span_id) FILTER (WHERE v IS NOT NULL)"
-    if d.summarizes_samples:
-        summary = "avg(v), min(v), max(v), quantile_cont(v, [0.5, 0.9, 0.95, 0.99])"
-    else:
-        summary = "NULL::DOUBLE, NULL::DOUBLE, NULL::DOUBLE, NULL::DOUBLE[]"
-    return f"""SELECT target_id, scope, '{d.metric}' AS metric, count(v) AS n,
-    {d.value_sql or _value_sql(d.aggregation)} AS value,
-    {summary},
-    min({first}) FILTER (WHERE v IS NOT NULL), max({last}) FILTER (WHERE v IS NOT NULL),
-    sha256(array_to_string(list_sort({keys}), chr(10))),
-    {d.configured_sql}, {d.not_applicable_sql}
-  FROM (SELECT *, CAST({d.sample_sql} AS DOUBLE) AS v FROM {rows}) GROUP BY target_id, scope"""
+# Columns of a sample row that the definitions' fragments may read besides `v`.
+_TASK_ROW_COLUMNS = ("first_end", "last_end", "span_keys", "start_ns", "end_ns", "outcome_success",
+                     "cost_usd", "reasoning_tokens", "NULL::BIGINT AS tool_calls", "NULL::BOOLEAN AS is_call")
+_CALL_ROW_COLUMNS = ("end_time AS first_end", "end_time AS last_end", "[trace_id || ':' || span_id] AS span_keys",
+                     "start_unix_nano AS start_ns", "end_unix_nano AS end_ns", "NULL::BOOLEAN AS outcome_success",
+                     "NULL::DOUBLE AS cost_usd", "NULL::BIGINT AS reasoning_tokens", "tool_calls", "is_call")
+
+
+def _samples_sql(unit: SampleUnit, rows: str, columns: tuple[str, ...]) -> str:
+    """The samples of every metric of ``unit``, one row per (row of ``rows``, metric); ``v`` NULL
+    when the row is no sample of the metric."""
+    definitions = [d for d in WINDOW_DEFINITIONS if d.spec.sample_unit is unit]
+    samples = ", ".join(f"CAST({d.sample_sql} AS DOUBLE) AS {d.metric}" for d in definitions)
+    return (
+        f"SELECT * FROM (SELECT target_id, scope, {', '.join(columns)}, {samples} FROM {rows})"
+        f" UNPIVOT INCLUDE NULLS (v FOR metric IN ({', '.join(d.metric for d in definitions)}))"
+    )
+
+
+def _by_metric(fragment: Callable[[WindowDefinition], str | None], default: str) -> str:
+    """CASE over the metric choosing each definition's aggregate fragment (``default`` when None)."""
+    whens = [f"WHEN '{d.metric}' THEN {f.format(v='v')}" for d in WINDOW_DEFINITIONS if (f := fragment(d))]
+    return f"CASE metric {' '.join(whens)} ELSE {default} END" if whens else default
 
 
 def refresh_windows_sql(touched_table: str, db_name: str) -> str:
@@ -393,16 +402,15 @@ def refresh_windows_sql(touched_table: str, db_name: str) -> str:
     (target_id, scope) key in ``touched_table``. A key gets one row per defined metric, in one of
     the four states; a metric with no source is `not_configured` and has no value, never 0.
     A stored row with a value and another producer's evidence (a plugin's) is never replaced by
-    a row of ours without one."""
-    measures = "\n  UNION ALL ".join(_measure_sql(d) for d in WINDOW_DEFINITIONS)
+    a row of ours without one. Samples of all metrics are aggregated in one pass per key."""
     definitions = ", ".join(
-        f"('{d.metric}', '{d.aggregation.value}', '{d.spec.unit}', {d.min_samples})" for d in WINDOW_DEFINITIONS
+        f"('{d.metric}', '{d.aggregation.value}', '{d.spec.unit}', {d.min_samples}, {str(d.summarizes_samples).lower()})"
+        for d in WINDOW_DEFINITIONS
     )
     uri = (
         f"'meritlens://{db_name}/spans?target_id=' || url_encode(k.target_id) || '&scope=' || "
         "url_encode(k.scope) || '&metric=' || d.metric"
     )
-    finite = "isfinite(m.value)"
     return f"""
 INSERT OR REPLACE INTO {WINDOWS_TABLE} ({", ".join(WINDOW_COLUMN_NAMES)})
 WITH {_flagged_spans_sql(f" AND target_id IN (SELECT target_id FROM {touched_table})")},
@@ -416,15 +424,30 @@ tasks AS (
     {", ".join(_TASK_INTERNALS)}
   FROM scoped GROUP BY target_id, scope, task_key
 ),
-measures(target_id, scope, metric, n, value, mean, lo, hi, q, first_end, last_end, digest,
-         configured, not_applicable) AS (
-  {measures}
+samples AS (
+  {_samples_sql(SampleUnit.TASK, "tasks", _TASK_ROW_COLUMNS)}
+  UNION ALL BY NAME
+  {_samples_sql(SampleUnit.CALL, "scoped", _CALL_ROW_COLUMNS)}
 ),
-defs(metric, aggregation, unit, min_samples) AS (VALUES {definitions}),
+measures AS (
+  SELECT target_id, scope, metric, count(v) AS n,
+    {_by_metric(lambda d: d.value_sql or _value_sql(d.aggregation), "NULL")} AS value,
+    avg(v) AS mean, min(v) AS lo, max(v) AS hi, quantile_cont(v, [0.5, 0.9, 0.95, 0.99]) AS q,
+    min(first_end) FILTER (WHERE v IS NOT NULL) AS first_end,
+    max(last_end) FILTER (WHERE v IS NOT NULL) AS last_end,
+    sha256(array_to_string(list_sort(flatten(list(span_keys) FILTER (WHERE v IS NOT NULL))), chr(10))) AS digest,
+    {_by_metric(lambda d: d.configured_sql if d.configured_sql != _COUNTED else None, "count(v) > 0")} AS configured,
+    {_by_metric(lambda d: d.not_applicable_sql if d.not_applicable_sql != "false" else None, "false")}
+      AS not_applicable
+  FROM samples GROUP BY target_id, scope, metric
+),
+defs(metric, aggregation, unit, min_samples, summarizes) AS (VALUES {definitions}),
 computed AS (
   SELECT k.target_id, d.metric, k.scope, d.aggregation, d.unit, d.min_samples,
-    coalesce(m.n, 0) AS n, CASE WHEN {finite} THEN m.value END AS value,
-    m.mean, m.lo, m.hi, m.q, m.first_end, m.last_end, m.digest, m.configured, m.not_applicable,
+    coalesce(m.n, 0) AS n, CASE WHEN isfinite(m.value) THEN m.value END AS value,
+    CASE WHEN d.summarizes THEN m.mean END AS mean, CASE WHEN d.summarizes THEN m.lo END AS lo,
+    CASE WHEN d.summarizes THEN m.hi END AS hi, CASE WHEN d.summarizes THEN m.q END AS q,
+    m.first_end, m.last_end, m.digest, m.configured, m.not_applicable,
     {uri} AS uri
   FROM {touched_table} k CROSS JOIN defs d
   LEFT JOIN measures m ON m.target_id = k.target_id AND m.scope = k.scope AND m.metric = d.metric
@@ -443,11 +466,8 @@ SELECT c.target_id, c.metric, c.scope, c.aggregation, c.value, c.unit, c.n AS sa
   CASE WHEN c.n > 0 THEN c.digest END,
   now()
 FROM computed c
-WHERE c.value IS NOT NULL OR NOT EXISTS (
-  SELECT 1 FROM {WINDOWS_TABLE} w
-  WHERE w.target_id = c.target_id AND w.metric = c.metric AND w.scope = c.scope
-    AND w.value IS NOT NULL AND w.evidence_media_type IS DISTINCT FROM '{EVIDENCE_MEDIA_TYPE}'
-)
+LEFT JOIN {WINDOWS_TABLE} w ON w.target_id = c.target_id AND w.metric = c.metric AND w.scope = c.scope
+WHERE c.value IS NOT NULL OR w.value IS NULL OR w.evidence_media_type IS NOT DISTINCT FROM '{EVIDENCE_MEDIA_TYPE}'
 """
 
 
