@@ -62,15 +62,22 @@ def _collector_url(db: str) -> str | None:
 
 
 def query_url(sql: str, url: str, *, timeout: float = 60.0) -> QueryResult:
+    body = post_json(url, SQL_PATH, {"sql": sql}, timeout=timeout)
+    return QueryResult(body["columns"], body.get("types", []), [tuple(r) for r in body["rows"]])
+
+
+def post_json(url: str, path: str, payload: dict, *, timeout: float = 60.0) -> dict:
+    """POST ``payload`` as JSON to a collector's ``path``; return the JSON reply, or raise QueryError
+    with the collector's error message (or why it could not be reached)."""
     request = urllib.request.Request(
-        url.rstrip("/") + SQL_PATH,
-        data=json.dumps({"sql": sql}).encode(),
+        url.rstrip("/") + path,
+        data=json.dumps(payload).encode(),
         headers={"Content-Type": "application/json"},
         method="POST",
     )
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            body = json.loads(response.read())
+            return json.loads(response.read())
     except urllib.error.HTTPError as exc:
         try:
             message = json.loads(exc.read()).get("error") or str(exc)
@@ -80,4 +87,3 @@ def query_url(sql: str, url: str, *, timeout: float = 60.0) -> QueryResult:
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise QueryError(f"no collector reachable at {url} ({reason})") from None
-    return QueryResult(body["columns"], body.get("types", []), [tuple(r) for r in body["rows"]])
