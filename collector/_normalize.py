@@ -10,12 +10,12 @@ refused one by one, with the reason.
 from __future__ import annotations
 
 import base64
-import json
 import math
 import re
 from dataclasses import dataclass, field
 from typing import Callable
 
+import orjson
 import pyarrow as pa
 
 from meritlens.analytics._schema import SPAN_COLUMN_NAMES
@@ -92,9 +92,10 @@ _ROLE_VALUES = frozenset(c.ROLES)
 _INT64_MAX = 2**63 - 1
 
 
-def any_value(v):
+def any_value(v, kind: str | None = None):
     """An OTLP AnyValue as a JSON-ready Python value (bytes as base64, non-finite floats as text)."""
-    kind = v.WhichOneof("value")
+    if kind is None:
+        kind = v.WhichOneof("value")
     if kind == "string_value":
         return v.string_value
     if kind == "int_value":
@@ -113,9 +114,8 @@ def any_value(v):
     return None
 
 
-def _typed(kind: str, v):
+def _typed(kind: str, v, which: str | None):
     """The attribute's value if it is a valid value of ``kind``, else None."""
-    which = v.WhichOneof("value")
     if kind == STR:
         return v.string_value if which == "string_value" else None
     if kind == BOOL:
@@ -193,9 +193,11 @@ def _promote(attributes, into: dict) -> dict:
     rest = {}
     for kv in attributes:
         key = kv.key
+        v = kv.value
+        which = v.WhichOneof("value")
         source = _KEY_TO_SOURCE.get(key)
         if source is not None:
-            value = _typed(source.kind, kv.value)
+            value = _typed(source.kind, v, which)
             if source.values is not None:
                 value = source.values.get(value)
             elif source.column == "role" and value not in _ROLE_VALUES:
@@ -203,17 +205,17 @@ def _promote(attributes, into: dict) -> dict:
             if value is not None:
                 held = into.get(source.column)
                 if held is None or source.rank < held[0]:
-                    into[source.column] = (source.rank, value, key, kv.value)
+                    into[source.column] = (source.rank, value, key, v)
                     if held is not None and held[2] not in rest:
                         rest[held[2]] = any_value(held[3])
                     if source.values is None:
                         continue
-        rest[key] = any_value(kv.value)
+        rest[key] = v.string_value if which == "string_value" else any_value(v, which)
     return rest
 
 
 def _dumps(obj) -> str | None:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False) if obj else None
+    return orjson.dumps(obj).decode() if obj else None
 
 
 PriceFunction = Callable[..., "float | None"]
