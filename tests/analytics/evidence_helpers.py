@@ -5,19 +5,14 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
-import signal
-import socket
 import subprocess
-import sys
-import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from meritlens.instrumentation import conventions as c
+from tests.conftest import CollectorProcess, run_cli
 
-MERITLENS = str(Path(sys.executable).with_name("meritlens"))
 T0 = 1_700_000_000_000_000_000  # ns
 
 
@@ -89,43 +84,14 @@ class Ids:
 
 
 # --- a real collector ---------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def running_collector(db: Path):
-    """Start `meritlens serve` on free loopback ports; yield its URL; stop it with SIGTERM."""
-    port = free_port()
-    process = subprocess.Popen(
-        [MERITLENS, "serve", "--db", str(db), "--http-port", str(port), "--grpc-port", str(free_port())],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    url = f"http://127.0.0.1:{port}"
+    """A real `meritlens serve` on free loopback ports (see tests/conftest.py); yields its URL."""
+    process = CollectorProcess(Path(db)).start()
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/healthz", timeout=1) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                out, err = process.communicate(timeout=5) if process.poll() is not None else ("", "")
-                raise RuntimeError(f"collector did not start (exit {process.poll()}): {err}")
-            time.sleep(0.05)
-        yield url
+        yield process.url
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        process.stop()
 
 
 def post_spans(url: str, spans: list[Span]) -> dict:
@@ -137,10 +103,9 @@ def post_spans(url: str, spans: list[Span]) -> dict:
         return json.loads(response.read() or b"{}")
 
 
-def meritlens(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """Run the real `meritlens` command line."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MERITLENS_")}
-    return subprocess.run([MERITLENS, *args], capture_output=True, text=True, timeout=120, cwd=cwd, env=env)
+def meritlens(*args: str) -> subprocess.CompletedProcess:
+    """Run the real `meritlens` command line; the caller checks the exit status."""
+    return run_cli(*args, check=False)
 
 
 # --- writing straight into a store (for the property test) ---------------------------------------

@@ -8,7 +8,6 @@ import textwrap
 import pytest
 from pydantic import ValidationError
 
-from evidence_helpers import meritlens
 from meritlens.analytics import (
     Aggregation,
     MetricPlan,
@@ -18,6 +17,7 @@ from meritlens.analytics import (
     load_profile,
     profile_from_dict,
 )
+from tests.analytics.evidence_helpers import meritlens
 
 TASK_SUCCESS = {
     "direction": "higher",

@@ -10,8 +10,16 @@ import duckdb
 import pytest
 from pydantic import ValidationError
 
-from evidence_helpers import CallSpec, Ids, TaskSpec, meritlens, post_spans, running_collector, support_bot_dataset
 from meritlens.analytics import CoverageReport
+from tests.analytics.evidence_helpers import (
+    CallSpec,
+    Ids,
+    TaskSpec,
+    meritlens,
+    post_spans,
+    running_collector,
+    support_bot_dataset,
+)
 
 BOT = "support-bot/answer"
 

@@ -10,24 +10,21 @@ import random
 
 import pytest
 
-from evidence_helpers import (
+from meritlens.analytics import CATALOGUE, METRICS, SPAN_WINDOW_METRICS, WindowState
+from meritlens.analytics._catalogue import REPEATED_RUN_AGGREGATIONS
+from meritlens.analytics._windows import list_windows_sql
+from meritlens.collector._query import run_query
+from tests.analytics.evidence_helpers import (
     S,
     CallSpec,
     Ids,
-    Span,
     TaskSpec,
-    T0,
     expected_windows,
     meritlens,
     post_spans,
     running_collector,
     support_bot_dataset,
 )
-from meritlens.analytics import CATALOGUE, METRICS, SPAN_WINDOW_METRICS, WindowState
-from meritlens.analytics._catalogue import REPEATED_RUN_AGGREGATIONS
-from meritlens.analytics._windows import list_windows_sql
-from meritlens.collector._query import run_query
-from meritlens.instrumentation import conventions as c
 
 BOT = "support-bot/answer"
 
