@@ -266,7 +266,9 @@ FROM flagged GROUP BY target_id, task_key"""
 
 # --- window definitions ---------------------------------------------------------------------------
 _COUNTED = "count({v}) > 0"
-"""The default test that a metric's sources were observed: it has a sample."""
+"""By default a metric's sources were observed when it has a sample."""
+_NEVER = "false"
+
 
 @dataclass(frozen=True)
 class WindowDefinition:
@@ -282,7 +284,7 @@ class WindowDefinition:
     configured_sql: str = _COUNTED
     """Aggregate over the rows: the metric's sources were observed (else `not_configured`).
     ``{v}`` stands for the sample column in this and the next two fragments."""
-    not_applicable_sql: str = "false"
+    not_applicable_sql: str = _NEVER
     """Aggregate over the rows: the metric does not apply to this target (e.g. it never uses tools)."""
     value_sql: str | None = None
     """Aggregate giving the value when it is not the plain aggregation of the samples ``{v}``."""
@@ -391,10 +393,10 @@ def _samples_sql(unit: SampleUnit, rows: str, columns: tuple[str, ...]) -> str:
     )
 
 
-def _by_metric(fragment: Callable[[WindowDefinition], str | None], default: str) -> str:
-    """CASE over the metric choosing each definition's aggregate fragment (``default`` when None)."""
-    whens = [f"WHEN '{d.metric}' THEN {f.format(v='v')}" for d in WINDOW_DEFINITIONS if (f := fragment(d))]
-    return f"CASE metric {' '.join(whens)} ELSE {default} END" if whens else default
+def _by_metric(fragment: Callable[[WindowDefinition], str], default: str) -> str:
+    """CASE over the metric choosing each definition's aggregate fragment, ``default`` for the rest."""
+    whens = [f"WHEN '{d.metric}' THEN {f.format(v='v')}" for d in WINDOW_DEFINITIONS if (f := fragment(d)) != default]
+    return f"CASE metric {' '.join(whens)} ELSE {default.format(v='v')} END" if whens else default.format(v="v")
 
 
 def refresh_windows_sql(touched_table: str, db_name: str) -> str:
@@ -436,9 +438,8 @@ measures AS (
     min(first_end) FILTER (WHERE v IS NOT NULL) AS first_end,
     max(last_end) FILTER (WHERE v IS NOT NULL) AS last_end,
     sha256(array_to_string(list_sort(flatten(list(span_keys) FILTER (WHERE v IS NOT NULL))), chr(10))) AS digest,
-    {_by_metric(lambda d: d.configured_sql if d.configured_sql != _COUNTED else None, "count(v) > 0")} AS configured,
-    {_by_metric(lambda d: d.not_applicable_sql if d.not_applicable_sql != "false" else None, "false")}
-      AS not_applicable
+    {_by_metric(lambda d: d.configured_sql, _COUNTED)} AS configured,
+    {_by_metric(lambda d: d.not_applicable_sql, _NEVER)} AS not_applicable
   FROM samples GROUP BY target_id, scope, metric
 ),
 defs(metric, aggregation, unit, min_samples, summarizes) AS (VALUES {definitions}),
