@@ -9,16 +9,14 @@ opens the file itself.
 from __future__ import annotations
 
 import asyncio
-import os
 
-import duckdb
 from aiohttp import web
 
 from meritlens.analytics._profiles import ProfileError, TaskProfile, profile_from_dict
 from meritlens.analytics._readiness import CoverageReport, check_readiness
 from meritlens.analytics._windows import SCOPE_ALL
-from meritlens.collector._query import QueryError, _collector_url, _is_lock_conflict, post_json
-from meritlens.collector._settings import DEFAULT_URL, ENV_URL, READINESS_PATH
+from meritlens.collector._query import on_file_or_collector, post_json
+from meritlens.collector._settings import READINESS_PATH
 from meritlens.collector._store import SpanStore
 
 
@@ -71,24 +69,8 @@ def check_readiness_at(profile: TaskProfile, *, target: str | None, scope: str, 
                        url: str | None) -> CoverageReport:
     """Check and record readiness: through ``url``; else on ``db`` when no process holds it; else
     through the collector holding it (the URL beside the file, $MERITLENS_URL, or the default)."""
-    if url:
-        return readiness_through(url, profile, target=target, scope=scope)
-    if os.path.exists(db):
-        store = SpanStore(db)
-        try:
-            store.start()
-        except duckdb.Error as exc:
-            if not _is_lock_conflict(exc):
-                raise QueryError(f"cannot open {db}: {exc}") from None
-        else:
-            try:
-                return check_and_record(store, profile, target=target, scope=scope)
-            finally:
-                store.shutdown()
-    fallback = _collector_url(db) or os.environ.get(ENV_URL) or DEFAULT_URL
-    try:
-        return readiness_through(fallback, profile, target=target, scope=scope)
-    except QueryError as exc:
-        if os.path.exists(db):
-            raise
-        raise QueryError(f"no database at {db} and {exc}") from None
+    return on_file_or_collector(
+        db, url, read_only=False,
+        on_file=lambda store: check_and_record(store, profile, target=target, scope=scope),
+        through_collector=lambda collector_url: readiness_through(collector_url, profile, target=target, scope=scope),
+    )
