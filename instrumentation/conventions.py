@@ -86,4 +86,24 @@ OPENLLMETRY_USAGE_CACHE_CREATION: Final = "gen_ai.usage.cache_creation_input_tok
 OPENLLMETRY_REQUEST_TYPE: Final = "llm.request.type"
 OPENLLMETRY_TTFT: Final = "llm.openai.time_to_first_token"
 
+# --- content and evaluation (read by the metric plugins in meritlens.analytics) -----------------------
+GEN_AI_INPUT_MESSAGES: Final = "gen_ai.input.messages"
+"""The chat history sent to the model: a JSON array of {role, parts: [{type, content}]} (attribute or event)."""
+GEN_AI_OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
+"""The model's answer: a JSON array of {role, parts: [{type, content}], finish_reason} (attribute or event)."""
+GEN_AI_SYSTEM_INSTRUCTIONS: Final = "gen_ai.system_instructions"
+"""The system prompt: a JSON array of parts, or plain text."""
+GEN_AI_EVALUATION_RESULT_EVENT: Final = "gen_ai.evaluation.result"
+"""Span event carrying GEN_AI_EVALUATION_NAME and GEN_AI_EVALUATION_SCORE_VALUE."""
+GEN_AI_EVALUATION_SCORE_LABEL: Final = "gen_ai.evaluation.score.label"
+GEN_AI_EVALUATION_EXPLANATION: Final = "gen_ai.evaluation.explanation"
+OUTPUT_SCHEMA: Final = "meritlens.output.schema"
+"""JSON Schema (as JSON text) the task's output must satisfy; read by structured_output_reliability."""
+JUDGE_REPLICA: Final = "meritlens.judge.replica"
+"""On a judge's orchestration span: which replica of the judgement (0-based) this call was."""
+OPENINFERENCE_INPUT_VALUE: Final = "input.value"
+OPENINFERENCE_OUTPUT_VALUE: Final = "output.value"
+OPENLLMETRY_PROMPT_CONTENT: Final = "gen_ai.prompt.0.content"
+OPENLLMETRY_COMPLETION_CONTENT: Final = "gen_ai.completion.0.content"
+
 __all__ = [name for name in dir() if name.isupper()]
