@@ -201,7 +201,7 @@ def check_measurement(metric: Metric, measurement: Measurement, scope_span_keys:
     name = measurement.metric_name
     if name != metric.name and not name.startswith(metric.name + PARTITION_SEPARATOR):
         raise ValueError(f"{metric.name} returned a measurement named {name!r}; use "
-                         f"{metric.name!r} or {metric.name + PARTITION_SEPARATOR}<partition>")
+                         f"{metric.name!r} or '{metric.name}{PARTITION_SEPARATOR}<partition>'")
     outside = measurement.evidence - scope_span_keys
     if outside:
         raise ValueError(f"{name}: evidence names {len(outside)} spans outside the scope, e.g. {sorted(outside)[0]}")
