@@ -213,3 +213,93 @@ class JudgeSession:
                 output_tokens=reply.output_tokens if reply else None,
             ))
         return JudgedTask(task_key=task_key, replica_scores=tuple(scores))
+
+
+# --- judges backed by a provider's official SDK (installed separately: `pip install openai` / `anthropic`) ---
+def _import_sdk(name: str):
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        raise JudgeError(f"the {name} judge needs the {name!r} package: pip install {name}") from None
+
+
+class OpenAIJudge(Judge):
+    """A judge through the OpenAI Chat Completions API (or any compatible server via ``base_url``).
+
+    The API key comes from ``api_key`` or the SDK's usual ``OPENAI_API_KEY``.
+    """
+
+    provider = "openai"
+
+    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
+                 max_tokens: int = 400, timeout_s: float = 60.0):
+        openai = _import_sdk("openai")
+        self.model = model
+        self._max_tokens = max_tokens
+        self._errors = (openai.OpenAIError,)
+        try:
+            self._client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=2)
+        except openai.OpenAIError as exc:
+            raise JudgeError(f"cannot create the OpenAI client: {exc}") from None
+
+    def complete(self, prompt: str) -> JudgeReply:
+        try:
+            response = self._client.chat.completions.create(
+                model=self.model, messages=[{"role": "user", "content": prompt}], max_tokens=self._max_tokens,
+            )
+        except self._errors as exc:
+            raise JudgeError(f"{type(exc).__name__}: {exc}") from None
+        if not response.choices:
+            raise JudgeError("the reply has no choices")
+        usage = response.usage
+        return JudgeReply(
+            text=response.choices[0].message.content or "",
+            input_tokens=usage.prompt_tokens if usage else None,
+            output_tokens=usage.completion_tokens if usage else None,
+        )
+
+
+class AnthropicJudge(Judge):
+    """A judge through the Anthropic Messages API. The API key comes from ``api_key`` or ``ANTHROPIC_API_KEY``."""
+
+    provider = "anthropic"
+
+    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
+                 max_tokens: int = 400, timeout_s: float = 60.0):
+        anthropic = _import_sdk("anthropic")
+        self.model = model
+        self._max_tokens = max_tokens
+        self._errors = (anthropic.AnthropicError,)
+        try:
+            self._client = anthropic.Anthropic(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=2)
+        except anthropic.AnthropicError as exc:
+            raise JudgeError(f"cannot create the Anthropic client: {exc}") from None
+
+    def complete(self, prompt: str) -> JudgeReply:
+        try:
+            response = self._client.messages.create(
+                model=self.model, max_tokens=self._max_tokens, messages=[{"role": "user", "content": prompt}],
+            )
+        except self._errors as exc:
+            raise JudgeError(f"{type(exc).__name__}: {exc}") from None
+        text = "".join(block.text for block in response.content if getattr(block, "type", None) == "text")
+        return JudgeReply(text=text, input_tokens=response.usage.input_tokens, output_tokens=response.usage.output_tokens)
+
+
+JUDGE_KINDS = ("fake", "openai", "anthropic")
+
+
+def judge_from_spec(spec: str, *, base_url: str | None = None) -> Judge:
+    """A judge from ``fake[:MODEL]``, ``openai:MODEL`` or ``anthropic:MODEL``; JudgeError says what was wrong."""
+    kind, _, model = spec.partition(":")
+    if kind == "fake":
+        return FakeJudge(model=model) if model else FakeJudge()
+    if kind not in JUDGE_KINDS:
+        raise JudgeError(f"unknown judge {spec!r}; use one of fake[:MODEL], openai:MODEL, anthropic:MODEL")
+    if not model:
+        raise JudgeError(f"give the exact model: {kind}:MODEL")
+    check_pinned(model)
+    judge_class = OpenAIJudge if kind == "openai" else AnthropicJudge
+    return judge_class(model, base_url=base_url)

@@ -76,16 +76,18 @@ def sql(query: str, db: str, url: str | None, fmt: str) -> None:
 
 
 # --- metric plugins: `meritlens evaluate` and `meritlens metrics` ---------------------------------------
-def _parse_judge(spec: str | None):
-    """`fake` or `fake:<model>` (deterministic, for tests and dry runs); None without --judge."""
+def _parse_judge(spec: str | None, base_url: str | None):
+    """None without --judge; else the judge named by ``fake[:MODEL]``, ``openai:MODEL`` or ``anthropic:MODEL``."""
     if spec is None:
+        if base_url is not None:
+            raise click.BadParameter("--judge-base-url needs --judge", param_hint="--judge-base-url")
         return None
-    from meritlens.analytics import FakeJudge
+    from meritlens.analytics._judge import JudgeError, judge_from_spec
 
-    kind, _, model = spec.partition(":")
-    if kind == "fake":
-        return FakeJudge(model=model) if model else FakeJudge()
-    raise click.BadParameter(f"unknown judge {spec!r}; this build ships 'fake' or 'fake:<model>'", param_hint="--judge")
+    try:
+        return judge_from_spec(spec, base_url=base_url)
+    except JudgeError as exc:
+        raise click.BadParameter(str(exc), param_hint="--judge") from None
 
 
 def _parse_options(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -112,13 +114,16 @@ def _parse_options(pairs: tuple[str, ...]) -> dict[str, str]:
               help="JSON Schema file for structured_output_reliability (a task's meritlens.output.schema wins).")
 @click.option("--step-threshold", type=click.IntRange(min=0), default=None,
               help="long_horizon_performance counts tasks with more steps than this [default: 10].")
-@click.option("--judge", "judge_spec", default=None, help="Judge for judge-driven metrics: 'fake' or 'fake:<model>'.")
+@click.option("--judge", "judge_spec", default=None, metavar="KIND:MODEL",
+              help="Judge for judge-driven metrics: openai:MODEL, anthropic:MODEL (exact, pinned model ids; "
+                   "keys from OPENAI_API_KEY / ANTHROPIC_API_KEY), or fake[:MODEL] for dry runs.")
+@click.option("--judge-base-url", default=None, help="Base URL of an OpenAI- or Anthropic-compatible API.")
 @click.option("--judge-replicas", type=click.IntRange(min=1), default=3, show_default=True,
               help="Judge calls per task; their scores are averaged.")
 @click.option("--option", "extra", multiple=True, metavar="KEY=VALUE", help="A metric option (repeatable).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def evaluate(target, scope, metric_list, db, url, token, run_dir, schema, step_threshold, judge_spec,
-             judge_replicas, extra, fmt) -> None:
+             judge_base_url, judge_replicas, extra, fmt) -> None:
     """Run metric plugins on TARGET's spans in SCOPE and store each result as a window.
 
     A re-run replaces the windows of the metrics it ran and keeps the others. Exits 1 when a
@@ -144,7 +149,7 @@ def evaluate(target, scope, metric_list, db, url, token, run_dir, schema, step_t
         options["schema"] = schema
     if step_threshold is not None:
         options["step_threshold"] = str(step_threshold)
-    judge = _parse_judge(judge_spec)
+    judge = _parse_judge(judge_spec, judge_base_url)
     directory = Path(run_dir) if run_dir else default_run_dir(target, scope)
     try:
         store = open_evaluation_store(db, url=url, token=token)
@@ -189,6 +194,46 @@ def evaluate(target, scope, metric_list, db, url, token, run_dir, schema, step_t
     if result.failed:
         click.echo(f"{len(result.failed)} metric(s) failed: {', '.join(o.metric for o in result.failed)}", err=True)
         sys.exit(1)
+
+
+@cli.command()
+@click.argument("metric")
+@click.option("--target", default=None, help="With --scope, finds the default run directory.")
+@click.option("--scope", default="all", show_default=True)
+@click.option("--run-dir", type=click.Path(file_okay=False, exists=True), default=None,
+              help="The run directory holding the sidecar [default: ./meritlens-runs/<target>/<scope>/].")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def observations(metric, target, scope, run_dir, fmt) -> None:
+    """Print the keyed observations METRIC wrote to its sidecar (malformed rows are skipped and logged)."""
+    import json as _json
+    from pathlib import Path
+
+    from meritlens.analytics import load_registry
+    from meritlens.analytics._evaluate import default_run_dir
+
+    registry = load_registry()
+    try:
+        [metric_class] = registry.resolve([metric])
+    except KeyError as exc:
+        raise click.BadParameter(exc.args[0], param_hint="METRIC") from None
+    if run_dir is None and target is None:
+        raise click.UsageError("give --run-dir, or --target (and --scope) to use the default run directory")
+    directory = Path(run_dir) if run_dir else default_run_dir(target, scope)
+    found = metric_class().read_keyed_observations(directory)
+    if fmt == "json":
+        click.echo(_json.dumps([{"keys": o.keys, "value": o.value} for o in found], indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    key_names = sorted({k for o in found for k in o.keys})
+    table = Table(title=f"{metric} observations in {directory}")
+    for column in [*(f"key.{k}" for k in key_names), "value"]:
+        table.add_column(column)
+    for o in found:
+        table.add_row(*(o.keys.get(k, "") for k in key_names), f"{o.value:.6g}")
+    Console(width=160).print(table)
+    click.echo(f"{len(found)} observation{'s' if len(found) != 1 else ''}")
 
 
 @cli.command(name="metrics")

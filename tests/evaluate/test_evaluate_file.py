@@ -153,3 +153,26 @@ def test_errors_are_clear_and_write_nothing(db, tmp_path):
     assert missing.returncode == 1 and "no database at" in missing.stderr
     assert not (tmp_path / "absent.duckdb").exists()
     assert "tool_use_performance" not in windows(db)
+
+
+def test_observations_command_reads_the_sidecar_back(db, tmp_path):
+    run_dir = tmp_path / "run"
+    assert run_cli("evaluate", "--db", str(db), "--target", TARGET, "--run-dir", str(run_dir),
+                   "--metrics", "tool_use_performance").returncode == 0
+    with (run_dir / "tool_use_performance.jsonl").open("a") as fh:
+        fh.write('{"tool": "search", "outcome": "ok"}\n')
+    result = run_cli("observations", "tool_use_performance", "--run-dir", str(run_dir), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == [
+        {"keys": {"tool": "search", "outcome": "Timeout"}, "value": 1.0},
+        {"keys": {"tool": "search", "outcome": "ok"}, "value": 1.0},
+    ]
+    assert "skipping malformed row" in result.stderr and "tool_use_performance.jsonl:3" in result.stderr
+
+
+def test_metrics_command_lists_builtins_and_plugins(plugin_site):
+    result = run_cli("metrics", env={"PYTHONPATH": str(plugin_site)})
+    assert result.returncode == 0, result.stderr
+    lines = dict(line.split("\t")[:2] for line in result.stdout.splitlines())
+    assert lines["task_quality"] == "built-in"
+    assert lines["span_count"] == "plugin span_count_metric:SpanCountMetric"
