@@ -43,6 +43,7 @@ from meritlens.analytics._windows import (
     EVIDENCE_MEDIA_TYPE,
     MIN_SAMPLES_FOR_REPEATED_CLAIM,
     SCOPE_ALL,
+    WINDOWED_METRICS,
     Window,
     WindowState,
 )
@@ -53,6 +54,21 @@ log = logging.getLogger("meritlens.analytics.evaluate")
 REPORT_FILENAME = "evaluation.json"
 DEFAULT_RUNS_DIR = "meritlens-runs"
 PARTITION_SEPARATOR = "."
+PROCESSOR_OWNED_METRICS = frozenset(WINDOWED_METRICS)
+"""Metrics whose bare-name window the collector's processor recomputes from spans on every batch."""
+EVALUATED_SUFFIX = PARTITION_SEPARATOR + "evaluated"
+
+
+def window_metric_name(measurement_name: str) -> str:
+    """The `windows.metric` an evaluated measurement is stored under.
+
+    The processor owns the bare-name windows of the span-window metrics and replaces them whenever
+    spans arrive; an evaluation never overwrites them (nor would its window survive). Its result for
+    such a metric is stored beside it as ``<name>.evaluated``.
+    """
+    if measurement_name in PROCESSOR_OWNED_METRICS:
+        return measurement_name + EVALUATED_SUFFIX
+    return measurement_name
 
 
 class EvaluationError(RuntimeError):
@@ -165,7 +181,7 @@ def measured_window(
         )
     return Window(
         target_id=target_id,
-        metric=measurement.metric_name,
+        metric=window_metric_name(measurement.metric_name),
         scope=scope,
         aggregation=aggregation.value,
         value=float(measurement.value),
@@ -175,7 +191,7 @@ def measured_window(
         **summary,
         first_span_time=measurement.first_span_time,
         last_span_time=measurement.last_span_time,
-        evidence_uri=evidence_uri(db_name, target_id, scope, measurement.metric_name,
+        evidence_uri=evidence_uri(db_name, target_id, scope, window_metric_name(measurement.metric_name),
                                   sidecar=sidecar, judge_model=judge_model),
         evidence_media_type=EVIDENCE_MEDIA_TYPE,
         evidence_digest=evidence_digest(measurement.evidence),
@@ -186,7 +202,8 @@ def measured_window(
 def not_applicable_window(metric: Metric, *, target_id: str, scope: str, computed_at: _dt.datetime) -> Window:
     aggregation = metric.declared_aggregation() or Aggregation.SINGLE_VALUE
     return Window(
-        target_id=target_id, metric=metric.name, scope=scope, aggregation=aggregation.value, value=None,
+        target_id=target_id, metric=window_metric_name(metric.name), scope=scope, aggregation=aggregation.value,
+        value=None,
         unit=metric.declared_unit() or "", sample_count=0, state=WindowState.NOT_APPLICABLE.value,
         count=None, mean=None, min=None, max=None, p50=None, p90=None, p95=None, p99=None,
         first_span_time=None, last_span_time=None, evidence_uri=None, evidence_media_type=None,

@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from evaluate_support import TARGET, RunningCollector, run_cli, scenario_spans, span
+from meritlens.analytics._evaluate import window_metric_name as W
 from meritlens.instrumentation import conventions as c
 
 
@@ -27,9 +28,9 @@ def test_evaluate_goes_through_the_collector_and_reruns_merge(tmp_path, collecto
     first = run_cli("evaluate", "--db", str(db), "--target", TARGET, "--run-dir", str(run_dir),
                     "--metrics", "tool_use_performance,consistency,task_quality", "--judge", "fake", "--judge-replicas", "1")
     assert first.returncode == 0, first.stderr
-    tool = evaluated(collector, "tool_use_performance")
-    consistency = evaluated(collector, "consistency")
-    quality = evaluated(collector, "task_quality")
+    tool = evaluated(collector, W("tool_use_performance"))
+    consistency = evaluated(collector, W("consistency"))
+    quality = evaluated(collector, W("task_quality"))
     assert (tool["state"], tool["value"], tool["sample_count"]) == ("measured", 0.5, 2)
     assert (consistency["state"], consistency["value"]) == ("measured", 0.5)
     assert quality["state"] == "measured" and "judge=fake-judge" in quality["evidence_uri"]
@@ -44,12 +45,12 @@ def test_evaluate_goes_through_the_collector_and_reruns_merge(tmp_path, collecto
     second = run_cli("evaluate", "--url", collector.url, "--db", str(db), "--target", TARGET,
                      "--run-dir", str(run_dir), "--metrics", "tool_use_performance", "--format", "json")
     assert second.returncode == 0, second.stderr
-    assert '"window": "tool_use_performance"' in second.stdout
-    tool_again = evaluated(collector, "tool_use_performance")
+    assert f'"window": "{W("tool_use_performance")}"' in second.stdout
+    tool_again = evaluated(collector, W("tool_use_performance"))
     assert tool_again["value"] == pytest.approx(2 / 3) and tool_again["sample_count"] == 3
     assert tool_again["computed_at"] > tool["computed_at"]
-    assert evaluated(collector, "consistency") == consistency
-    assert evaluated(collector, "task_quality") == quality
+    assert evaluated(collector, W("consistency")) == consistency
+    assert evaluated(collector, W("task_quality")) == quality
 
 
 def test_evaluate_reads_past_the_collectors_row_limit(tmp_path, collector_factory):
@@ -62,7 +63,7 @@ def test_evaluate_reads_past_the_collectors_row_limit(tmp_path, collector_factor
     result = run_cli("evaluate", "--db", str(db), "--target", TARGET, "--run-dir", str(tmp_path / "run"),
                      "--metrics", "tool_use_performance")
     assert result.returncode == 0, result.stderr
-    window = evaluated(collector, "tool_use_performance")
+    window = evaluated(collector, W("tool_use_performance"))
     assert window["sample_count"] == 12_000
     assert window["value"] == pytest.approx(0.75)
 

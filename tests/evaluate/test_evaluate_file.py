@@ -10,6 +10,7 @@ import duckdb
 import pytest
 
 from evaluate_support import TARGET, run_cli, scenario_spans, span, store_spans
+from meritlens.analytics._evaluate import window_metric_name as W
 from meritlens.instrumentation import conventions as c
 
 
@@ -44,14 +45,14 @@ def test_evaluate_stores_windows_then_a_rerun_replaces_only_what_it_ran(db, tmp_
                     "--metrics", "tool_use_performance,consistency,long_horizon_performance")
     assert first.returncode == 0, first.stderr
     stored = windows(db)
-    tool = stored["tool_use_performance"]
+    tool = stored[W("tool_use_performance")]
     assert (tool["state"], tool["value"], tool["sample_count"], tool["unit"]) == ("measured", 0.5, 2, "ratio")
     assert tool["evidence_digest"] == digest([key(1, 2), key(3, 4)])
     assert "sidecar=" in tool["evidence_uri"] and "tool_use_performance.jsonl" in tool["evidence_uri"]
     assert (run_dir / "tool_use_performance.jsonl").exists()
-    consistency = stored["consistency"]
+    consistency = stored[W("consistency")]
     assert (consistency["state"], consistency["value"], consistency["sample_count"]) == ("measured", 0.5, 4)
-    long_horizon = stored["long_horizon_performance"]
+    long_horizon = stored[W("long_horizon_performance")]
     assert (long_horizon["state"], long_horizon["value"], long_horizon["sample_count"]) == ("not_applicable", None, 0)
     # The processor's span windows are still there, untouched by evaluate.
     assert stored["input_tokens"]["value"] == 400
@@ -66,11 +67,11 @@ def test_evaluate_stores_windows_then_a_rerun_replaces_only_what_it_ran(db, tmp_
                      "--metrics", "tool_use_performance")
     assert second.returncode == 0, second.stderr
     again = windows(db)
-    assert again["tool_use_performance"]["value"] == pytest.approx(1 / 3)
-    assert again["tool_use_performance"]["sample_count"] == 3
-    assert again["tool_use_performance"]["computed_at"] > tool["computed_at"]
-    assert again["consistency"] == consistency
-    assert again["long_horizon_performance"] == long_horizon
+    assert again[W("tool_use_performance")]["value"] == pytest.approx(1 / 3)
+    assert again[W("tool_use_performance")]["sample_count"] == 3
+    assert again[W("tool_use_performance")]["computed_at"] > tool["computed_at"]
+    assert again[W("consistency")] == consistency
+    assert again[W("long_horizon_performance")] == long_horizon
     merged = json.loads((run_dir / "evaluation.json").read_text())
     assert set(merged["metrics"]) == {"tool_use_performance", "consistency", "long_horizon_performance"}
     assert merged["metrics"]["consistency"] == report["metrics"]["consistency"]
@@ -83,7 +84,7 @@ def test_a_metric_that_raises_is_recorded_failed_and_the_others_still_run(db, tm
     ok = run_cli("evaluate", "--db", str(db), "--target", TARGET, "--run-dir", str(run_dir),
                  "--metrics", "span_count", env=env)
     assert ok.returncode == 0, ok.stderr
-    before = windows(db)["span_count"]
+    before = windows(db)[W("span_count")]
     assert (before["state"], before["value"], before["unit"], before["aggregation"]) == ("measured", 6.0, "spans", "single_value")
 
     failed = run_cli("evaluate", "--db", str(db), "--target", TARGET, "--run-dir", str(run_dir),
@@ -91,8 +92,8 @@ def test_a_metric_that_raises_is_recorded_failed_and_the_others_still_run(db, tm
     assert failed.returncode == 1
     assert "Traceback" in failed.stderr and "the span counter exploded" in failed.stderr
     stored = windows(db)
-    assert stored["span_count"] == before  # a failure is not evidence: the earlier window stays
-    assert (stored["recovery_ability"]["state"], stored["recovery_ability"]["value"]) == ("insufficient_evidence", 1.0)
+    assert stored[W("span_count")] == before  # a failure is not evidence: the earlier window stays
+    assert (stored[W("recovery_ability")]["state"], stored[W("recovery_ability")]["value"]) == ("insufficient_evidence", 1.0)
     report = json.loads((run_dir / "evaluation.json").read_text())
     assert report["metrics"]["span_count"]["status"] == "failed"
     assert "the span counter exploded" in report["metrics"]["span_count"]["error"]
@@ -122,7 +123,7 @@ def test_judge_calls_are_stored_as_orchestration_spans_and_never_counted(db, tmp
     stored = windows(db)
     assert stored["input_tokens"]["value"] == tokens_before["value"] == 400
     assert stored["input_tokens"]["evidence_digest"] == tokens_before["evidence_digest"]
-    quality = stored["task_quality"]
+    quality = stored[W("task_quality")]
     assert quality["state"] == "measured" and quality["sample_count"] == 4
     assert "judge=judge-2025-01-01" in quality["evidence_uri"]
     report = json.loads((tmp_path / "run" / "evaluation.json").read_text())
@@ -137,8 +138,8 @@ def test_an_assessment_scope_and_the_default_run_directory(db, tmp_path):
     assert (run_dir / "evaluation.json").exists()
     con = duckdb.connect(str(db), read_only=True)
     try:
-        row = con.execute("SELECT value, sample_count FROM windows WHERE metric = 'tool_use_performance'"
-                          " AND scope = 'arm-a'").fetchone()
+        row = con.execute("SELECT value, sample_count FROM windows WHERE metric = ? AND scope = 'arm-a'",
+                          [W("tool_use_performance")]).fetchone()
     finally:
         con.close()
     assert row == (0.5, 2)
@@ -152,7 +153,7 @@ def test_errors_are_clear_and_write_nothing(db, tmp_path):
     missing = run_cli("evaluate", "--db", str(tmp_path / "absent.duckdb"), "--target", TARGET)
     assert missing.returncode == 1 and "no database at" in missing.stderr
     assert not (tmp_path / "absent.duckdb").exists()
-    assert "tool_use_performance" not in windows(db)
+    assert W("tool_use_performance") not in windows(db)
 
 
 def test_observations_command_reads_the_sidecar_back(db, tmp_path):

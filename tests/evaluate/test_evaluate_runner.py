@@ -9,7 +9,7 @@ import pytest
 from evaluate_support import TARGET, scenario_spans, store_spans
 from meritlens.analytics import Measurement, Metric, evaluate
 from meritlens.analytics._builtin_metrics import ToolUsePerformance
-from meritlens.analytics._evaluate import QueryPage, load_evidence
+from meritlens.analytics._evaluate import QueryPage, load_evidence, window_metric_name as W
 from meritlens.collector._evaluation import FileEvaluationStore
 
 
@@ -62,7 +62,7 @@ def test_measurements_that_break_the_rules_fail_their_metric(store, tmp_path, me
     [outcome] = result.outcomes
     assert outcome.status == "failed"
     assert message in outcome.error
-    assert stored_windows(store).keys().isdisjoint({metric.name, "task_success"})
+    assert stored_windows(store).keys().isdisjoint({W(metric.name), "task_success"})
 
 
 def test_a_raising_metric_is_logged_with_its_traceback_and_the_others_are_stored(store, tmp_path, caplog):
@@ -72,7 +72,7 @@ def test_a_raising_metric_is_logged_with_its_traceback_and_the_others_are_stored
     assert [o.status for o in result.outcomes] == ["failed", "measured"]
     assert result.failed[0].error == "ZeroDivisionError: division by zero in raising"
     assert "Traceback" in caplog.text and "division by zero in raising" in caplog.text
-    assert stored_windows(store)["tool_use_performance"] == ("measured", 0.5)
+    assert stored_windows(store)[W("tool_use_performance")] == ("measured", 0.5)
     assert "raising" not in stored_windows(store)
 
 
@@ -116,3 +116,21 @@ def test_reading_spans_pages_past_a_row_limit(store):
     assert len({s.key for s in evidence.spans}) == 6
     assert capped.queries == 4  # 2 + 2 + 2 rows, then an empty page
     assert len(load_evidence(store, TARGET, "all", page_size=4).spans) == 6
+
+
+def test_a_window_the_processor_owns_is_never_overwritten(store, tmp_path):
+    class Latency(Metric):
+        """A plugin measuring a metric the collector's processor already windows from spans."""
+
+        name = "end_to_end_latency"
+
+        def compute(self, evidence, *, run_dir, options, judge):
+            return [self.measurement(value=42.0, summary="42 s", tasks_or_spans=evidence.tasks,
+                                     sample_count=len(evidence.tasks))]
+
+    before = store.query(f"SELECT * FROM windows WHERE metric = 'end_to_end_latency' AND target_id = '{TARGET}'").rows
+    assert before  # the processor's window exists
+    result = evaluate(store, target_id=TARGET, scope="all", metrics=[Latency], run_dir=tmp_path / "run")
+    assert [w.metric for w in result.windows] == ["end_to_end_latency.evaluated"]
+    assert store.query(f"SELECT * FROM windows WHERE metric = 'end_to_end_latency' AND target_id = '{TARGET}'").rows == before
+    assert stored_windows(store)["end_to_end_latency.evaluated"] == ("measured", 42.0)
