@@ -3,60 +3,35 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
-from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from meritlens.collector._normalize import normalize
 from meritlens.collector._store import SpanStore
 from meritlens.instrumentation import conventions as c
+from tests.conftest import CollectorProcess
+from tests.conftest import run_cli as _run_cli
+from tests.otlp_builders import make_request, make_span
 
-MERITLENS = str(Path(sys.executable).parent / "meritlens")
 TARGET = "shop-bot/answer"
 BASE_NS = 1_750_000_000_000_000_000
 
 
-def _kv(key, value):
-    if isinstance(value, bool):
-        return KeyValue(key=key, value=AnyValue(bool_value=value))
-    if isinstance(value, int):
-        return KeyValue(key=key, value=AnyValue(int_value=value))
-    if isinstance(value, float):
-        return KeyValue(key=key, value=AnyValue(double_value=value))
-    return KeyValue(key=key, value=AnyValue(string_value=value))
-
-
 def span(n: int, *, trace: int | None = None, error: bool = False, **attributes) -> Span:
     """Span number ``n`` (its ids and times derive from n), with the given attributes."""
-    start = BASE_NS + n * 1_000_000_000
     attributes.setdefault(c.TARGET_ID, TARGET)
-    return Span(
-        trace_id=(trace or n).to_bytes(16, "big"),
-        span_id=n.to_bytes(8, "big"),
-        name=f"{attributes.get(c.GEN_AI_OPERATION_NAME, 'chat')} span {n}",
-        kind=3,
-        start_time_unix_nano=start,
-        end_time_unix_nano=start + 500_000_000,
-        attributes=[_kv(k, v) for k, v in attributes.items()],
-        status=Status(code=2 if error else 1),
-    )
+    built = make_span(attributes, trace_id=(trace or n).to_bytes(16, "big"), span_id=n.to_bytes(8, "big"),
+                      start_ns=BASE_NS + n * 1_000_000_000,
+                      name=f"{attributes.get(c.GEN_AI_OPERATION_NAME, 'chat')} span {n}")
+    built.status.CopyFrom(Status(code=2 if error else 1))
+    return built
 
 
 def output(text: str) -> dict:
     return {c.GEN_AI_OUTPUT_MESSAGES: json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": text}]}])}
-
-
-def request(spans: list[Span]) -> ExportTraceServiceRequest:
-    return ExportTraceServiceRequest(resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=spans)])])
 
 
 def scenario_spans() -> list[Span]:
@@ -80,50 +55,33 @@ def store_spans(db: Path, spans: list[Span]) -> None:
     store = SpanStore(str(db))
     store.start()
     try:
-        batch = normalize(request(spans))
+        batch = normalize(make_request(spans))
         assert not batch.refused, batch.refused
         store.write(batch.to_arrow())
     finally:
         store.shutdown()
 
 
-def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, **(env or {})}
-    full_env.pop("MERITLENS_URL", None)
-    return subprocess.run([MERITLENS, *args], capture_output=True, text=True, cwd=cwd, env=full_env, timeout=timeout)
+def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None):
+    """Run the CLI; the caller checks the exit code."""
+    return _run_cli(*args, check=False, env=env, cwd=cwd)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class RunningCollector(CollectorProcess):
+    """The shared collector process, plus sending spans and querying over HTTP."""
 
-
-class RunningCollector:
     def __init__(self, db: Path, extra_env: dict | None = None):
-        self.db = db
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, **(extra_env or {})}
-        self.process = subprocess.Popen(
-            [MERITLENS, "serve", "--db", str(db), "--http-port", str(self.port), "--grpc-port", str(free_port())],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-        )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"collector exited: {self.process.stdout.read()}")
-            try:
-                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200 and os.path.exists(f"{db}.collector"):
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError("collector did not become healthy")
+        super().__init__(db, env=extra_env)
+        self.start()
+        # `evaluate --db` finds the collector through the address file it writes after listening.
+        address = Path(f"{db}.collector")
+        for _ in range(200):
+            if address.exists():
+                break
+            time.sleep(0.05)
 
     def send(self, spans: list[Span]) -> None:
-        reply = httpx.post(self.url + "/v1/traces", content=request(spans).SerializeToString(),
+        reply = httpx.post(self.traces_url, content=make_request(spans).SerializeToString(),
                            headers={"Content-Type": "application/x-protobuf"}, timeout=30)
         assert reply.status_code == 200, reply.text
 
@@ -132,15 +90,6 @@ class RunningCollector:
         assert reply.status_code == 200, reply.text
         body = reply.json()
         return [dict(zip(body["columns"], row)) for row in body["rows"]]
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
 
 
 PLUGIN_SOURCE = '''
