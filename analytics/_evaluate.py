@@ -247,6 +247,8 @@ class MetricOutcome:
     error: str | None = None
     judge_model: str | None = None
     sidecar: Path | None = None
+    reason: str | None = None
+    """Why the metric did not apply, when it said so."""
 
 
 @dataclass
@@ -350,7 +352,8 @@ def _run_one(metric_class: type[Metric], evidence: ScopeEvidence, run_dir: Path,
     sidecar = sidecar.resolve() if _file_version(sidecar) not in (None, sidecar_before) else None
     if not measurements:
         window = not_applicable_window(metric, target_id=evidence.target_id, scope=evidence.scope, computed_at=computed_at)
-        return MetricOutcome(name, "not_applicable", windows=[window], sidecar=sidecar)
+        return MetricOutcome(name, "not_applicable", windows=[window], sidecar=sidecar,
+                             reason=metric.not_applicable_reason)
     windows = [
         measured_window(
             m, target_id=evidence.target_id, scope=evidence.scope, db_name=db_name,
@@ -419,6 +422,7 @@ def merge_report(run_dir: Path, result: EvaluationResult) -> Path:
             "tasks": result.task_count,
             "measurements": [_measurement_json(m) for m in outcome.measurements],
             "error": outcome.error,
+            "reason": outcome.reason,
             "judge_model": outcome.judge_model,
             "sidecar": str(outcome.sidecar) if outcome.sidecar else None,
         }

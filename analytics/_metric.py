@@ -358,6 +358,8 @@ class Metric(ABC):
     name: ClassVar[str]
     unit: ClassVar[str | None] = None
     aggregation: ClassVar[Aggregation | None] = None
+    not_applicable_reason: str | None = None
+    """Set by `not_applicable`; shown in reports."""
 
     @abstractmethod
     def compute(
@@ -380,6 +382,7 @@ class Metric(ABC):
     def not_applicable(self, evidence: ScopeEvidence, reason: str) -> list[Measurement]:
         """Log one INFO line saying why the metric does not apply, and return ``[]``."""
         log.info("%s does not apply to %s: %s", self.name, evidence.label, reason)
+        self.not_applicable_reason = reason
         return []
 
     def declared_unit(self) -> str | None:

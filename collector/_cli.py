@@ -176,7 +176,8 @@ def evaluate(target, scope, metric_list, db, url, token, run_dir, schema, step_t
     if fmt == "json":
         rows = []
         for outcome in result.outcomes:
-            base = {"metric": outcome.metric, "status": outcome.status, "error": outcome.error}
+            base = {"metric": outcome.metric, "status": outcome.status, "error": outcome.error,
+                    "reason": outcome.reason}
             for window in outcome.windows:
                 rows.append({**base, "window": window.metric, "state": window.state, "value": window.value,
                              "unit": window.unit, "sample_count": window.sample_count,
@@ -196,7 +197,7 @@ def evaluate(target, scope, metric_list, db, url, token, run_dir, schema, step_t
             if outcome.status == "failed":
                 table.add_row(outcome.metric, "failed", "", "", "", outcome.error or "")
             elif outcome.status == "not_applicable":
-                table.add_row(outcome.metric, "not_applicable", "", "", "", "does not apply (see log)")
+                table.add_row(outcome.metric, "not_applicable", "", "", "", outcome.reason or "does not apply")
             for measurement, window in zip(outcome.measurements, outcome.windows):
                 table.add_row(window.metric, window.state, f"{window.value:.4g}", window.unit,
                               str(window.sample_count), measurement.summary)

@@ -58,6 +58,7 @@ def test_evaluate_stores_windows_then_a_rerun_replaces_only_what_it_ran(db, tmp_
     assert stored["input_tokens"]["value"] == 400
     report = json.loads((run_dir / "evaluation.json").read_text())
     assert report["metrics"]["long_horizon_performance"]["status"] == "not_applicable"
+    assert report["metrics"]["long_horizon_performance"]["reason"] == "no task recorded agent steps (meritlens.agent.step)"
     assert report["metrics"]["tool_use_performance"]["measurements"][0]["per_key"] == {"search": 0.5}
 
     # More evidence arrives; re-running one metric replaces its window and keeps the others.
