@@ -83,8 +83,8 @@ def load_registry(entry_points: Iterable[metadata.EntryPoint] | None = None) -> 
             continue  # the same distribution seen twice on sys.path
         seen_values.add((ep.name, ep.value))
 
-        def refuse(reason: str, *, level: int = logging.WARNING, exc_info: bool = False) -> None:
-            log.log(level, "metric plugin %s = %s skipped: %s", ep.name, ep.value, reason, exc_info=exc_info)
+        def refuse(reason: str, *, level: int = logging.WARNING) -> None:
+            log.log(level, "metric plugin %s = %s skipped: %s", ep.name, ep.value, reason)
             registry.refused.append(RefusedPlugin(ep.name, ep.value, reason))
 
         if ep.name in BUILTIN_METRICS:
@@ -97,7 +97,8 @@ def load_registry(entry_points: Iterable[metadata.EntryPoint] | None = None) -> 
         try:
             loaded = ep.load()
         except Exception as exc:  # noqa: BLE001 - any import failure skips this plugin only
-            refuse(f"failed to import: {type(exc).__name__}: {exc}", level=logging.ERROR, exc_info=True)
+            log.debug("import of metric plugin %s failed", ep.value, exc_info=True)  # the traceback, with --debug
+            refuse(f"failed to import: {type(exc).__name__}: {exc}", level=logging.ERROR)
             continue
         if not (inspect.isclass(loaded) and issubclass(loaded, Metric)):
             refuse(f"{ep.value} is not a meritlens.analytics.Metric subclass")

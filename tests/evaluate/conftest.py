@@ -25,7 +25,7 @@ def collector_factory():
 
 @pytest.fixture
 def plugin_site(tmp_path) -> Path:
-    """A throwaway installed distribution declaring the `span_count` metric; put it on PYTHONPATH."""
+    """Throwaway installed distributions declaring `span_count` and a broken metric; put it on PYTHONPATH."""
     site = tmp_path / "plugin_site"
     site.mkdir()
     (site / "span_count_metric.py").write_text(PLUGIN_SOURCE)
@@ -33,4 +33,10 @@ def plugin_site(tmp_path) -> Path:
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: span-count-metric\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text("[meritlens.metrics]\nspan_count = span_count_metric:SpanCountMetric\n")
+    # A second distribution whose metric cannot be imported: it is skipped, the others run.
+    (site / "broken_metric.py").write_text("import a_module_that_is_not_installed\n")
+    broken = site / "broken_metric-0.1.dist-info"
+    broken.mkdir()
+    (broken / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-metric\nVersion: 0.1\n")
+    (broken / "entry_points.txt").write_text("[meritlens.metrics]\nbroken_metric = broken_metric:Broken\n")
     return site

@@ -85,6 +85,7 @@ def test_a_metric_that_raises_is_recorded_failed_and_the_others_still_run(db, tm
     ok = run_cli("evaluate", "--db", str(db), "--target", TARGET, "--run-dir", str(run_dir),
                  "--metrics", "span_count", env=env)
     assert ok.returncode == 0, ok.stderr
+    assert "metric plugin broken_metric = broken_metric:Broken skipped: failed to import" in ok.stderr
     before = windows(db)[W("span_count")]
     assert (before["state"], before["value"], before["unit"], before["aggregation"]) == ("measured", 6.0, "spans", "single_value")
 
@@ -178,3 +179,5 @@ def test_metrics_command_lists_builtins_and_plugins(plugin_site):
     lines = dict(line.split("\t")[:2] for line in result.stdout.splitlines())
     assert lines["task_quality"] == "built-in"
     assert lines["span_count"] == "plugin span_count_metric:SpanCountMetric"
+    assert "broken_metric" not in lines
+    assert "refused: broken_metric = broken_metric:Broken: failed to import: ModuleNotFoundError" in result.stderr
