@@ -12,6 +12,7 @@ ENV_GRPC_PORT = "MERITLENS_GRPC_PORT"
 ENV_MAX_BODY_BYTES = "MERITLENS_MAX_BODY_BYTES"
 ENV_MAX_PENDING_BATCHES = "MERITLENS_MAX_PENDING_BATCHES"
 ENV_URL = "MERITLENS_URL"
+ENV_TOKEN = "MERITLENS_TOKEN"
 ENV_TARGET_FALLBACK = "MERITLENS_TARGET_FALLBACK"
 
 DEFAULT_DB = "meritlens.duckdb"
@@ -28,6 +29,8 @@ TRACES_PATH = "/v1/traces"
 SQL_PATH = "/api/sql"
 READINESS_PATH = "/api/readiness"
 HEALTH_PATH = "/healthz"
+WINDOWS_PATH = "/api/windows"
+"""POST evaluated windows {"windows": [...]} (written by `meritlens evaluate` when a collector holds the file)."""
 
 
 def address_file(db: str) -> str:
