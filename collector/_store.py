@@ -16,14 +16,8 @@ import duckdb
 import pyarrow as pa
 
 from meritlens.analytics._readiness import CoverageReport, coverage_row, record_coverage_sql
-from meritlens.analytics._schema import SPAN_COLUMN_NAMES, SPANS_TABLE
+from meritlens.analytics._schema import SPAN_COLUMN_NAMES, SPANS_TABLE, WINDOW_COLUMN_NAMES, WINDOWS_TABLE
 from meritlens.analytics._views import STORE_DDL
-from meritlens.analytics._schema import (
-    SPAN_COLUMN_NAMES,
-    SPANS_TABLE,
-    WINDOW_COLUMN_NAMES,
-    WINDOWS_TABLE,
-)
 from meritlens.analytics._windows import SCOPE_ALL, all_keys_sql, refresh_windows_sql
 from meritlens.collector._sqlguard import check_read_only
 from meritlens.instrumentation.conventions import ROLE_APPLICATION
