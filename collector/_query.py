@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import urllib.error
 import urllib.request
 
 import duckdb
 
-from meritlens.collector._settings import DEFAULT_URL, ENV_URL, SQL_PATH, address_file
+from meritlens.collector._auth import authorization_header
+from meritlens.collector._settings import (
+    DEFAULT_URL, ENV_TLS_CA, ENV_URL, SQL_PATH, SettingsError, address_file, resolve_token,
+)
 from meritlens.collector._store import QueryResult, SpanStore
 
 
@@ -22,12 +26,22 @@ def _is_lock_conflict(exc: duckdb.Error) -> bool:
     return "lock" in text and ("conflicting" in text or "could not set" in text)
 
 
-def run_query(sql: str, *, db: str, url: str | None = None) -> QueryResult:
+def run_query(
+    sql: str, *, db: str, url: str | None = None, token: str | None = None, ca_file: str | None = None,
+) -> QueryResult:
     """Run ``sql`` read-only. With ``url`` go through that collector; otherwise open ``db`` read-only,
     and fall back to the collector holding it (the URL it wrote beside the file, else $MERITLENS_URL,
-    else http://127.0.0.1:4318) when another process holds the file or it is not here."""
+    else http://127.0.0.1:4318) when another process holds the file or it is not here.
+
+    A collector is sent ``token`` (default: $MERITLENS_TOKEN or the file $MERITLENS_TOKEN_FILE) and
+    an https collector is verified against ``ca_file`` (default: $MERITLENS_TLS_CA, else the system CAs)."""
+    if token is None:
+        try:
+            token = resolve_token()
+        except SettingsError as exc:
+            raise QueryError(str(exc)) from None
     if url:
-        return query_url(sql, url)
+        return query_url(sql, url, token=token, ca_file=ca_file)
     if os.path.exists(db):
         store = SpanStore(db, read_only=True)
         try:
@@ -46,7 +60,7 @@ def run_query(sql: str, *, db: str, url: str | None = None) -> QueryResult:
                 store.shutdown()
     fallback = _collector_url(db) or os.environ.get(ENV_URL) or DEFAULT_URL
     try:
-        return query_url(sql, fallback)
+        return query_url(sql, fallback, token=token, ca_file=ca_file)
     except QueryError as exc:
         if os.path.exists(db):
             raise
@@ -61,15 +75,25 @@ def _collector_url(db: str) -> str | None:
         return None
 
 
-def query_url(sql: str, url: str, *, timeout: float = 60.0) -> QueryResult:
+def query_url(
+    sql: str, url: str, *, token: str | None = None, ca_file: str | None = None, timeout: float = 60.0,
+) -> QueryResult:
+    """Run ``sql`` through the collector at ``url`` (POST /api/sql), sending ``token`` if given."""
     request = urllib.request.Request(
         url.rstrip("/") + SQL_PATH,
         data=json.dumps({"sql": sql}).encode(),
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", **authorization_header(token)},
         method="POST",
     )
+    context = None
+    if url.lower().startswith("https:"):
+        ca_file = ca_file or os.environ.get(ENV_TLS_CA) or None
+        try:
+            context = ssl.create_default_context(cafile=ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise QueryError(f"cannot use CA file {ca_file}: {exc}") from None
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
             body = json.loads(response.read())
     except urllib.error.HTTPError as exc:
         try:
@@ -80,4 +104,6 @@ def query_url(sql: str, url: str, *, timeout: float = 60.0) -> QueryResult:
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise QueryError(f"no collector reachable at {url} ({reason})") from None
-    return QueryResult(body["columns"], body.get("types", []), [tuple(r) for r in body["rows"]])
+    return QueryResult(
+        body["columns"], body.get("types", []), [tuple(r) for r in body["rows"]], bool(body.get("truncated")),
+    )
