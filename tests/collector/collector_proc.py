@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import socket
@@ -181,3 +182,15 @@ def make_request(batch: int, count: int, *, targets: int = 3, tokens: bool = Tru
             attr = span.attributes.add()
             attr.key, attr.value.int_value = "gen_ai.usage.output_tokens", 3 + i % 5
     return request
+
+
+def assert_same_windows(actual: list[tuple], expected: list[tuple]) -> None:
+    """Window rows equal; floating-point values up to summation order (DuckDB aggregates in parallel)."""
+    assert len(actual) == len(expected), (len(actual), len(expected))
+    for got, want in zip(actual, expected):
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            if isinstance(a, float) and isinstance(b, float):
+                assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12), (got, want)
+            else:
+                assert a == b, (got, want)
