@@ -136,13 +136,50 @@ class HttpReceiver:
         self._sql_max_rows = sql_max_rows
         self._sql_timeout_s = sql_timeout_s
         self._sql_slots = asyncio.Semaphore(sql_concurrency)
+        self._active = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._draining = False
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._auth], client_max_size=_SQL_BODY_LIMIT)
+        app = web.Application(middlewares=[self._track, self._auth], client_max_size=_SQL_BODY_LIMIT)
         app.router.add_route("*", TRACES_PATH, self.traces)
         app.router.add_route("*", SQL_PATH, self.sql)
         app.router.add_get(HEALTH_PATH, self.health)
         return app
+
+    async def drain(self, timeout: float) -> bool:
+        """Refuse new requests (503, Connection: close) and wait up to ``timeout`` seconds for the
+        requests in progress to be answered; True when none is left.
+
+        aiohttp's own shutdown drops body bytes that arrive after it starts, so a request still
+        uploading would be lost; this lets it finish first."""
+        self._draining = True
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except asyncio.TimeoutError:
+            log.warning("%d requests still in progress after %gs; closing them", self._active, timeout)
+            return False
+        return True
+
+    @web.middleware
+    async def _track(self, request: web.Request, handler):
+        if self._draining:
+            err = IngestError(503, code_pb2.UNAVAILABLE, "the collector is shutting down; retry", retry_after_s=1)
+            if request.path == TRACES_PATH:
+                response = _status_response(_reply_type(request), err)
+            else:
+                response = web.json_response({"error": err.message}, status=503, headers={"Retry-After": "1"})
+            response.force_close()
+            return response
+        self._active += 1
+        self._idle.clear()
+        try:
+            return await handler(request)
+        finally:
+            self._active -= 1
+            if self._active == 0:
+                self._idle.set()
 
     @web.middleware
     async def _auth(self, request: web.Request, handler):

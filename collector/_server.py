@@ -38,6 +38,7 @@ class Collector:
         )
         self.token = BearerToken(settings.token)
         self._runner: web.AppRunner | None = None
+        self._http: HttpReceiver | None = None
         self._grpc_server = None
         self.http_port: int | None = None
         self.grpc_port: int | None = None
@@ -56,12 +57,12 @@ class Collector:
         rebuilt = self.store.refresh_all_windows()
         log.info("opened %s; recomputed windows of %d keys", s.db, rebuilt)
         self.pipeline.start()
-        receiver = HttpReceiver(
+        self._http = HttpReceiver(
             self.ingest, self.store, max_body_bytes=s.max_body_bytes, token=self.token,
             sql_max_rows=s.sql_max_rows, sql_timeout_s=s.sql_timeout_s,
         )
         self._runner = web.AppRunner(
-            receiver.app(), auto_decompress=False, access_log=None, shutdown_timeout=s.shutdown_timeout_s,
+            self._http.app(), auto_decompress=False, access_log=None, shutdown_timeout=s.shutdown_timeout_s,
         )
         await self._runner.setup()
         ssl_context = None
@@ -114,6 +115,13 @@ class Collector:
             return None
         return f"{self._client_host()}:{self.grpc_port}"
 
+    async def _stop_http(self, grace: float) -> None:
+        for site in list(self._runner.sites):
+            await site.stop()  # no new connections
+        if self._http is not None:
+            await self._http.drain(grace)
+        await self._runner.cleanup()
+
     async def shutdown(self) -> None:
         """Stop accepting, let in-flight requests finish (up to the shutdown timeout), commit, close."""
         grace = self.settings.shutdown_timeout_s
@@ -121,7 +129,7 @@ class Collector:
         if self._grpc_server is not None:
             stops.append(self._grpc_server.stop(grace))
         if self._runner is not None:
-            stops.append(self._runner.cleanup())
+            stops.append(self._stop_http(grace))
         await asyncio.gather(*stops)
         self._grpc_server = None
         self._runner = None
