@@ -57,6 +57,12 @@ def _decode_json(body: bytes) -> DecodedRequest:
         raise BadRequest(f"body is not valid JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise BadRequest(f"OTLP/JSON body must be an object, got {type(doc).__name__}")
+    try:
+        # A lone \uD800-\uDFFF escape is valid JSON but not text; protobuf's parser fails on it
+        # in ways it does not report as a parse error.
+        json.dumps(doc, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRequest("OTLP/JSON body contains an unpaired surrogate escape (\\uD800-\\uDFFF)") from None
     refusals: dict[tuple[int, int, int], str] = {}
     try:
         _hex_ids_to_base64(doc, refusals)
@@ -65,7 +71,7 @@ def _decode_json(body: bytes) -> DecodedRequest:
     request = ExportTraceServiceRequest()
     try:
         json_format.ParseDict(doc, request, ignore_unknown_fields=True)
-    except (json_format.ParseError, ValueError, TypeError) as exc:
+    except (json_format.ParseError, ValueError, TypeError, SystemError) as exc:
         raise BadRequest(f"body is not a valid OTLP/JSON ExportTraceServiceRequest: {exc}") from None
     return DecodedRequest(request, refusals)
 

@@ -193,3 +193,11 @@ def test_get_on_the_traces_path_is_method_not_allowed(collector):
     assert response.status_code == 405
     assert response.headers["Allow"] == "POST"
     assert "use POST" in status_of(response).message
+
+
+def test_unpaired_surrogate_in_json_is_a_bad_request_not_a_server_error(collector):
+    # Found by the fuzzer: protobuf's JSON parser raised SystemError on this (an HTTP 500).
+    body = b'{"resourceSpans":[{"resource":{"attributes":[{"key":"k","value":"\\ud800"}]}}]}'
+    response = post(collector, body, {"Content-Type": "application/json"})
+    assert response.status_code == 400
+    assert "unpaired surrogate" in status_of(response).message
