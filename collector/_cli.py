@@ -114,7 +114,8 @@ def _size(ctx, param, value):
 @click.option("--grpc-max-concurrent-rpcs", type=int, default=None,
               help=f"[env {ENV_GRPC_MAX_CONCURRENT_RPCS}; default {DEFAULT_GRPC_MAX_CONCURRENT_RPCS}].")
 @click.option("--sql-timeout", "sql_timeout_s", type=float, default=None,
-              help=f"Seconds before a SQL query is interrupted [env {ENV_SQL_TIMEOUT}; default {DEFAULT_SQL_TIMEOUT_S:g}].")
+              help="Seconds before a SQL query is interrupted "
+                   f"[env {ENV_SQL_TIMEOUT}; default {DEFAULT_SQL_TIMEOUT_S:g}].")
 @click.option("--sql-max-rows", type=int, default=None,
               help=f"Rows a SQL response holds at most [env {ENV_SQL_MAX_ROWS}; default {DEFAULT_SQL_MAX_ROWS}].")
 @click.option("--shutdown-timeout", "shutdown_timeout_s", type=float, default=None,

@@ -79,7 +79,9 @@ async def read_body(request: web.Request, limit: int, reservation: Reservation) 
     elif encoding in ("gzip", "x-gzip", "deflate"):
         inflater = _Inflater("deflate" if encoding == "deflate" else "gzip")
     else:
-        raise IngestError(415, code_pb2.INVALID_ARGUMENT, f"unsupported Content-Encoding {encoding!r}; use gzip, deflate or identity")
+        raise IngestError(
+            415, code_pb2.INVALID_ARGUMENT, f"unsupported Content-Encoding {encoding!r}; use gzip, deflate or identity"
+        )
     out = bytearray()
     try:
         async for chunk in request.content.iter_chunked(_CHUNK):
@@ -198,14 +200,11 @@ class HttpReceiver:
         media_type = (request.content_type or "").lower()
         reply_type = _reply_type(request)
         if request.method != "POST":
-            return _status_response(
-                reply_type, IngestError(405, code_pb2.UNIMPLEMENTED, f"method {request.method} is not allowed on {TRACES_PATH}; use POST"),
-                {"Allow": "POST"},
-            )
+            message = f"method {request.method} is not allowed on {TRACES_PATH}; use POST"
+            return _status_response(reply_type, IngestError(405, code_pb2.UNIMPLEMENTED, message), {"Allow": "POST"})
         if media_type not in _otlp.MEDIA_TYPES:
-            return _status_response(reply_type, IngestError(
-                415, code_pb2.INVALID_ARGUMENT, f"unsupported media type {media_type or '(none)'!r}; send {_otlp.PROTOBUF} or {_otlp.JSON}",
-            ))
+            message = f"unsupported media type {media_type or '(none)'!r}; send {_otlp.PROTOBUF} or {_otlp.JSON}"
+            return _status_response(reply_type, IngestError(415, code_pb2.INVALID_ARGUMENT, message))
         with self._ingest.reservation() as reservation:
             try:
                 body = await read_body(request, self._max_body_bytes, reservation)

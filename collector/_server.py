@@ -69,7 +69,9 @@ class Collector:
         if s.tls:
             ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             ssl_context.load_cert_chain(s.tls_cert, s.tls_key)
-        site = web.TCPSite(self._runner, s.host, s.http_port, ssl_context=ssl_context, shutdown_timeout=s.shutdown_timeout_s)
+        site = web.TCPSite(
+            self._runner, s.host, s.http_port, ssl_context=ssl_context, shutdown_timeout=s.shutdown_timeout_s
+        )
         await site.start()
         self.http_port = site._server.sockets[0].getsockname()[1]
         log.info("OTLP/HTTP listening on %s", self.url)
