@@ -38,7 +38,9 @@ from meritlens.collector._settings import (
     ENV_TLS_KEY,
     ENV_TOKEN,
     ENV_TOKEN_FILE,
+    ENV_TARGET_FALLBACK,
     ENV_URL,
+    DEFAULT_TARGET_FALLBACK,
     ServerSettings,
     SettingsError,
     parse_bytes,
@@ -118,6 +120,9 @@ def _size(ctx, param, value):
                    f"[env {ENV_SQL_TIMEOUT}; default {DEFAULT_SQL_TIMEOUT_S:g}].")
 @click.option("--sql-max-rows", type=int, default=None,
               help=f"Rows a SQL response holds at most [env {ENV_SQL_MAX_ROWS}; default {DEFAULT_SQL_MAX_ROWS}].")
+@click.option("--target-fallback", default=None,
+              help="Target ID for LLM-call spans that carry none, from {service.name}, {model}, {provider}, "
+                   f"{{scope}}; 'none' turns it off [env {ENV_TARGET_FALLBACK}; default {DEFAULT_TARGET_FALLBACK}].")
 @click.option("--shutdown-timeout", "shutdown_timeout_s", type=float, default=None,
               help="Seconds SIGTERM waits for in-flight requests "
                    f"[env {ENV_SHUTDOWN_TIMEOUT}; default {DEFAULT_SHUTDOWN_TIMEOUT_S:g}].")
@@ -126,7 +131,7 @@ def serve(token: str | None, token_file: str | None, no_grpc: bool, **options) -
 
     Every option also reads the environment variable named in its help; see docs/collector.md.
     """
-    from meritlens.collector._server import serve as run
+    from meritlens.collector._server import normalize_options, serve as run
 
     given = {name: value for name, value in options.items() if value is not None}
     try:
@@ -138,6 +143,10 @@ def serve(token: str | None, token_file: str | None, no_grpc: bool, **options) -
         settings.validate()
     except SettingsError as exc:
         raise click.UsageError(str(exc)) from None
+    try:
+        normalize_options(settings)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--target-fallback") from None
     run(settings)
 
 

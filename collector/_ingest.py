@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from google.rpc import code_pb2
 
 from meritlens.collector import _otlp
-from meritlens.collector._normalize import normalize
+from meritlens.collector._normalize import NormalizeOptions, normalize
 from meritlens.collector._pipeline import IngestPipeline, Overloaded
 from meritlens.collector._settings import RETRY_AFTER_SECONDS, SPAN_MEMORY_ESTIMATE_BYTES
 
@@ -134,12 +134,13 @@ class Ingest:
 
     def __init__(
         self, pipeline: IngestPipeline, budget: InflightBudget, *, max_spans_per_request: int,
-        limits: _otlp.SpanLimits, decode_threads: int = 2,
+        limits: _otlp.SpanLimits, normalize_options: NormalizeOptions = NormalizeOptions(), decode_threads: int = 2,
     ):
         self._pipeline = pipeline
         self.budget = budget
         self._max_spans = max_spans_per_request
         self._limits = limits
+        self._normalize_options = normalize_options
         # Decoding and normalizing are CPU work; doing them off the event loop keeps health checks,
         # SQL and the other receiver answering. Two threads bound the transient memory they use.
         self._executor = concurrent.futures.ThreadPoolExecutor(decode_threads, thread_name_prefix="meritlens-decode")
@@ -193,7 +194,7 @@ class Ingest:
 
     def _prepare(self, decoded: _otlp.DecodedRequest):
         _otlp.check_spans(decoded.request, self._limits, decoded.refusals)
-        batch = normalize(decoded.request, decoded.refusals)
+        batch = normalize(decoded.request, decoded.refusals, self._normalize_options)
         return batch, (batch.to_arrow() if batch.size else None)
 
 

@@ -14,12 +14,21 @@ from meritlens.collector import _grpc
 from meritlens.collector._auth import BearerToken
 from meritlens.collector._http import HttpReceiver
 from meritlens.collector._ingest import InflightBudget, Ingest
+from meritlens.collector._normalize import NormalizeOptions, check_target_fallback
 from meritlens.collector._otlp import SpanLimits
 from meritlens.collector._pipeline import IngestPipeline
-from meritlens.collector._settings import ServerSettings, address_file, is_loopback
+from meritlens.collector._settings import TARGET_FALLBACK_OFF, ServerSettings, address_file, is_loopback
 from meritlens.collector._store import SpanStore
 
 log = logging.getLogger("meritlens.collector")
+
+
+def normalize_options(settings: ServerSettings) -> NormalizeOptions:
+    """The normalizer's options from the server settings (raises ValueError on a bad template)."""
+    fallback = settings.target_fallback
+    if fallback.strip().lower() == TARGET_FALLBACK_OFF:
+        return NormalizeOptions(target_fallback=None)
+    return NormalizeOptions(target_fallback=check_target_fallback(fallback))
 
 
 class Collector:
@@ -35,6 +44,7 @@ class Collector:
             self.pipeline, self.budget,
             max_spans_per_request=settings.max_spans_per_request,
             limits=SpanLimits(settings.max_attributes, settings.max_attribute_bytes),
+            normalize_options=normalize_options(settings),
         )
         self.token = BearerToken(settings.token)
         self._runner: web.AppRunner | None = None

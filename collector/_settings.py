@@ -27,6 +27,7 @@ ENV_SQL_TIMEOUT = "MERITLENS_SQL_TIMEOUT"
 ENV_SQL_MAX_ROWS = "MERITLENS_SQL_MAX_ROWS"
 ENV_SHUTDOWN_TIMEOUT = "MERITLENS_SHUTDOWN_TIMEOUT"
 ENV_URL = "MERITLENS_URL"
+ENV_TARGET_FALLBACK = "MERITLENS_TARGET_FALLBACK"
 
 DEFAULT_DB = "meritlens.duckdb"
 DEFAULT_HOST = "127.0.0.1"
@@ -43,6 +44,8 @@ DEFAULT_SQL_TIMEOUT_S = 30.0
 DEFAULT_SQL_MAX_ROWS = 10_000
 DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0
 DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_HTTP_PORT}"
+DEFAULT_TARGET_FALLBACK = "{service.name}/{model}"
+TARGET_FALLBACK_OFF = "none"
 
 SPAN_MEMORY_ESTIMATE_BYTES = 2048
 """Bytes charged to the in-flight budget for each decoded span, on top of the body: decoded
@@ -155,6 +158,10 @@ class ServerSettings:
     grpc_port: int | None = field(default_factory=lambda: _env_int(ENV_GRPC_PORT, DEFAULT_GRPC_PORT))
     """None (or a negative number) turns the gRPC receiver off; 0 picks a free port."""
     max_body_bytes: int = field(default_factory=lambda: _env_bytes(ENV_MAX_BODY_BYTES, DEFAULT_MAX_BODY_BYTES))
+    target_fallback: str = field(
+        default_factory=lambda: os.environ.get(ENV_TARGET_FALLBACK) or DEFAULT_TARGET_FALLBACK
+    )
+    """Template naming the target of LLM-call spans that carry none; "none" turns it off."""
     max_pending_batches: int = field(
         default_factory=lambda: _env_int(ENV_MAX_PENDING_BATCHES, DEFAULT_MAX_PENDING_BATCHES)
     )

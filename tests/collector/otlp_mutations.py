@@ -20,7 +20,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from collector_proc import make_request
+from tests.collector.collector_proc import make_request
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"

@@ -21,7 +21,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
-from collector_proc import MERITLENS, CollectorProcess, make_request
+from tests.collector.collector_proc import MERITLENS, CollectorProcess, make_request
 
 TOKEN = "s3cret-token-for-tests"
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"

@@ -11,7 +11,7 @@ import duckdb
 import httpx
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from collector_proc import CollectorProcess, make_request
+from tests.collector.collector_proc import CollectorProcess, make_request
 
 CLIENTS = 40
 REQUESTS_PER_CLIENT = 3

@@ -13,7 +13,7 @@ import duckdb
 import httpx
 import pytest
 
-from collector_proc import CollectorProcess, assert_same_windows, make_request
+from tests.collector.collector_proc import CollectorProcess, assert_same_windows, make_request
 from meritlens.analytics._schema import SPANS_DDL, WINDOW_COLUMN_NAMES, WINDOWS_DDL
 from meritlens.collector._store import SpanStore
 

@@ -10,7 +10,7 @@ import pytest
 from google.rpc import code_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from collector_proc import CollectorProcess, make_request
+from tests.collector.collector_proc import CollectorProcess, make_request
 
 PROTOBUF = {"Content-Type": "application/x-protobuf"}
 GZIP_PROTOBUF = {**PROTOBUF, "Content-Encoding": "gzip"}

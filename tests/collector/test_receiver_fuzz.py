@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collector_proc import CollectorProcess
-from otlp_mutations import SEED_JSON, SEED_PROTOBUF, case, check_response, encode_json, mutate_json
+from tests.collector.collector_proc import CollectorProcess
+from tests.collector.otlp_mutations import SEED_JSON, SEED_PROTOBUF, case, check_response, encode_json, mutate_json
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)

@@ -8,7 +8,7 @@ import time
 
 import duckdb
 
-from collector_proc import CollectorProcess, make_request
+from tests.collector.collector_proc import CollectorProcess, make_request
 
 
 def _read_response(sock: socket.socket) -> bytes:

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from collector_proc import MERITLENS, CollectorProcess, make_request
+from tests.collector.collector_proc import MERITLENS, CollectorProcess, make_request
 
 PROTOBUF = {"Content-Type": "application/x-protobuf"}
 

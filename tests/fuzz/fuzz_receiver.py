@@ -18,10 +18,10 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "collector"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: `tests` is a package
 
-from collector_proc import CollectorProcess  # noqa: E402
-from otlp_mutations import case, check_response  # noqa: E402
+from tests.collector.collector_proc import CollectorProcess  # noqa: E402
+from tests.collector.otlp_mutations import case, check_response  # noqa: E402
 
 
 def main() -> int:
