@@ -246,7 +246,10 @@ def test_a_second_collector_cannot_share_the_grpc_port(tmp_path):
     # gRPC sets SO_REUSEPORT by default, which would let two collectors split one port's traffic.
     with CollectorProcess(tmp_path / "first.duckdb") as first:
         second = CollectorProcess(tmp_path / "second.duckdb", grpc_port=first.grpc_port)
-        with pytest.raises(RuntimeError, match="cannot listen for OTLP/gRPC"):
-            second.start(timeout=20)
-        assert second.proc.wait(10) == 1
-        assert listening_addresses(second.http_port) == set()  # it closed what it had opened
+        try:
+            with pytest.raises(RuntimeError, match="cannot listen for OTLP/gRPC"):
+                second.start(timeout=20)
+            assert second.proc.wait(10) == 1
+            assert listening_addresses(second.http_port) == set()  # it closed what it had opened
+        finally:
+            second.kill9()

@@ -9,12 +9,21 @@ from __future__ import annotations
 
 import random
 
+import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.collector.collector_proc import CollectorProcess
-from tests.collector.otlp_mutations import SEED_JSON, SEED_PROTOBUF, case, check_response, encode_json, mutate_json
+from tests.collector.otlp_mutations import (
+    SEED_JSON,
+    SEED_PROTOBUF,
+    case,
+    check_response,
+    encode_json,
+    mutate_bytes,
+    mutate_json,
+)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
@@ -60,6 +69,25 @@ def test_json_with_arbitrary_values_in_any_place_never_gets_a_server_error(colle
     rng = random.Random(seed)
     doc = mutate_json(SEED_JSON[which], rng, rounds=1, replacement=value)
     send(collector, encode_json(doc, rng), {"Content-Type": "application/json"})
+
+
+@pytest.fixture(scope="module")
+def grpc_export(collector):
+    with grpc.insecure_channel(collector.grpc_target) as channel:
+        yield channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(min_value=0, max_value=2**32), compress=st.booleans())
+def test_mutated_grpc_messages_get_ok_or_invalid_argument(grpc_export, seed, compress):
+    rng = random.Random(seed)
+    body = mutate_bytes(rng.choice(SEED_PROTOBUF), rng, rng.randrange(1, 6))
+    compression = grpc.Compression.Gzip if compress else None
+    try:
+        grpc_export(body, timeout=30, compression=compression)
+    except grpc.RpcError as error:
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, (error.code(), error.details())
+        assert error.details()
 
 
 def test_server_still_healthy_after_fuzzing(collector):
