@@ -171,7 +171,7 @@ def test_kill9_at_random_moments_loses_no_acknowledged_span_and_counts_none_twic
     assert exit_code == 0, collector.log()
     assert kills == len(KILLS_AT_FRACTION)
     assert set(ledger.acked_batches) == set(range(BATCHES))
-    assert ledger.events["transport_error"] > 0, "no request was cut by a kill; the test did not test a crash"
+    assert ledger.events["transport_error"] > 0, "no client ever hit a killed collector; the test did not test a crash"
     assert ledger.resent_batches
 
     con = duckdb.connect(str(collector.db), read_only=True)
