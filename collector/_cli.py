@@ -180,6 +180,119 @@ def sql(query: str, db: str, url: str | None, token: str | None, token_file: str
         click.echo(f"note: only the first {len(result.rows)} rows are shown (the collector's row limit)", err=True)
 
 
+# --- evidence: windows, profile check, readiness ------------------------------------------------------
+# The logic lives in meritlens.analytics (any read-only query function) and collector/_evidence.py
+# (recording readiness); these commands only parse options and print.
+
+class _UsageFailure(click.ClickException):
+    """A command could not run as asked (bad profile, no data reachable): exit status 2."""
+
+    exit_code = 2
+
+
+_WINDOW_TABLE_COLUMNS = ("target_id", "scope", "metric", "state", "aggregation", "value", "unit", "sample_count")
+
+
+@cli.command()
+@click.option("--target", default=None, help="Only this target.")
+@click.option("--scope", default=None, help="Only this scope ('all' or an assessment id).")
+@click.option("--metric", default=None, help="Only this metric.")
+@_db_option
+@_url_option
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "signal"]), default="table",
+              show_default=True, help="'signal': one metric_window_available JSON object per line.")
+def windows(target: str | None, scope: str | None, metric: str | None, db: str, url: str | None, fmt: str) -> None:
+    """List metric windows: every catalogue metric of each (target, scope), with its state.
+
+    Metrics no window was stored for are listed as not_configured. `--format signal` prints only
+    windows with evidence, as `metric_window_available` signals (JSON lines)."""
+    import json
+
+    from meritlens.analytics._windows import Window, list_windows_sql
+    from meritlens.collector._output import render
+    from meritlens.collector._query import QueryError, run_query
+    from meritlens.collector._store import QueryResult
+
+    sql = list_windows_sql(target=target, scope=scope, metric=metric, with_unmeasured=fmt != "signal")
+    try:
+        result = run_query(sql, db=db, url=url)
+    except QueryError as exc:
+        raise click.ClickException(str(exc)) from None
+    if fmt == "table":
+        keep = [result.columns.index(c) for c in _WINDOW_TABLE_COLUMNS]
+        result = QueryResult([result.columns[i] for i in keep], [result.types[i] for i in keep if result.types],
+                             [tuple(row[i] for i in keep) for row in result.rows])
+    if fmt != "signal":
+        render(result, fmt)
+        return
+    for row in result.rows:
+        window = Window.from_row(row, result.columns)
+        if window.has_evidence:
+            click.echo(json.dumps(window.to_signal()))
+
+
+@cli.group()
+def profile() -> None:
+    """Task profiles: which metrics a decision needs and how they are sampled."""
+
+
+@profile.command("check")
+@click.argument("file", type=click.Path(dir_okay=False))
+@_db_option
+@_url_option
+def profile_check(file: str, db: str, url: str | None) -> None:
+    """Validate the profile FILE: print every problem and exit 1, or print its plan and exit 0.
+
+    When the windows can be read (--db/--url), the plan shows each metric's current state and an
+    estimate of the runs' application cost."""
+    from meritlens.analytics._profiles import ProfileError, format_plan, load_profile
+    from meritlens.analytics._windows import SCOPE_ALL, Window, list_windows_sql
+    from meritlens.collector._query import QueryError, run_query
+
+    try:
+        task_profile = load_profile(file)
+    except ProfileError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(1)
+    note = None
+    try:
+        result = run_query(list_windows_sql(target=task_profile.target, scope=SCOPE_ALL, with_unmeasured=False),
+                           db=db, url=url)
+        current = {w.metric: w for w in (Window.from_row(row, result.columns) for row in result.rows)}
+    except QueryError as exc:
+        current, note = None, f"(current windows not shown: {exc})"
+    click.echo(format_plan(task_profile, current, source=file))
+    if note:
+        click.echo(note)
+
+
+@cli.command()
+@click.option("--profile", "profile_path", required=True, type=click.Path(dir_okay=False),
+              help="The task profile (TOML).")
+@click.option("--target", default=None, help="Check this target instead of the profile's.")
+@click.option("--scope", default="all", show_default=True, help="Scope of the baseline windows.")
+@click.option("--baseline", is_flag=True, help="Exit 0 only when the baseline is ready too.")
+@_db_option
+@_url_option
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def readiness(profile_path: str, target: str | None, scope: str, baseline: bool, db: str, url: str | None,
+              fmt: str) -> None:
+    """Check that every metric the profile requires has a live collector (and, for the baseline,
+    enough evidence). Records the check (see the `coverage` view). Exit 0 ready, 1 not, 2 error."""
+    from meritlens.analytics._profiles import ProfileError, load_profile
+    from meritlens.analytics._readiness import format_report, report_json
+    from meritlens.collector._evidence import check_readiness_at
+    from meritlens.collector._query import QueryError
+
+    try:
+        task_profile = load_profile(profile_path)
+        report = check_readiness_at(task_profile, target=target, scope=scope, db=db, url=url)
+    except (ProfileError, QueryError) as exc:
+        raise _UsageFailure(str(exc)) from None
+    click.echo(report_json(report) if fmt == "json" else format_report(report))
+    sys.exit(0 if (report.baseline_ready if baseline else report.ready) else 1)
+
+
 def main() -> None:
     """Console-script entry point."""
     debug = "--debug" in sys.argv[1:]

@@ -18,6 +18,7 @@ from google.rpc import code_pb2
 
 from meritlens.collector import _otlp
 from meritlens.collector._auth import AUTHORIZATION, BearerToken
+from meritlens.collector._evidence import add_readiness_route
 from meritlens.collector._ingest import Ingest, IngestError, Reservation, bad_request, too_large
 from meritlens.collector._settings import HEALTH_PATH, SQL_PATH, TRACES_PATH
 from meritlens.collector._sqlguard import QueryRefused, QueryTimeout
@@ -122,7 +123,7 @@ def _reply_type(request: web.Request) -> str:
 
 
 class HttpReceiver:
-    """Routes: POST /v1/traces (OTLP), POST /api/sql (read-only SQL), GET /healthz.
+    """Routes: POST /v1/traces (OTLP), POST /api/sql (read-only SQL), POST /api/readiness, GET /healthz.
 
     With a token configured, every route needs `Authorization: Bearer <token>`.
     """
@@ -148,6 +149,7 @@ class HttpReceiver:
         app.router.add_route("*", TRACES_PATH, self.traces)
         app.router.add_route("*", SQL_PATH, self.sql)
         app.router.add_get(HEALTH_PATH, self.health)
+        add_readiness_route(app, self._store)
         return app
 
     async def drain(self, timeout: float) -> bool:

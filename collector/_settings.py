@@ -55,6 +55,7 @@ RETRY_AFTER_SECONDS = 1
 
 TRACES_PATH = "/v1/traces"
 SQL_PATH = "/api/sql"
+READINESS_PATH = "/api/readiness"
 HEALTH_PATH = "/healthz"
 GRPC_TRACE_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 
