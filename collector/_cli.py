@@ -9,16 +9,43 @@ import click
 
 from meritlens.collector._settings import (
     DEFAULT_DB,
+    DEFAULT_GRPC_MAX_CONCURRENT_RPCS,
+    DEFAULT_GRPC_PORT,
+    DEFAULT_HOST,
+    DEFAULT_HTTP_PORT,
+    DEFAULT_MAX_ATTRIBUTES,
+    DEFAULT_MAX_PENDING_BATCHES,
+    DEFAULT_MAX_SPANS_PER_REQUEST,
+    DEFAULT_SHUTDOWN_TIMEOUT_S,
+    DEFAULT_SQL_MAX_ROWS,
+    DEFAULT_SQL_TIMEOUT_S,
     ENV_DB,
+    ENV_GRPC_MAX_CONCURRENT_RPCS,
     ENV_GRPC_PORT,
     ENV_HOST,
     ENV_HTTP_PORT,
+    ENV_MAX_ATTRIBUTE_BYTES,
+    ENV_MAX_ATTRIBUTES,
     ENV_MAX_BODY_BYTES,
+    ENV_MAX_INFLIGHT_BYTES,
+    ENV_MAX_PENDING_BATCHES,
+    ENV_MAX_SPANS_PER_REQUEST,
+    ENV_SHUTDOWN_TIMEOUT,
+    ENV_SQL_MAX_ROWS,
+    ENV_SQL_TIMEOUT,
+    ENV_TLS_CA,
+    ENV_TLS_CERT,
+    ENV_TLS_KEY,
+    ENV_TOKEN,
+    ENV_TOKEN_FILE,
     ENV_TARGET_FALLBACK,
     ENV_TOKEN,
     ENV_URL,
     DEFAULT_TARGET_FALLBACK,
     ServerSettings,
+    SettingsError,
+    parse_bytes,
+    resolve_token,
 )
 
 _db_option = click.option(
@@ -44,24 +71,79 @@ def cli(ctx: click.Context, debug: bool) -> None:
     )
 
 
+def _size(ctx, param, value):
+    if value is None:
+        return None
+    try:
+        return parse_bytes(value, "--" + param.name.replace("_", "-"))
+    except SettingsError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 @cli.command()
-@_db_option
-@click.option("--host", envvar=ENV_HOST, default="127.0.0.1", show_default=True, help=f"Bind address (env {ENV_HOST}).")
-@click.option("--http-port", envvar=ENV_HTTP_PORT, type=int, default=4318, show_default=True,
-              help=f"OTLP/HTTP port; 0 picks a free one (env {ENV_HTTP_PORT}).")
-@click.option("--grpc-port", envvar=ENV_GRPC_PORT, type=int, default=4317, show_default=True,
-              help=f"OTLP/gRPC port (env {ENV_GRPC_PORT}).")
-@click.option("--max-body-bytes", envvar=ENV_MAX_BODY_BYTES, type=int, default=20 * 1024 * 1024, show_default=True,
-              help=f"Largest request body after decompression (env {ENV_MAX_BODY_BYTES}).")
-@click.option("--target-fallback", envvar=ENV_TARGET_FALLBACK, default=DEFAULT_TARGET_FALLBACK, show_default=True,
+@click.option("--db", default=None, help=f"DuckDB file [env {ENV_DB}; default {DEFAULT_DB}].")
+@click.option("--host", default=None,
+              help=f"Bind address of both receivers [env {ENV_HOST}; default {DEFAULT_HOST}]. "
+                   "A non-loopback address without a token logs a warning.")
+@click.option("--http-port", type=int, default=None,
+              help=f"OTLP/HTTP and SQL port; 0 picks a free one [env {ENV_HTTP_PORT}; default {DEFAULT_HTTP_PORT}].")
+@click.option("--grpc-port", type=int, default=None,
+              help=f"OTLP/gRPC port; 0 picks a free one [env {ENV_GRPC_PORT}; default {DEFAULT_GRPC_PORT}].")
+@click.option("--no-grpc", is_flag=True, help="Do not start the OTLP/gRPC receiver.")
+@click.option("--token", default=None,
+              help=f"Bearer token every endpoint requires [env {ENV_TOKEN}]; prefer --token-file.")
+@click.option("--token-file", type=click.Path(dir_okay=False), default=None,
+              help=f"File whose first line is the bearer token [env {ENV_TOKEN_FILE}].")
+@click.option("--tls-cert", type=click.Path(dir_okay=False), default=None,
+              help=f"PEM certificate (chain) for HTTPS and gRPC TLS [env {ENV_TLS_CERT}].")
+@click.option("--tls-key", type=click.Path(dir_okay=False), default=None,
+              help=f"PEM private key of --tls-cert [env {ENV_TLS_KEY}].")
+@click.option("--max-body-bytes", callback=_size, default=None,
+              help=f"Largest request after decompression, e.g. 20MiB [env {ENV_MAX_BODY_BYTES}; default 20MiB].")
+@click.option("--max-inflight-bytes", callback=_size, default=None,
+              help="Memory budget of requests being processed (bodies plus an estimate per span); over it "
+                   f"requests get 503/UNAVAILABLE [env {ENV_MAX_INFLIGHT_BYTES}; default 128MiB].")
+@click.option("--max-pending-batches", type=int, default=None,
+              help=f"Batches waiting for the writer [env {ENV_MAX_PENDING_BATCHES}; default "
+                   f"{DEFAULT_MAX_PENDING_BATCHES}].")
+@click.option("--max-spans-per-request", type=int, default=None,
+              help=f"[env {ENV_MAX_SPANS_PER_REQUEST}; default {DEFAULT_MAX_SPANS_PER_REQUEST}].")
+@click.option("--max-attributes", type=int, default=None,
+              help="Attributes per span, event, link or resource; a span over it is refused "
+                   f"[env {ENV_MAX_ATTRIBUTES}; default {DEFAULT_MAX_ATTRIBUTES}].")
+@click.option("--max-attribute-bytes", callback=_size, default=None,
+              help="Longest string/bytes value, key or name; a span over it is refused "
+                   f"[env {ENV_MAX_ATTRIBUTE_BYTES}; default 1MiB].")
+@click.option("--grpc-max-concurrent-rpcs", type=int, default=None,
+              help=f"[env {ENV_GRPC_MAX_CONCURRENT_RPCS}; default {DEFAULT_GRPC_MAX_CONCURRENT_RPCS}].")
+@click.option("--sql-timeout", "sql_timeout_s", type=float, default=None,
+              help="Seconds before a SQL query is interrupted "
+                   f"[env {ENV_SQL_TIMEOUT}; default {DEFAULT_SQL_TIMEOUT_S:g}].")
+@click.option("--sql-max-rows", type=int, default=None,
+              help=f"Rows a SQL response holds at most [env {ENV_SQL_MAX_ROWS}; default {DEFAULT_SQL_MAX_ROWS}].")
+@click.option("--target-fallback", default=None,
               help="Target ID for LLM-call spans that carry none, from {service.name}, {model}, {provider}, "
-                   f"{{scope}}; 'none' turns it off (env {ENV_TARGET_FALLBACK}).")
-def serve(db: str, host: str, http_port: int, grpc_port: int, max_body_bytes: int, target_fallback: str) -> None:
-    """Receive OTLP spans, store them in DuckDB and keep the metric windows current."""
+                   f"{{scope}}; 'none' turns it off [env {ENV_TARGET_FALLBACK}; default {DEFAULT_TARGET_FALLBACK}].")
+@click.option("--shutdown-timeout", "shutdown_timeout_s", type=float, default=None,
+              help="Seconds SIGTERM waits for in-flight requests "
+                   f"[env {ENV_SHUTDOWN_TIMEOUT}; default {DEFAULT_SHUTDOWN_TIMEOUT_S:g}].")
+def serve(token: str | None, token_file: str | None, no_grpc: bool, **options) -> None:
+    """Receive OTLP spans, store them in DuckDB and keep the metric windows current.
+
+    Every option also reads the environment variable named in its help; see docs/collector.md.
+    """
     from meritlens.collector._server import normalize_options, serve as run
 
-    settings = ServerSettings(db=db, host=host, http_port=http_port, grpc_port=grpc_port,
-                              max_body_bytes=max_body_bytes, target_fallback=target_fallback)
+    given = {name: value for name, value in options.items() if value is not None}
+    try:
+        if token is not None or token_file is not None:
+            given["token"] = resolve_token(token, token_file)
+        if no_grpc:
+            given["grpc_port"] = None
+        settings = ServerSettings(**given)
+        settings.validate()
+    except SettingsError as exc:
+        raise click.UsageError(str(exc)) from None
     try:
         normalize_options(settings)
     except ValueError as exc:
@@ -69,21 +151,34 @@ def serve(db: str, host: str, http_port: int, grpc_port: int, max_body_bytes: in
     run(settings)
 
 
+def client_options(command):
+    """--token, --token-file and --tls-ca: how a command talks to a collector that asks for them."""
+    command = click.option("--tls-ca", type=click.Path(dir_okay=False), default=None,
+                           help=f"CA file to trust for an https collector [env {ENV_TLS_CA}].")(command)
+    command = click.option("--token-file", type=click.Path(dir_okay=False), default=None,
+                           help=f"File holding the collector's bearer token [env {ENV_TOKEN_FILE}].")(command)
+    return click.option("--token", default=None, help=f"The collector's bearer token [env {ENV_TOKEN}].")(command)
+
+
 @cli.command()
 @click.argument("query")
 @_db_option
 @_url_option
+@client_options
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
-def sql(query: str, db: str, url: str | None, fmt: str) -> None:
+def sql(query: str, db: str, url: str | None, token: str | None, token_file: str | None, tls_ca: str | None,
+        fmt: str) -> None:
     """Run a read-only SQL QUERY over `spans` and `windows`."""
     from meritlens.collector._output import render
     from meritlens.collector._query import QueryError, run_query
 
     try:
-        result = run_query(query, db=db, url=url)
-    except QueryError as exc:
+        result = run_query(query, db=db, url=url, token=resolve_token(token, token_file), ca_file=tls_ca)
+    except (QueryError, SettingsError) as exc:
         raise click.ClickException(str(exc)) from None
     render(result, fmt)
+    if result.truncated:
+        click.echo(f"note: only the first {len(result.rows)} rows are shown (the collector's row limit)", err=True)
 
 
 # --- evidence: windows, profile check, readiness ------------------------------------------------------

@@ -19,7 +19,7 @@ from meritlens.analytics._readiness import CoverageReport, coverage_row, record_
 from meritlens.analytics._schema import SPAN_COLUMN_NAMES, SPANS_TABLE, WINDOW_COLUMN_NAMES, WINDOWS_TABLE
 from meritlens.analytics._views import STORE_DDL
 from meritlens.analytics._windows import SCOPE_ALL, all_keys_sql, refresh_windows_sql
-from meritlens.collector._sqlguard import check_read_only
+from meritlens.collector._sqlguard import run_read_only
 from meritlens.instrumentation.conventions import ROLE_APPLICATION
 
 log = logging.getLogger("meritlens.collector.store")
@@ -48,6 +48,8 @@ class QueryResult:
     columns: list[str]
     types: list[str]
     rows: list[tuple]
+    truncated: bool = False
+    """True when a row limit cut the result."""
 
 
 def touched_keys(table: pa.Table) -> set[tuple[str, str]]:
@@ -172,16 +174,14 @@ class SpanStore:
         return len(windows)
 
     # --- reading ---------------------------------------------------------------------------------
-    def query(self, sql: str) -> QueryResult:
-        """Run one read-only statement; raise ValueError naming what was refused."""
-        check_read_only(sql)
+    def query(self, sql: str, *, max_rows: int | None = None, timeout_s: float | None = None) -> QueryResult:
+        """Run one read-only statement (see `_sqlguard`); raise ValueError naming what was refused,
+        QueryTimeout when it ran past ``timeout_s``; keep at most ``max_rows`` rows."""
         with self._reader_lock:
             cursor = self._reader.cursor()
         try:
-            result = cursor.execute(sql)
-            columns = [d[0] for d in result.description] if result.description else []
-            types = [str(d[1]) for d in result.description] if result.description else []
-            return QueryResult(columns, types, result.fetchall())
+            result = run_read_only(cursor, sql, max_rows=max_rows, timeout_s=timeout_s)
+            return QueryResult(result.columns, result.types, result.rows, result.truncated)
         finally:
             cursor.close()
 
