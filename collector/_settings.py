@@ -27,6 +27,7 @@ ENV_SQL_TIMEOUT = "MERITLENS_SQL_TIMEOUT"
 ENV_SQL_MAX_ROWS = "MERITLENS_SQL_MAX_ROWS"
 ENV_SHUTDOWN_TIMEOUT = "MERITLENS_SHUTDOWN_TIMEOUT"
 ENV_URL = "MERITLENS_URL"
+ENV_TOKEN = "MERITLENS_TOKEN"
 ENV_TARGET_FALLBACK = "MERITLENS_TARGET_FALLBACK"
 
 DEFAULT_DB = "meritlens.duckdb"
@@ -57,6 +58,8 @@ TRACES_PATH = "/v1/traces"
 SQL_PATH = "/api/sql"
 READINESS_PATH = "/api/readiness"
 HEALTH_PATH = "/healthz"
+WINDOWS_PATH = "/api/windows"
+"""POST evaluated windows {"windows": [...]} (written by `meritlens evaluate` when a collector holds the file)."""
 GRPC_TRACE_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 
 
