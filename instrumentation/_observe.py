@@ -141,7 +141,10 @@ def _settle_stream(call: CallRecorder, result: Any) -> Any:
 
 
 def _is_sdk_object(value: Any) -> bool:
-    return type(value).__module__.startswith(("openai.", "anthropic."))
+    return type(value).__module__.partition(".")[0] in _SDK_PACKAGES
+
+
+_SDK_PACKAGES = frozenset({"openai", "anthropic"})
 
 
 # --- generators and iterators that are not SDK streams ---------------------------------------------------------

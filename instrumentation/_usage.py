@@ -143,7 +143,7 @@ def family_of(obj: Any) -> str | None:
             return cached
         family = _detect(obj)
         # SDK model classes always have the same shape; other classes may vary by instance.
-        if cls.__module__.startswith(("openai.", "anthropic.")):
+        if cls.__module__.partition(".")[0] in ("openai", "anthropic"):
             _family_by_class[cls] = family
         return family
     return _detect(obj)
