@@ -246,12 +246,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--batch", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=100)
+    parser.add_argument("--only", help="comma-separated variants to run (default: all)")
     args = parser.parse_args()
+    chosen = [name for name in VARIANTS if not args.only or name in args.only.split(",") or name == "bare"]
 
     context = multiprocessing.get_context("spawn")
     workers: dict[str, Any] = {}
     notes = []
-    for name in VARIANTS:
+    for name in chosen:
         parent, child = context.Pipe()
         process = context.Process(target=worker, args=(name, child), daemon=True)
         process.start()
@@ -297,7 +299,7 @@ def main() -> None:
             added[name] = (p10 - bare_p10, median - bare_median)
             extra = "" if name == "bare" else f"{p10 - bare_p10:>+9.0f}{median - bare_median:>+9.0f}"
             print(f"  {name:<14}{p10:>9.0f}{median:>9.0f}{extra}")
-        ours = added["meritlens"]
+        ours = added.get("meritlens", (float("nan"), float("nan")))
         for reference in ("handwritten", "official-v2"):
             if reference in added:
                 theirs = added[reference]

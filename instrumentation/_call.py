@@ -11,7 +11,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from meritlens.instrumentation import conventions as c
-from meritlens.instrumentation._state import current_scope, report_internal_error, tracer
+from meritlens.instrumentation._state import config, current_scope, report_internal_error, tracer
 from meritlens.instrumentation._usage import EMBEDDINGS, Reading, StreamReader
 from meritlens.instrumentation.pricing import _price
 
@@ -24,8 +24,6 @@ def scope_attributes(own: dict[str, Any], explicit: dict[str, Any] | None) -> di
 
     The configured default target fills in when neither the scope nor the call site names one.
     """
-    from meritlens.instrumentation._state import config
-
     scope = current_scope.get()
     defaults = config.default_attributes
     if scope is None:
@@ -187,7 +185,8 @@ class StreamObservation:
         self.reader = reader
         # True while the consumer waits for the next item: a close then comes from the stream's own end.
         self.pulling = False
-        self.finalizer: weakref.finalize | None = None
+        # A weak reference whose callback ends the span if the stream's owner is collected first.
+        self.finalizer: weakref.ref[Any] | None = None
 
     def feed(self, item: Any) -> bool:
         reader = self.reader
@@ -205,7 +204,8 @@ class StreamObservation:
             return
         finalizer = self.finalizer
         if finalizer is not None:
-            finalizer.detach()
+            self.finalizer = None
+            _watched.discard(finalizer)
         try:
             reading = self.reader.finish()
         except Exception:
@@ -218,19 +218,43 @@ class StreamObservation:
             self.finish()
 
     def watch(self, owner: object) -> None:
-        """Finish the span if ``owner`` is garbage-collected before its stream ended (the last resort)."""
-        self.finalizer = weakref.finalize(owner, self.finish)
-        self.finalizer.atexit = False
+        """Finish the span if ``owner`` is garbage-collected before its stream ended (the last resort).
+
+        A weakref finalizer: the weak reference (kept alive in a module-level set, as weakref.finalize does,
+        only lighter) calls back when ``owner`` dies, holding this observation, never ``owner``.
+        """
+        finalizer = weakref.ref(owner, self._collected)
+        self.finalizer = finalizer
+        _watched.add(finalizer)
+
+    def _collected(self, finalizer: weakref.ref[Any]) -> None:
+        _watched.discard(finalizer)
+        if self.finalizer is finalizer:
+            self.finalizer = None
+            self.finish()
+
+
+# The live finalizer references (a weakref is only called back while it is itself alive).
+_watched: set[weakref.ref[Any]] = set()
 
 
 def observe_iterator(inner: Any, observation: StreamObservation) -> Any:
     """A generator yielding ``inner``'s items (minus those the reader withholds) while observing them."""
-    feed = observation.feed
+    reader = observation.reader
+    call = observation.call
+    feed = reader._feed_sdk_chunk if reader.sdk_chat else reader.feed
     try:
         observation.pulling = True
         for item in inner:
             observation.pulling = False
-            if feed(item):
+            try:
+                keep = feed(item)
+            except Exception:
+                report_internal_error("reading a stream event")
+                keep = True
+            if call.ttfc is None and reader.first_output:
+                call.mark_first_output()
+            if keep:
                 yield item
             observation.pulling = True
         observation.pulling = False
@@ -247,12 +271,21 @@ def observe_iterator(inner: Any, observation: StreamObservation) -> Any:
 
 async def observe_async_iterator(inner: Any, observation: StreamObservation) -> Any:
     """The async twin of observe_iterator."""
-    feed = observation.feed
+    reader = observation.reader
+    call = observation.call
+    feed = reader._feed_sdk_chunk if reader.sdk_chat else reader.feed
     try:
         observation.pulling = True
         async for item in inner:
             observation.pulling = False
-            if feed(item):
+            try:
+                keep = feed(item)
+            except Exception:
+                report_internal_error("reading a stream event")
+                keep = True
+            if call.ttfc is None and reader.first_output:
+                call.mark_first_output()
+            if keep:
                 yield item
             observation.pulling = True
         observation.pulling = False

@@ -16,6 +16,7 @@ from typing import Any
 
 from meritlens.instrumentation import conventions as c
 from meritlens.instrumentation._call import (
+    _watched,
     CallRecorder,
     StreamObservation,
     _hook_response_close,
@@ -270,14 +271,16 @@ def _start(settings: _Settings, route: _Route, options: Any, stream: bool) -> tu
     return CallRecorder(attributes, route.operation, settings.provider, model, count_retries=True), injected
 
 
-def _settle(call: CallRecorder, route: _Route, result: Any, stream: bool, injected: bool, is_async: bool) -> Any:
+def _settle(
+    call: CallRecorder, route: _Route, result: Any, stream: bool, injected: bool, is_async: bool, raw_types: tuple[type, ...]
+) -> Any:
     """Read a completed request's result into the span (or arrange to, for a stream). Returns ``result``."""
     try:
         if stream:
-            observation = StreamObservation(call, StreamReader(route.family, injected))
+            observation = StreamObservation(call, StreamReader(route.family, injected, sdk_objects=True))
             if observe_sdk_stream(result, observation, is_async):
                 return result
-        elif not hasattr(result, "http_response"):
+        elif not isinstance(result, raw_types):
             reading = Reading()
             read_response(route.family, result, reading)
             call.finish(reading)
@@ -287,6 +290,22 @@ def _settle(call: CallRecorder, route: _Route, result: Any, stream: bool, inject
         report_internal_error("reading an instrumented call's result")
         call.finish(None)
     return result
+
+
+def _raw_response_types() -> tuple[type, ...]:
+    """The loaded SDKs' raw response wrappers (``with_raw_response`` / ``with_streaming_response`` results)."""
+    found: list[type] = []
+    for module_name, class_name in (
+        ("openai._legacy_response", "LegacyAPIResponse"),
+        ("openai._response", "BaseAPIResponse"),
+        ("anthropic._response", "BaseAPIResponse"),
+        ("anthropic._legacy_response", "LegacyAPIResponse"),
+    ):
+        module = sys.modules.get(module_name)
+        cls = getattr(module, class_name, None) if module is not None else None
+        if isinstance(cls, type):
+            found.append(cls)
+    return tuple(found)
 
 
 def _settle_raw(call: CallRecorder, route: _Route, result: Any, stream: bool, injected: bool, is_async: bool) -> None:
@@ -301,7 +320,7 @@ def _settle_raw(call: CallRecorder, route: _Route, result: Any, stream: bool, in
         parse = getattr(result, "parse", None)
         if parse is not None and not inspect.iscoroutinefunction(parse):
             parsed = parse()
-            observation = StreamObservation(call, StreamReader(route.family, injected))
+            observation = StreamObservation(call, StreamReader(route.family, injected, sdk_objects=True))
             if observe_sdk_stream(parsed, observation, is_async):
                 return
         _finish_at_close(call, route, http_response, is_async)
@@ -342,7 +361,8 @@ def _finish_at_close(call: CallRecorder, route: _Route, http_response: Any, is_a
             if self.call.ended:
                 return
             if self.finalizer is not None:
-                self.finalizer.detach()
+                _watched.discard(self.finalizer)
+                self.finalizer = None
             if not self.reader.family == "sse" and _body_read(http_response):
                 try:
                     _finish_from_body(self.call, route, http_response)
@@ -363,6 +383,7 @@ def _is_sse(http_response: Any) -> bool:
 
 def _sync_request(original: Any, settings: _Settings) -> Any:
     routes = settings.routes
+    raw_types = _raw_response_types()
 
     def request(cast_to: Any, options: Any, *args: Any, stream: bool = False, **kwargs: Any) -> Any:
         route = routes.get(options.url)
@@ -382,7 +403,7 @@ def _sync_request(original: Any, settings: _Settings) -> Any:
             call.finish(None, error)
             raise
         _leave(call, call_token, context_token)
-        return _settle(call, route, result, stream, injected, False)
+        return _settle(call, route, result, stream, injected, False, raw_types)
 
     request.__wrapped__ = original  # type: ignore[attr-defined]
     return request
@@ -390,6 +411,7 @@ def _sync_request(original: Any, settings: _Settings) -> Any:
 
 def _async_request(original: Any, settings: _Settings) -> Any:
     routes = settings.routes
+    raw_types = _raw_response_types()
 
     async def request(cast_to: Any, options: Any, *args: Any, stream: bool = False, **kwargs: Any) -> Any:
         route = routes.get(options.url)
@@ -417,7 +439,7 @@ def _async_request(original: Any, settings: _Settings) -> Any:
                 except Exception:
                     report_internal_error("preparing a raw async stream")
                 return _settle_async_raw_stream(call, route, result, injected)
-        return _settle(call, route, result, stream, injected, True)
+        return _settle(call, route, result, stream, injected, True, raw_types)
 
     request.__wrapped__ = original  # type: ignore[attr-defined]
     return request
@@ -427,7 +449,7 @@ def _settle_async_raw_stream(call: CallRecorder, route: _Route, result: Any, inj
     try:
         cached = getattr(result, "_parsed_by_type", None) or {}
         parsed = next(iter(cached.values()), None)
-        observation = StreamObservation(call, StreamReader(route.family, injected))
+        observation = StreamObservation(call, StreamReader(route.family, injected, sdk_objects=True))
         if parsed is None or not observe_sdk_stream(parsed, observation, True):
             _finish_at_close(call, route, result.http_response, True)
     except Exception:

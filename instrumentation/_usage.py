@@ -66,13 +66,20 @@ def normalize_usage(provider: str | None, usage: Any) -> TokenUsage | None:
     """
     if usage is None:
         return None
-    prompt_tokens = get(usage, "prompt_tokens")
+    if usage.__class__ is dict:
+        field = usage.get
+    else:
+
+        def field(name: str) -> Any:
+            return getattr(usage, name, None)
+
+    prompt_tokens = field("prompt_tokens")
     if prompt_tokens is not None:  # openai chat / completions / embeddings
-        prompt_details = get(usage, "prompt_tokens_details")
-        completion_details = get(usage, "completion_tokens_details")
+        prompt_details = field("prompt_tokens_details")
+        completion_details = field("completion_tokens_details")
         return TokenUsage(
             _int(prompt_tokens),
-            _int(get(usage, "completion_tokens")),
+            _int(field("completion_tokens")),
             None if prompt_details is None else _int(get(prompt_details, "cached_tokens")),
             None if prompt_details is None else _int(get(prompt_details, "cache_write_tokens")),
             None if completion_details is None else _int(get(completion_details, "reasoning_tokens")),
@@ -211,6 +218,9 @@ def read_response(family: str, obj: Any, reading: Reading) -> None:
 
 
 def _read_choices_response(obj: Any, reading: Reading) -> None:
+    if obj.__class__ is not dict:
+        _read_choices_object(obj, reading)
+        return
     reading.response_model = get(obj, "model")
     reading.response_id = get(obj, "id")
     reading.usage = normalize_usage(PROVIDER_OPENAI, get(obj, "usage"))
@@ -228,6 +238,32 @@ def _read_choices_response(obj: Any, reading: Reading) -> None:
             function = get(call, "function") or get(call, "custom")
             names.append(str(get(function, "name")) if function is not None else "")
             ids.append(str(get(call, "id") or ""))
+    reading.finish_reasons = reasons
+    reading.tool_names = names
+    reading.tool_ids = ids
+    reading.complete = True
+
+
+def _read_choices_object(obj: Any, reading: Reading) -> None:
+    """_read_choices_response for SDK objects (and look-alikes), by attribute access: the hot path."""
+    reading.response_model = getattr(obj, "model", None)
+    reading.response_id = getattr(obj, "id", None)
+    usage = getattr(obj, "usage", None)
+    reading.usage = None if usage is None else normalize_usage(PROVIDER_OPENAI, usage)
+    reasons: list[str] = []
+    names: list[str] = []
+    ids: list[str] = []
+    for choice in getattr(obj, "choices", None) or ():
+        reason = getattr(choice, "finish_reason", None)
+        if reason is not None:
+            reasons.append(str(reason))
+        message = getattr(choice, "message", None)
+        tool_calls = getattr(message, "tool_calls", None) if message is not None else None
+        if tool_calls:
+            for call in tool_calls:
+                function = get(call, "function") or get(call, "custom")
+                names.append(str(get(function, "name")) if function is not None else "")
+                ids.append(str(get(call, "id") or ""))
     reading.finish_reasons = reasons
     reading.tool_names = names
     reading.tool_ids = ids
@@ -285,9 +321,9 @@ def _read_message(obj: Any, reading: Reading) -> None:
 class StreamReader:
     """Accumulates a stream's events into a Reading. ``first_output`` turns True at the first output event."""
 
-    __slots__ = ("reading", "family", "first_output", "_reasons", "_tools", "_raw_usage", "_drop_usage_only")
+    __slots__ = ("reading", "family", "first_output", "sdk_chat", "_reasons", "_tools", "_raw_usage", "_drop_usage_only")
 
-    def __init__(self, family: str | None, drop_usage_only_chunks: bool = False) -> None:
+    def __init__(self, family: str | None, drop_usage_only_chunks: bool = False, sdk_objects: bool = False) -> None:
         self.reading = Reading()
         self.family = family
         self.first_output = False
@@ -296,9 +332,13 @@ class StreamReader:
         self._raw_usage: Any = None
         # True when meritlens asked for include_usage: the usage-only chunk is then ours to consume.
         self._drop_usage_only = drop_usage_only_chunks
+        # An SDK's own chat stream is read by attribute access (the hot path); anything else by the generic reader.
+        self.sdk_chat = sdk_objects and family in (CHAT, COMPLETION)
 
     def feed(self, event: Any) -> bool:
         """Read one event; return False when the event must be withheld from the consumer."""
+        if self.sdk_chat:
+            return self._feed_sdk_chunk(event)
         family = self.family
         if family is None:
             family = self.family = family_of(event)
@@ -312,7 +352,30 @@ class StreamReader:
             self._feed_responses(event)
         return True
 
-    # openai chat.completion.chunk / text_completion chunks
+    def _feed_sdk_chunk(self, chunk: Any) -> bool:
+        """_feed_chunk for the openai SDK's chunk objects, by plain attribute access."""
+        self.first_output = True
+        reading = self.reading
+        if reading.response_model is None:
+            reading.response_model = chunk.model
+            reading.response_id = chunk.id
+        choices = chunk.choices
+        usage = chunk.usage
+        if usage is not None:
+            self._raw_usage = usage
+            if self._drop_usage_only and not choices:
+                return False
+        for choice in choices:
+            if choice.finish_reason is not None:
+                if self._reasons is None:
+                    self._reasons = {}
+                self._reasons[choice.index] = str(choice.finish_reason)
+            delta = getattr(choice, "delta", None)  # legacy completions chunks have text, not delta
+            if delta is not None and delta.tool_calls:
+                self._feed_tool_deltas(choice, delta.tool_calls)
+        return True
+
+    # openai chat.completion.chunk / text_completion chunks, as objects or dicts
     def _feed_chunk(self, chunk: Any) -> bool:
         self.first_output = True
         reading = self.reading
@@ -337,22 +400,25 @@ class StreamReader:
                     continue
                 tool_calls = get(delta, "tool_calls")
                 if tool_calls:
-                    tools = self._tools
-                    if tools is None:
-                        tools = self._tools = {}
-                    for call in tool_calls:
-                        key = (get(choice, "index") or 0, get(call, "index"))
-                        entry = tools.get(key)
-                        if entry is None:
-                            entry = tools[key] = ["", ""]
-                        call_id = get(call, "id")
-                        if call_id:
-                            entry[1] = str(call_id)
-                        function = get(call, "function") or get(call, "custom")
-                        name = get(function, "name") if function is not None else None
-                        if name:
-                            entry[0] = str(name)
+                    self._feed_tool_deltas(choice, tool_calls)
         return True
+
+    def _feed_tool_deltas(self, choice: Any, tool_calls: Any) -> None:
+        tools = self._tools
+        if tools is None:
+            tools = self._tools = {}
+        for call in tool_calls:
+            key = (get(choice, "index") or 0, get(call, "index"))
+            entry = tools.get(key)
+            if entry is None:
+                entry = tools[key] = ["", ""]
+            call_id = get(call, "id")
+            if call_id:
+                entry[1] = str(call_id)
+            function = get(call, "function") or get(call, "custom")
+            name = get(function, "name") if function is not None else None
+            if name:
+                entry[0] = str(name)
 
     def _feed_anthropic(self, event: Any) -> None:
         kind = get(event, "type")

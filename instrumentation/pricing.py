@@ -167,11 +167,19 @@ def _price(
         if not model:
             return None
     if not (
-        _is_count(input_tokens)
-        and _is_count(output_tokens)
-        and _is_count(cache_read_tokens)
-        and _is_count(cache_creation_tokens)
-        and _is_count(reasoning_tokens)
+        type(input_tokens) is int
+        and type(output_tokens) is int
+        and type(cache_read_tokens) is int
+        and type(cache_creation_tokens) is int
+        and type(reasoning_tokens) is int
+        and input_tokens >= 0
+        and output_tokens >= 0
+        and cache_read_tokens >= 0
+        and cache_creation_tokens >= 0
+        and reasoning_tokens >= 0
+    ) and not all(
+        _is_count(count)
+        for count in (input_tokens, output_tokens, cache_read_tokens, cache_creation_tokens, reasoning_tokens)
     ):
         _warn_once(("invalid-counts", f"{provider}/{model}"), "token counts for %s/%s are not non-negative integers; no cost", provider, model)
         return None
@@ -190,35 +198,43 @@ def _price(
     else:
         moment = at if at.tzinfo is not None else at.replace(tzinfo=_UTC)
         day = moment.astimezone(_UTC).date()
-    provider_key = provider.lower() if provider else ""
-    model_key = model.lower()
-    fallback_key = fallback_model.lower() if fallback_model and fallback_model.lower() != model_key else None
-
-    if not _user_file_loaded:
-        _load_env_price_file()
-    if _user_prices:
-        user = _user_price(provider_key, model_key, day)
-        if user is None and fallback_key is not None:
-            user = _user_price(provider_key, fallback_key, day)
-        if user is not None:
-            return (
-                (input_tokens - cache_read_tokens - cache_creation_tokens) * user.input
-                + cache_read_tokens * user.cached_input
-                + cache_creation_tokens * user.cache_write
-                + output_tokens * user.output
-            ) / _PER_MILLION
-
-    rates = _catalogue_rates(provider_key, model_key, day)
-    if rates is None and fallback_key is not None:
-        rates = _catalogue_rates(provider_key, fallback_key, day)
+    key = (provider, model, fallback_model, day)
+    rates = _resolved.get(key, _MISSING)
+    if rates is _MISSING:
+        rates = _resolve(provider, model, fallback_model, day)
+        with _lock:
+            _resolved[key] = rates
     if rates is None:
-        _warn_once((provider_key, model_key), "no price known for model %r of provider %r; no cost recorded", model, provider)
+        _warn_once((provider or "", model.lower()), "no price known for model %r of provider %r; no cost recorded", model, provider)
         return None
     if rates.__class__ is _Rates:
         return rates.cost(input_tokens, output_tokens, cache_read_tokens, cache_creation_tokens)
     return _genai_prices_cost(
         rates, input_tokens, output_tokens, cache_read_tokens, cache_creation_tokens, moment or _dt.datetime.now(_UTC)
     )
+
+
+_MISSING: Any = object()
+# (provider, model, fallback model, day) as given -> what prices them; cleared when the user prices change.
+_resolved: dict[tuple[str | None, str, str | None, _dt.date], Any] = {}
+
+
+def _resolve(provider: str | None, model: str, fallback_model: str | None, day: _dt.date) -> _Rates | _SlowPath | None:
+    """The user price, else the catalogue price, of the model, else of the fallback model."""
+    provider_key = provider.lower() if provider else ""
+    model_key = model.lower()
+    fallback_key = fallback_model.lower() if fallback_model and fallback_model.lower() != model_key else None
+    if not _user_file_loaded:
+        _load_env_price_file()
+    if _user_prices:
+        for candidate in (model_key, fallback_key):
+            user = _user_price(provider_key, candidate, day) if candidate is not None else None
+            if user is not None:
+                return _Rates(user.input, user.cached_input, user.cache_write, user.output)
+    rates = _catalogue_rates(provider_key, model_key, day)
+    if rates is None and fallback_key is not None:
+        rates = _catalogue_rates(provider_key, fallback_key, day)
+    return rates
 
 
 def _catalogue_rates(provider_key: str, model_key: str, day: _dt.date) -> _Rates | _SlowPath | None:
@@ -247,7 +263,6 @@ def _today() -> _dt.date:
     return day
 
 
-_MISSING: Any = object()
 
 
 def _is_count(value: object) -> bool:
@@ -338,6 +353,7 @@ def set_price_file(path: str | os.PathLike[str] | None) -> None:
     with _lock:
         _user_prices.clear()
         _user_prices.update(table)
+        _resolved.clear()
         _user_file_loaded = True
 
 
@@ -359,6 +375,7 @@ def _reset_for_tests() -> None:
     with _lock:
         _user_prices.clear()
         _catalogue_cache.clear()
+        _resolved.clear()
         _warned.clear()
         _user_file_loaded = False
 
