@@ -12,7 +12,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from meritlens.instrumentation import conventions as c
 from meritlens.instrumentation._state import config, current_scope, report_internal_error, tracer
-from meritlens.instrumentation._usage import EMBEDDINGS, Reading, StreamReader
+from meritlens.instrumentation._usage import CHAT, Reading, StreamReader
 from meritlens.instrumentation.pricing import _price
 
 _CLIENT = SpanKind.CLIENT
@@ -238,6 +238,98 @@ class StreamObservation:
 _watched: set[weakref.ref[Any]] = set()
 
 
+def observe_chat_chunks(inner: Any, observation: StreamObservation) -> Any:
+    """observe_iterator specialized for the openai SDK's chat chunk objects (the hottest path), reader inlined.
+
+    A plain content chunk costs a few attribute reads; only the first chunk, finish, tool-call and usage chunks
+    write to the reader.
+    """
+    reader = observation.reader
+    reading = reader.reading
+    call = observation.call
+    drop_usage_only = reader._drop_usage_only
+    try:
+        observation.pulling = True
+        for chunk in inner:
+            observation.pulling = False
+            try:
+                if call.ttfc is None:
+                    call.mark_first_output()
+                    reader.first_output = True
+                    reading.response_model = chunk.model
+                    reading.response_id = chunk.id
+                choices = chunk.choices
+                if chunk.usage is not None:
+                    reader._raw_usage = chunk.usage
+                    if drop_usage_only and not choices:
+                        observation.pulling = True
+                        continue
+                for choice in choices:
+                    if choice.finish_reason is not None:
+                        reader.record_finish_reason(choice.index, choice.finish_reason)
+                    delta = choice.delta
+                    if delta is not None and delta.tool_calls:
+                        reader._feed_tool_deltas(choice, delta.tool_calls)
+            except Exception:
+                report_internal_error("reading a stream chunk")
+            yield chunk
+            observation.pulling = True
+        observation.pulling = False
+    except GeneratorExit:
+        observation.pulling = False
+        observation.finish()
+        raise
+    except BaseException as error:
+        observation.pulling = False
+        observation.finish(error)
+        raise
+    observation.finish()
+
+
+async def observe_async_chat_chunks(inner: Any, observation: StreamObservation) -> Any:
+    """The async twin of observe_chat_chunks."""
+    reader = observation.reader
+    reading = reader.reading
+    call = observation.call
+    drop_usage_only = reader._drop_usage_only
+    try:
+        observation.pulling = True
+        async for chunk in inner:
+            observation.pulling = False
+            try:
+                if call.ttfc is None:
+                    call.mark_first_output()
+                    reader.first_output = True
+                    reading.response_model = chunk.model
+                    reading.response_id = chunk.id
+                choices = chunk.choices
+                if chunk.usage is not None:
+                    reader._raw_usage = chunk.usage
+                    if drop_usage_only and not choices:
+                        observation.pulling = True
+                        continue
+                for choice in choices:
+                    if choice.finish_reason is not None:
+                        reader.record_finish_reason(choice.index, choice.finish_reason)
+                    delta = choice.delta
+                    if delta is not None and delta.tool_calls:
+                        reader._feed_tool_deltas(choice, delta.tool_calls)
+            except Exception:
+                report_internal_error("reading a stream chunk")
+            yield chunk
+            observation.pulling = True
+        observation.pulling = False
+    except GeneratorExit:
+        observation.pulling = False
+        observation.finish()
+        raise
+    except BaseException as error:
+        observation.pulling = False
+        observation.finish(error)
+        raise
+    observation.finish()
+
+
 def observe_iterator(inner: Any, observation: StreamObservation) -> Any:
     """A generator yielding ``inner``'s items (minus those the reader withholds) while observing them."""
     reader = observation.reader
@@ -311,7 +403,10 @@ def observe_sdk_stream(stream: Any, observation: StreamObservation, is_async: bo
     if response is None or not hasattr(stream, "_iterator"):
         return False
     inner = stream._iterator
-    stream._iterator = (observe_async_iterator if is_async else observe_iterator)(inner, observation)
+    if observation.reader.sdk_chat and observation.reader.family is CHAT:
+        stream._iterator = (observe_async_chat_chunks if is_async else observe_chat_chunks)(inner, observation)
+    else:
+        stream._iterator = (observe_async_iterator if is_async else observe_iterator)(inner, observation)
     _hook_response_close(response, observation, is_async)
     observation.watch(response)
     return True

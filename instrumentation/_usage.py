@@ -352,6 +352,11 @@ class StreamReader:
             self._feed_responses(event)
         return True
 
+    def record_finish_reason(self, index: Any, reason: Any) -> None:
+        if self._reasons is None:
+            self._reasons = {}
+        self._reasons[index or 0] = str(reason)
+
     def _feed_sdk_chunk(self, chunk: Any) -> bool:
         """_feed_chunk for the openai SDK's chunk objects, by plain attribute access."""
         self.first_output = True
