@@ -1,0 +1,102 @@
+"""The stored tables' columns: the one home of the `spans` and `windows` schemas.
+
+The collector writes these columns; every query in analytics reads them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    sql_type: str
+    description: str
+
+
+SPANS_TABLE = "spans"
+WINDOWS_TABLE = "windows"
+
+SPAN_COLUMNS: tuple[Column, ...] = (
+    Column("trace_id", "VARCHAR NOT NULL", "32 lowercase hex characters"),
+    Column("span_id", "VARCHAR NOT NULL", "16 lowercase hex characters"),
+    Column("parent_span_id", "VARCHAR", "16 lowercase hex characters, NULL for a root span"),
+    Column("name", "VARCHAR", "span name"),
+    Column("kind", "TINYINT", "OTLP SpanKind number (1 internal, 2 server, 3 client, ...)"),
+    Column("start_unix_nano", "BIGINT NOT NULL", "start time, ns since the epoch"),
+    Column("end_unix_nano", "BIGINT NOT NULL", "end time, ns since the epoch"),
+    Column("start_time", "TIMESTAMPTZ NOT NULL", "start time (microseconds)"),
+    Column("end_time", "TIMESTAMPTZ NOT NULL", "end time (microseconds); windows use it"),
+    Column("duration_s", "DOUBLE NOT NULL", "end minus start, seconds"),
+    Column("status_code", "TINYINT", "OTLP status code (0 unset, 1 ok, 2 error)"),
+    Column("status_message", "VARCHAR", "status description"),
+    Column("service_name", "VARCHAR", "resource service.name"),
+    Column("scope_name", "VARCHAR", "instrumentation scope name"),
+    Column("target_id", "VARCHAR", "meritlens.target.id (span, else resource)"),
+    Column("role", "VARCHAR", "application | orchestration"),
+    Column("task_id", "VARCHAR", "meritlens.task.id"),
+    Column("case_id", "VARCHAR", "meritlens.case.id"),
+    Column("run_id", "VARCHAR", "meritlens.run.id"),
+    Column("assessment_id", "VARCHAR", "meritlens.assessment.id"),
+    Column("operation", "VARCHAR", "gen_ai.operation.name"),
+    Column("provider", "VARCHAR", "gen_ai.provider.name"),
+    Column("request_model", "VARCHAR", "gen_ai.request.model"),
+    Column("response_model", "VARCHAR", "gen_ai.response.model"),
+    Column("input_tokens", "BIGINT", "input tokens, cached included"),
+    Column("output_tokens", "BIGINT", "output tokens, reasoning included"),
+    Column("cache_read_tokens", "BIGINT", "cached input tokens read"),
+    Column("cache_creation_tokens", "BIGINT", "input tokens written to a cache"),
+    Column("reasoning_tokens", "BIGINT", "reasoning output tokens"),
+    Column("cost_usd", "DOUBLE", "provider cost in USD; NULL when not priced"),
+    Column("ttft_s", "DOUBLE", "time to first chunk, seconds"),
+    Column("retries", "INTEGER", "extra attempts of one logical call"),
+    Column("tool_calls", "INTEGER", "tool calls requested by the model"),
+    Column("agent_step", "INTEGER", "agent step number"),
+    Column("tool_name", "VARCHAR", "gen_ai.tool.name (tool spans)"),
+    Column("outcome_success", "BOOLEAN", "recorded task outcome"),
+    Column("quality_score", "DOUBLE", "recorded quality score"),
+    Column("human_intervention", "BOOLEAN", "a person had to step in"),
+    Column("error_type", "VARCHAR", "error.type"),
+    Column("attributes", "JSON", "span attributes not held in a typed column (or whose value was invalid)"),
+    Column("resource", "JSON", "resource attributes"),
+    Column("events", "JSON", "span events: [{name, time_unix_nano, attributes}]"),
+    Column("links", "JSON", "span links: [{trace_id, span_id, attributes}]"),
+    Column("received_at", "TIMESTAMPTZ NOT NULL", "when the collector committed the span"),
+)
+SPAN_COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in SPAN_COLUMNS)
+
+WINDOW_COLUMNS: tuple[Column, ...] = (
+    Column("target_id", "VARCHAR NOT NULL", "the measured application LLM target"),
+    Column("metric", "VARCHAR NOT NULL", "catalogue metric id"),
+    Column("scope", "VARCHAR NOT NULL", "'all', or an assessment id"),
+    Column("aggregation", "VARCHAR NOT NULL", "single_value | sum | mean | rate | distribution | percentile"),
+    Column("value", "DOUBLE", "the window's value; NULL unless observed"),
+    Column("unit", "VARCHAR NOT NULL", "the metric's unit"),
+    Column("sample_count", "BIGINT NOT NULL", "samples (in the metric's sample unit) that fed the value"),
+    Column("state", "VARCHAR NOT NULL", "measured | not_applicable | not_configured | insufficient_evidence"),
+    Column("count", "BIGINT", "distribution summary: number of values"),
+    Column("mean", "DOUBLE", "distribution summary"),
+    Column("min", "DOUBLE", "distribution summary"),
+    Column("max", "DOUBLE", "distribution summary"),
+    Column("p50", "DOUBLE", "distribution summary"),
+    Column("p90", "DOUBLE", "distribution summary"),
+    Column("p95", "DOUBLE", "distribution summary"),
+    Column("p99", "DOUBLE", "distribution summary"),
+    Column("first_span_time", "TIMESTAMPTZ", "earliest end time of a span that fed the window"),
+    Column("last_span_time", "TIMESTAMPTZ", "latest end time of a span that fed the window"),
+    Column("evidence_uri", "VARCHAR", "where the evidence is"),
+    Column("evidence_media_type", "VARCHAR", "what kind of evidence"),
+    Column("evidence_digest", "VARCHAR", "sha256 hex of the sorted 'trace_id:span_id' lines that fed it"),
+    Column("computed_at", "TIMESTAMPTZ NOT NULL", "when the window was computed"),
+)
+WINDOW_COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in WINDOW_COLUMNS)
+
+
+def create_table_sql(table: str, columns: tuple[Column, ...], primary_key: tuple[str, ...]) -> str:
+    body = ",\n  ".join(f"{c.name} {c.sql_type}" for c in columns)
+    return f"CREATE TABLE IF NOT EXISTS {table} (\n  {body},\n  PRIMARY KEY ({', '.join(primary_key)})\n)"
+
+
+SPANS_DDL = create_table_sql(SPANS_TABLE, SPAN_COLUMNS, ("trace_id", "span_id"))
+WINDOWS_DDL = create_table_sql(WINDOWS_TABLE, WINDOW_COLUMNS, ("target_id", "metric", "scope"))

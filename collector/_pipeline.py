@@ -1,0 +1,108 @@
+"""The ingest pipeline: a bounded queue in front of the store's single writer thread.
+
+Requests wait for their own batch to be committed (and its windows refreshed) before they are
+answered; batches that arrive while the writer is busy are written together. When the queue is
+full a request is refused at once (the receivers answer 503/UNAVAILABLE), never queued without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from meritlens.collector._store import SpanStore
+
+log = logging.getLogger("meritlens.collector.pipeline")
+
+_STOP = object()
+
+
+class Overloaded(RuntimeError):
+    """The write queue is full; the client should retry later."""
+
+
+@dataclass
+class _Pending:
+    table: pa.Table
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+
+
+class IngestPipeline:
+    """Serializes writes to a SpanStore; coalesces batches that arrive while a write is running."""
+
+    def __init__(self, store: SpanStore, *, max_pending_batches: int = 64, max_coalesced_rows: int = 50_000):
+        self._store = store
+        self._queue: queue.Queue = queue.Queue(maxsize=max_pending_batches)
+        self._max_coalesced_rows = max_coalesced_rows
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="meritlens-writer", daemon=True)
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        """Write everything already accepted, then stop the writer."""
+        if self._thread is None:
+            return
+        self._queue.put(_STOP)
+        self._thread.join()
+        self._thread = None
+
+    async def submit(self, table: pa.Table) -> None:
+        """Queue a batch and wait until it is committed; raise Overloaded when the queue is full."""
+        loop = asyncio.get_running_loop()
+        pending = _Pending(table, loop.create_future(), loop)
+        try:
+            self._queue.put_nowait(pending)
+        except queue.Full:
+            raise Overloaded("the collector's write queue is full") from None
+        return await pending.future
+
+    def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            first = self._queue.get()
+            if first is _STOP:
+                break
+            group = [first]
+            rows = first.table.num_rows
+            while rows < self._max_coalesced_rows:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is _STOP:
+                    stopping = True
+                    break
+                group.append(item)
+                rows += item.table.num_rows
+            self._write(group)
+
+    def _write(self, group: list[_Pending]) -> None:
+        try:
+            table = pa.concat_tables([p.table for p in group]) if len(group) > 1 else group[0].table
+            result = self._store.write(table)
+        except BaseException as exc:  # noqa: BLE001 - every waiter must hear about it
+            log.exception("writing a batch of %d requests failed", len(group))
+            for p in group:
+                p.loop.call_soon_threadsafe(_set_exception, p.future, exc)
+            return
+        log.debug("committed %d rows (%d new) from %d requests", result.received, result.inserted, len(group))
+        for p in group:
+            p.loop.call_soon_threadsafe(_set_result, p.future, None)
+
+
+def _set_result(future: asyncio.Future, value) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
+def _set_exception(future: asyncio.Future, exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)

@@ -1,0 +1,83 @@
+"""Running a read-only query: on the DuckDB file when it is free, else through the running collector."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+
+import duckdb
+
+from meritlens.collector._settings import DEFAULT_URL, ENV_URL, SQL_PATH, address_file
+from meritlens.collector._store import QueryResult, SpanStore
+
+
+class QueryError(RuntimeError):
+    """The query could not be run; the message says why."""
+
+
+def _is_lock_conflict(exc: duckdb.Error) -> bool:
+    text = str(exc).lower()
+    return "lock" in text and ("conflicting" in text or "could not set" in text)
+
+
+def run_query(sql: str, *, db: str, url: str | None = None) -> QueryResult:
+    """Run ``sql`` read-only. With ``url`` go through that collector; otherwise open ``db`` read-only,
+    and fall back to the collector holding it (the URL it wrote beside the file, else $MERITLENS_URL,
+    else http://127.0.0.1:4318) when another process holds the file or it is not here."""
+    if url:
+        return query_url(sql, url)
+    if os.path.exists(db):
+        store = SpanStore(db, read_only=True)
+        try:
+            store.start()
+        except duckdb.Error as exc:
+            if not _is_lock_conflict(exc):
+                raise QueryError(f"cannot open {db}: {exc}") from None
+        else:
+            try:
+                return store.query(sql)
+            except ValueError as exc:
+                raise QueryError(f"query refused: {exc}") from None
+            except duckdb.Error as exc:
+                raise QueryError(str(exc).splitlines()[0]) from None
+            finally:
+                store.shutdown()
+    fallback = _collector_url(db) or os.environ.get(ENV_URL) or DEFAULT_URL
+    try:
+        return query_url(sql, fallback)
+    except QueryError as exc:
+        if os.path.exists(db):
+            raise
+        raise QueryError(f"no database at {db} and {exc}") from None
+
+
+def _collector_url(db: str) -> str | None:
+    try:
+        with open(address_file(db), encoding="utf-8") as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None
+
+
+def query_url(sql: str, url: str, *, timeout: float = 60.0) -> QueryResult:
+    request = urllib.request.Request(
+        url.rstrip("/") + SQL_PATH,
+        data=json.dumps({"sql": sql}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            body = json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        try:
+            message = json.loads(exc.read()).get("error") or str(exc)
+        except ValueError:
+            message = str(exc)
+        raise QueryError(message) from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise QueryError(f"no collector reachable at {url} ({reason})") from None
+    return QueryResult(body["columns"], body.get("types", []), [tuple(r) for r in body["rows"]])

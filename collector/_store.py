@@ -1,0 +1,166 @@
+"""The span store: DuckDB behind one small interface.
+
+Write a batch idempotently, recompute the windows of the keys it touched, run a read-only
+query. A distributed engine can later stand behind the same three calls.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import os
+import threading
+from dataclasses import dataclass
+
+import duckdb
+import pyarrow as pa
+
+from meritlens.analytics._schema import SPAN_COLUMN_NAMES, SPANS_DDL, SPANS_TABLE, WINDOWS_DDL
+from meritlens.analytics._windows import SCOPE_ALL, all_keys_sql, refresh_windows_sql
+from meritlens.collector._sqlguard import check_read_only
+from meritlens.instrumentation.conventions import ROLE_APPLICATION
+
+log = logging.getLogger("meritlens.collector.store")
+
+_CONFIG = {
+    # Queries may not touch files, URLs or extensions; Arrow batches are registered explicitly.
+    "enable_external_access": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+}
+_TOUCHED = "_touched_keys"
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    received: int
+    inserted: int
+
+    @property
+    def duplicates(self) -> int:
+        return self.received - self.inserted
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    columns: list[str]
+    types: list[str]
+    rows: list[tuple]
+
+
+def touched_keys(table: pa.Table) -> set[tuple[str, str]]:
+    """The (target_id, scope) window keys that a batch of span rows can change."""
+    keys: set[tuple[str, str]] = set()
+    targets = table.column("target_id").to_pylist()
+    roles = table.column("role").to_pylist()
+    assessments = table.column("assessment_id").to_pylist()
+    for target, role, assessment in zip(targets, roles, assessments):
+        if target is None or role != ROLE_APPLICATION:
+            continue
+        keys.add((target, SCOPE_ALL))
+        if assessment is not None:
+            keys.add((target, assessment))
+    return keys
+
+
+class SpanStore:
+    """A DuckDB file holding `spans` and `windows`. One writer; readers use their own cursors."""
+
+    def __init__(self, path: str, *, read_only: bool = False):
+        self.path = path
+        self.read_only = read_only
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self._write_lock = threading.Lock()
+        self._reader: duckdb.DuckDBPyConnection | None = None
+        self._reader_lock = threading.Lock()
+
+    @property
+    def db_name(self) -> str:
+        return os.path.basename(self.path)
+
+    def start(self) -> None:
+        self._con = duckdb.connect(self.path, read_only=self.read_only, config=dict(_CONFIG))
+        if not self.read_only:
+            self._con.execute(SPANS_DDL)
+            self._con.execute(WINDOWS_DDL)
+        self._con.execute("SET lock_configuration = true")
+        self._reader = self._con.cursor()
+
+    def shutdown(self) -> None:
+        if self._con is not None:
+            self._reader.close()
+            if not self.read_only:
+                try:
+                    self._con.execute("CHECKPOINT")
+                except duckdb.Error:
+                    log.exception("checkpoint at shutdown failed; the WAL still holds every commit")
+            self._con.close()
+            self._con = None
+
+    # --- writing ---------------------------------------------------------------------------------
+    def write(self, table: pa.Table) -> WriteResult:
+        """Insert span rows, ignoring any (trace_id, span_id) already stored; commit; then
+        recompute the windows of the keys the rows touch. Returns once both are durable."""
+        received_at = pa.array(
+            [_dt.datetime.now(_dt.timezone.utc)] * table.num_rows, type=pa.timestamp("us", tz="UTC")
+        )
+        table = table.append_column("received_at", received_at).select(list(SPAN_COLUMN_NAMES))
+        with self._write_lock:
+            con = self._con
+            con.register("_incoming", table)
+            try:
+                con.execute("BEGIN")
+                inserted = con.execute(f"INSERT OR IGNORE INTO {SPANS_TABLE} SELECT * FROM _incoming").fetchone()[0]
+                con.execute("COMMIT")
+            except BaseException:
+                _rollback(con)
+                raise
+            finally:
+                con.unregister("_incoming")
+            keys = touched_keys(table)
+            if keys:
+                self._refresh(keys)
+        return WriteResult(received=table.num_rows, inserted=int(inserted))
+
+    def refresh_all_windows(self) -> int:
+        """Recompute every window from the stored spans (at start-up: windows equal a from-scratch run)."""
+        with self._write_lock:
+            keys = {tuple(row) for row in self._con.execute(all_keys_sql()).fetchall()}
+            if keys:
+                self._refresh(keys)
+            return len(keys)
+
+    def _refresh(self, keys: set[tuple[str, str]]) -> None:
+        con = self._con
+        touched = pa.table({"target_id": [k[0] for k in keys], "scope": [k[1] for k in keys]})
+        con.register(_TOUCHED, touched)
+        try:
+            con.execute("BEGIN")
+            con.execute(refresh_windows_sql(_TOUCHED, self.db_name))
+            con.execute("COMMIT")
+        except BaseException:
+            _rollback(con)
+            raise
+        finally:
+            con.unregister(_TOUCHED)
+
+    # --- reading ---------------------------------------------------------------------------------
+    def query(self, sql: str) -> QueryResult:
+        """Run one read-only statement; raise ValueError naming what was refused."""
+        check_read_only(sql)
+        with self._reader_lock:
+            cursor = self._reader.cursor()
+        try:
+            result = cursor.execute(sql)
+            columns = [d[0] for d in result.description] if result.description else []
+            types = [str(d[1]) for d in result.description] if result.description else []
+            return QueryResult(columns, types, result.fetchall())
+        finally:
+            cursor.close()
+
+
+def _rollback(con: duckdb.DuckDBPyConnection) -> None:
+    try:
+        con.execute("ROLLBACK")
+    except duckdb.Error:
+        pass
