@@ -54,7 +54,7 @@ class CallRecorder:
         "count_retries",
         "ended",
         "nested_calls",
-        "frame",
+        "streamed",
         "__weakref__",
     )
 
@@ -81,6 +81,8 @@ class CallRecorder:
         self.ended = False
         # Instrumented calls made inside an observed function: their spans carry the token evidence.
         self.nested_calls = 0
+        # Whether the result was a stream, when only learned from the result (observed functions).
+        self.streamed: bool | None = None
 
     def activate(self) -> object:
         """Make the span current (children nest under it); returns the token for deactivate()."""
@@ -108,6 +110,8 @@ class CallRecorder:
                 attributes[c.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = self.ttfc
             if self.count_retries:
                 attributes[c.RETRIES] = self.attempts - 1 if self.attempts > 1 else 0
+            if self.streamed is not None:
+                attributes[c.GEN_AI_REQUEST_STREAM] = self.streamed
             if error is not None:
                 attributes[c.ERROR_TYPE] = type(error).__qualname__
             if attributes:

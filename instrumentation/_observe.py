@@ -87,6 +87,7 @@ def _settle(call: CallRecorder, result: Any) -> Any:
             reading = Reading()
             read_response(family, result, reading)
             _learn_provider(call, family)
+            call.streamed = False
             call.finish(reading)
             return result
         return _settle_stream(call, result)
@@ -118,6 +119,7 @@ class _LearningReader(StreamReader):
 
 
 def _settle_stream(call: CallRecorder, result: Any) -> Any:
+    call.streamed = True  # until shown otherwise below
     observation = StreamObservation(call, _LearningReader(call))
     if _is_sdk_object(result):
         raw = getattr(result, "_raw_stream", None)  # SDK helpers (MessageStream, ChatCompletionStream...)
@@ -136,6 +138,7 @@ def _settle_stream(call: CallRecorder, result: Any) -> Any:
         async_proxy = _AsyncIteratorProxy(result, observation)
         observation.watch(async_proxy)
         return async_proxy
+    call.streamed = None  # neither a response nor a stream: unknown
     call.finish(None)
     return result
 
@@ -380,6 +383,7 @@ def _generator_prologue(func: Callable[..., Any], settings: _Settings) -> Callab
             frame.call.finish(None, error)
             raise
         frame.leave()
+        frame.call.streamed = True
         return inner, StreamObservation(frame.call, _LearningReader(frame.call))
 
     return prologue

@@ -461,3 +461,44 @@ def test_mock_transport_type_is_httpx2():
     # openai 3.x builds on httpx2; this suite drives it with httpx2.MockTransport (and one classic-httpx test).
     client = openai_client(Script(json_response(chat_completion())))
     assert isinstance(client._client, httpx2.Client)
+
+
+def test_structured_parse_helper(spans):
+    import pydantic
+
+    class Greeting(pydantic.BaseModel):
+        text: str
+
+    body = chat_completion()
+    body["choices"][0]["message"]["content"] = '{"text": "hi"}'
+    client = ml.instrument(openai_client(Script(json_response(body))))
+    parsed = client.chat.completions.parse(model="gpt-4o-mini", messages=MESSAGES, response_format=Greeting)
+    assert parsed.choices[0].message.parsed == Greeting(text="hi")
+    assert attrs(spans.one())[c.GEN_AI_USAGE_INPUT_TOKENS] == 100
+
+
+def test_async_raw_response_stream(spans):
+    client = ml.instrument(async_openai_client(Script(chat_stream_handler())))
+
+    async def main():
+        raw = await client.chat.completions.with_raw_response.create(model="gpt-4o-mini", messages=MESSAGES, stream=True)
+        return [chunk.choices[0].delta.content async for chunk in raw.parse()]
+
+    assert asyncio.run(main()) == ["", "Hel", "lo", None]
+    assert attrs(spans.one())[c.GEN_AI_USAGE_OUTPUT_TOKENS] == 2
+
+
+def test_async_streaming_response_context(spans):
+    client = ml.instrument(async_openai_client(Script(chat_stream_handler())))
+
+    async def main():
+        async with client.chat.completions.with_streaming_response.create(
+            model="gpt-4o-mini", messages=MESSAGES, stream=True
+        ) as response:
+            stream = await response.parse()
+            return [chunk.choices[0].delta.content async for chunk in stream]
+
+    assert asyncio.run(main()) == ["", "Hel", "lo", None]
+    span_attrs = attrs(spans.one())
+    assert span_attrs[c.GEN_AI_USAGE_INPUT_TOKENS] == 10
+    assert span_attrs[c.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] > 0

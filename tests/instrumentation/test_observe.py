@@ -47,6 +47,7 @@ def test_sync_function_returning_sdk_object(spans):
         c.ROLE: "application",
         c.TARGET_ID: "support-bot/answer",
         c.GEN_AI_REQUEST_MODEL: "gpt-4o-mini",
+        c.GEN_AI_REQUEST_STREAM: False,
         c.GEN_AI_RESPONSE_MODEL: "gpt-4o-mini-2024-07-18",
         c.GEN_AI_RESPONSE_ID: "chatcmpl-123",
         c.GEN_AI_RESPONSE_FINISH_REASONS: ["stop"],
@@ -132,6 +133,7 @@ def test_generator_function_of_dict_chunks(spans):
     assert span_attrs[c.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] == 4
     assert span_attrs[c.GEN_AI_USAGE_OUTPUT_TOKENS] == 3
     assert span_attrs[c.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] >= 0
+    assert span_attrs[c.GEN_AI_REQUEST_STREAM] is True
 
 
 def test_generator_send_and_throw_are_forwarded(spans):
@@ -308,6 +310,7 @@ def test_unrecognized_return_records_span_without_usage(spans):
     span_attrs = attrs(spans.one())
     assert span_attrs[c.GEN_AI_PROVIDER_NAME] == "acme"
     assert c.GEN_AI_USAGE_INPUT_TOKENS not in span_attrs
+    assert c.GEN_AI_REQUEST_STREAM not in span_attrs  # neither a response nor a stream
 
 
 def test_observe_around_instrumented_call_counts_tokens_once(spans):
