@@ -6,8 +6,9 @@ no network), non-streaming and streaming (the stream is read to its end), and ex
 its own (the peers patch openai's classes process-wide, and some leave patches behind on uninstrument); the
 processes are measured interleaved: each round runs a small batch of every variant in turn, one process at a
 time, so machine drift hits all of them alike. A second bare process ("bare-control") shows how much two
-processes running the very same code differ: read every figure with that margin in mind. Reported: p10 and median wall time per call, the time
-added over the bare client, and meritlens' ratios to the hand-written floor and to the official instrumentation.
+processes running the very same code differ: read every figure with that margin in mind. Reported: p10 and
+median time per call (wall clock, or the worker's CPU time with --clock cpu), the time added over the bare client,
+and meritlens' ratios to the hand-written floor and to the official instrumentation.
 
 Variants:
   bare          the client alone
@@ -58,7 +59,9 @@ COMPLETION = json.dumps(
         "object": "chat.completion",
         "created": 1700000000,
         "model": "gpt-4o-mini-2024-07-18",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello, world!"}, "finish_reason": "stop"}],
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "Hello, world!"}, "finish_reason": "stop"}
+        ],
         "usage": {
             "prompt_tokens": 12,
             "completion_tokens": 4,
@@ -270,7 +273,7 @@ def main() -> None:
             notes.append(f"{name}: {status}")
             process.join()
     samples: dict[tuple[str, bool], list[int]] = {(name, stream): [] for name in workers for stream in (False, True)}
-    for name, (_, connection) in workers.items():
+    for _, connection in workers.values():
         for stream in (False, True):
             connection.send((stream, args.warmup))
             connection.recv()
@@ -287,7 +290,8 @@ def main() -> None:
         process.join()
 
     print(
-        f"python {platform.python_version()} on {platform.machine()} ({os.cpu_count()} cpus), openai {openai.__version__}; "
+        f"python {platform.python_version()} on {platform.machine()} ({os.cpu_count()} cpus), "
+        f"openai {openai.__version__}; "
         f"{args.rounds} rounds x {args.batch} calls per variant and mode, interleaved, one process per variant, "
         f"{args.clock} clock"
     )

@@ -64,7 +64,17 @@ _ANTHROPIC_ROUTES = (("/v1/messages", c.OP_CHAT, MESSAGES, False),)
 
 
 class _Settings:
-    __slots__ = ("provider", "target", "role", "include_usage", "keep_sdk_spans", "routes", "explicit", "is_async", "saved")
+    __slots__ = (
+        "provider",
+        "target",
+        "role",
+        "include_usage",
+        "keep_sdk_spans",
+        "routes",
+        "explicit",
+        "is_async",
+        "saved",
+    )
 
     def __init__(
         self,
@@ -152,9 +162,11 @@ def instrument(
     for name in _INSTANCE_METHODS:
         if name in client.__dict__:
             settings.saved[name] = client.__dict__[name]
-    original_request = client.request
-    client.request = (_async_request if is_async else _sync_request)(original_request, settings)
-    original_copy = client.copy
+    # The wrappers reach the client through a weak reference: a client -> wrapper -> client cycle would
+    # leave every short-lived instrumented client (and its connection pool) to the cyclic garbage collector.
+    client_ref = weakref.ref(client)
+    client.request = (_async_request if is_async else _sync_request)(_original(client, client_ref, "request"), settings)
+    original_copy = _original(client, client_ref, "copy")
 
     def copy(*args: Any, **kwargs: Any) -> Any:
         copied = original_copy(*args, **kwargs)
@@ -172,6 +184,20 @@ def instrument(
         client._lazy_tracer = None  # the SDK's own span would count this call a second time
     client.__dict__[_MARK] = settings
     return client
+
+
+def _original(client: Any, client_ref: weakref.ref[Any], name: str) -> Any:
+    """The client's own method ``name``: an instance attribute already there, else the class's, called weakly."""
+    own = client.__dict__.get(name)
+    if own is not None:
+        return own
+    function = getattr(type(client), name)
+
+    def original(*args: Any, **kwargs: Any) -> Any:
+        return function(client_ref(), *args, **kwargs)
+
+    original.__wrapped__ = function  # type: ignore[attr-defined]
+    return original
 
 
 def uninstrument(client: Any) -> Any:
@@ -272,7 +298,13 @@ def _start(settings: _Settings, route: _Route, options: Any, stream: bool) -> tu
 
 
 def _settle(
-    call: CallRecorder, route: _Route, result: Any, stream: bool, injected: bool, is_async: bool, raw_types: tuple[type, ...]
+    call: CallRecorder,
+    route: _Route,
+    result: Any,
+    stream: bool,
+    injected: bool,
+    is_async: bool,
+    raw_types: tuple[type, ...],
 ) -> Any:
     """Read a completed request's result into the span (or arrange to, for a stream). Returns ``result``."""
     try:
@@ -333,10 +365,9 @@ def _settle_raw(call: CallRecorder, route: _Route, result: Any, stream: bool, in
 
 def _body_read(http_response: Any) -> bool:
     try:
-        http_response.content
+        return http_response.content is not None  # raises when the body was not read
     except Exception:
         return False
-    return True
 
 
 def _finish_from_body(call: CallRecorder, route: _Route, http_response: Any) -> None:

@@ -349,7 +349,9 @@ class _AsyncIteratorProxy:
     async def __aenter__(self) -> Any:
         aenter = getattr(self._inner, "__aenter__", None)
         if aenter is None:
-            raise TypeError(f"{type(self._inner).__name__!r} object does not support the async context manager protocol")
+            raise TypeError(
+                f"{type(self._inner).__name__!r} object does not support the async context manager protocol"
+            )
         entered = await aenter()
         return self if entered is self._inner else entered
 

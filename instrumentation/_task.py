@@ -218,7 +218,9 @@ def _outcome_attributes(
         if isinstance(quality, Real) and not isinstance(quality, bool) and math.isfinite(quality):
             attributes[c.QUALITY_SCORE] = float(quality)
         else:
-            warn_once("outcome-quality", "record_outcome: quality must be a finite number, got %r; not recorded", quality)
+            warn_once(
+                "outcome-quality", "record_outcome: quality must be a finite number, got %r; not recorded", quality
+            )
     if evaluator is not None:
         if isinstance(evaluator, str) and evaluator:
             attributes[c.EVALUATOR] = evaluator

@@ -49,7 +49,11 @@ def get(obj: Any, name: str) -> Any:
 
 
 def _int(value: Any) -> int | None:
-    return value if value.__class__ is int else (int(value) if isinstance(value, int) and not isinstance(value, bool) else None)
+    return (
+        value
+        if value.__class__ is int
+        else (int(value) if isinstance(value, int) and not isinstance(value, bool) else None)
+    )
 
 
 def normalize_usage(provider: str | None, usage: Any) -> TokenUsage | None:
@@ -321,7 +325,16 @@ def _read_message(obj: Any, reading: Reading) -> None:
 class StreamReader:
     """Accumulates a stream's events into a Reading. ``first_output`` turns True at the first output event."""
 
-    __slots__ = ("reading", "family", "first_output", "sdk_chat", "_reasons", "_tools", "_raw_usage", "_drop_usage_only")
+    __slots__ = (
+        "reading",
+        "family",
+        "first_output",
+        "sdk_chat",
+        "_reasons",
+        "_tools",
+        "_raw_usage",
+        "_drop_usage_only",
+    )
 
     def __init__(self, family: str | None, drop_usage_only_chunks: bool = False, sdk_objects: bool = False) -> None:
         self.reading = Reading()

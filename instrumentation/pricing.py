@@ -36,7 +36,6 @@ import threading
 import time
 import tomllib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -146,7 +145,15 @@ def price_call(
     (default: now); dated prices are chosen by its UTC day. Never touches the network.
     """
     return _price(
-        provider, model, None, input_tokens, output_tokens, cache_read_tokens, cache_creation_tokens, reasoning_tokens, at
+        provider,
+        model,
+        None,
+        input_tokens,
+        output_tokens,
+        cache_read_tokens,
+        cache_creation_tokens,
+        reasoning_tokens,
+        at,
     )
 
 
@@ -181,12 +188,18 @@ def _price(
         _is_count(count)
         for count in (input_tokens, output_tokens, cache_read_tokens, cache_creation_tokens, reasoning_tokens)
     ):
-        _warn_once(("invalid-counts", f"{provider}/{model}"), "token counts for %s/%s are not non-negative integers; no cost", provider, model)
+        _warn_once(
+            ("invalid-counts", f"{provider}/{model}"),
+            "token counts for %s/%s are not non-negative integers; no cost",
+            provider,
+            model,
+        )
         return None
     if cache_read_tokens + cache_creation_tokens > input_tokens or reasoning_tokens > output_tokens:
         _warn_once(
             ("inconsistent-counts", f"{provider}/{model}"),
-            "token counts for %s/%s are inconsistent (cached tokens exceed input, or reasoning exceeds output); no cost",
+            "token counts for %s/%s are inconsistent (cached tokens exceed input, or reasoning exceeds output); "
+            "no cost",
             provider,
             model,
         )
@@ -205,7 +218,12 @@ def _price(
         with _lock:
             _resolved[key] = rates
     if rates is None:
-        _warn_once((provider or "", model.lower()), "no price known for model %r of provider %r; no cost recorded", model, provider)
+        _warn_once(
+            (provider or "", model.lower()),
+            "no price known for model %r of provider %r; no cost recorded",
+            model,
+            provider,
+        )
         return None
     if rates.__class__ is _Rates:
         return rates.cost(input_tokens, output_tokens, cache_read_tokens, cache_creation_tokens)
@@ -261,8 +279,6 @@ def _today() -> _dt.date:
     day = _EPOCH + _dt.timedelta(days=day_number)
     _today_cache = (day_number, day)
     return day
-
-
 
 
 def _is_count(value: object) -> bool:
@@ -515,6 +531,11 @@ def _genai_prices_cost(
             genai_request_timestamp=moment,
         )
     except Exception:
-        _warn_once(("genai-prices", f"{target.provider_id}/{target.model_ref}"), "genai-prices could not price %s/%s; no cost recorded", target.provider_id, target.model_ref)
+        _warn_once(
+            ("genai-prices", f"{target.provider_id}/{target.model_ref}"),
+            "genai-prices could not price %s/%s; no cost recorded",
+            target.provider_id,
+            target.model_ref,
+        )
         return None
     return float(result.total_price)

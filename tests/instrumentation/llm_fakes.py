@@ -179,7 +179,14 @@ def responses_object(
     ]
     for name, call_id in function_calls or ():
         output.append(
-            {"id": f"fc_{call_id}", "type": "function_call", "call_id": call_id, "name": name, "arguments": "{}", "status": "completed"}
+            {
+                "id": f"fc_{call_id}",
+                "type": "function_call",
+                "call_id": call_id,
+                "name": name,
+                "arguments": "{}",
+                "status": "completed",
+            }
         )
     return {
         "id": "resp_1",
@@ -295,7 +302,11 @@ def anthropic_events(
                 "index": offset,
                 "content_block": {"type": "tool_use", "id": tool_id, "name": name, "input": {}},
             },
-            {"type": "content_block_delta", "index": offset, "delta": {"type": "input_json_delta", "partial_json": "{}"}},
+            {
+                "type": "content_block_delta",
+                "index": offset,
+                "delta": {"type": "input_json_delta", "partial_json": "{}"},
+            },
             {"type": "content_block_stop", "index": offset},
         ]
     events += [
@@ -361,9 +372,16 @@ def attrs(span: Any) -> dict[str, Any]:
     return {key: list(value) if isinstance(value, tuple) else value for key, value in (span.attributes or {}).items()}
 
 
-def expected_cost(provider: str, model: str, input_tokens: int, output_tokens: int, cache_read: int = 0, cache_write: int = 0) -> float:
+def expected_cost(
+    provider: str, model: str, input_tokens: int, output_tokens: int, cache_read: int = 0, cache_write: int = 0
+) -> float:
     """The price genai-prices itself computes (slow path), to check meritlens' figure independently."""
     from genai_prices import Usage, calc_price
 
-    usage = Usage(input_tokens=input_tokens, output_tokens=output_tokens, cache_read_tokens=cache_read, cache_write_tokens=cache_write)
+    usage = Usage(
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cache_read_tokens=cache_read,
+        cache_write_tokens=cache_write,
+    )
     return float(calc_price(usage, model, provider_id=provider).total_price)

@@ -118,7 +118,8 @@ def test_given_tracer_provider_is_used_and_global_untouched(spans):
 def test_price_file_through_configure(tmp_path, spans):
     price_file = tmp_path / "prices.toml"
     price_file.write_text(
-        '[[price]]\nmodel = "gpt-4o-mini-2024-07-18"\ninput = 1.0\ncached_input = 0.5\noutput = 2.0\ndate = 2024-01-01\n'
+        '[[price]]\nmodel = "gpt-4o-mini-2024-07-18"\n'
+        "input = 1.0\ncached_input = 0.5\noutput = 2.0\ndate = 2024-01-01\n"
     )
     ml.configure(price_file=price_file)
     _call()  # 100 input, 20 output, no cache

@@ -65,7 +65,12 @@ def test_spans_reach_the_collector_with_their_evidence(collector):
     for row in rows:
         by_name.setdefault(row["name"], []).append(row)
 
-    assert sorted(by_name) == ["chat claude-3-5-sonnet-20241022", "chat gpt-4o-mini", "execute_tool lookup", f"task {TARGET}"]
+    assert sorted(by_name) == [
+        "chat claude-3-5-sonnet-20241022",
+        "chat gpt-4o-mini",
+        "execute_tool lookup",
+        f"task {TARGET}",
+    ]
     assert len({row["trace_id"] for row in rows}) == 1  # the task is one trace
     for row in rows:
         assert row["task_id"] == "task-e2e" and row["case_id"] == "case-1" and row["run_id"] == "run-1"

@@ -157,7 +157,9 @@ def test_server_error(spans):
 
 
 def test_early_closed_stream_keeps_known_input_but_no_output(spans):
-    client = ml.instrument(anthropic_client(Script(sse_response(anthropic_events(input_tokens=20), named=True, done=False))))
+    client = ml.instrument(
+        anthropic_client(Script(sse_response(anthropic_events(input_tokens=20), named=True, done=False)))
+    )
     with client.messages.stream(model=MODEL, max_tokens=100, messages=MESSAGES) as stream:
         for event in stream:
             if event.type == "content_block_start":
@@ -187,7 +189,9 @@ def test_sdk_native_span_is_switched_off_so_the_call_counts_once(spans):
     assert len(sdk_exporter.get_finished_spans()) == 1  # none added by the instrumented client
     assert len(spans.all()) == 1
 
-    kept = ml.instrument(_sdk_tracing_client(Script(json_response(anthropic_message())), sdk_provider), keep_sdk_spans=True)
+    kept = ml.instrument(
+        _sdk_tracing_client(Script(json_response(anthropic_message())), sdk_provider), keep_sdk_spans=True
+    )
     kept.messages.create(model=MODEL, max_tokens=10, messages=MESSAGES)
     assert len(sdk_exporter.get_finished_spans()) == 2
     ml.uninstrument(client)

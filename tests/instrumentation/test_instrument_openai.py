@@ -19,7 +19,6 @@ from llm_fakes import (
     Script,
     async_openai_client,
     attrs,
-    chat_chunks,
     chat_completion,
     chat_stream_handler,
     expected_cost,
@@ -35,7 +34,9 @@ MESSAGES = [{"role": "user", "content": "Say hello"}]
 
 
 def test_chat_completion_sync_exact_attributes(spans):
-    script = Script(json_response(chat_completion(prompt_tokens=100, completion_tokens=20, cached_tokens=40, reasoning_tokens=5)))
+    script = Script(
+        json_response(chat_completion(prompt_tokens=100, completion_tokens=20, cached_tokens=40, reasoning_tokens=5))
+    )
     client = ml.instrument(openai_client(script), target="support-bot/answer")
 
     result = client.chat.completions.create(model="gpt-4o-mini", messages=MESSAGES)
@@ -181,7 +182,9 @@ def test_tool_calls_non_stream(spans):
 
 
 def test_tool_calls_stream(spans):
-    client = ml.instrument(openai_client(Script(chat_stream_handler(tool_calls=[("search", "call_a"), ("fetch", "call_b")]))))
+    client = ml.instrument(
+        openai_client(Script(chat_stream_handler(tool_calls=[("search", "call_a"), ("fetch", "call_b")])))
+    )
     list(client.chat.completions.create(model="gpt-4o-mini", messages=MESSAGES, stream=True))
     span_attrs = attrs(spans.one())
     assert span_attrs[c.TOOL_CALLS] == 2
@@ -204,7 +207,9 @@ def test_retry_429_then_200_is_one_span_with_one_retry(spans):
 
 def test_retry_with_legacy_httpx_client(spans):
     # openai also accepts a classic httpx.Client; retries are counted there too.
-    responses = iter([httpx.Response(429, json={"error": {}}, headers=RETRY_NOW), httpx.Response(200, json=chat_completion())])
+    responses = iter(
+        [httpx.Response(429, json={"error": {}}, headers=RETRY_NOW), httpx.Response(200, json=chat_completion())]
+    )
     client = openai.OpenAI(
         api_key="k",
         base_url="http://fake-openai.test/v1",
@@ -307,7 +312,9 @@ def test_early_closed_stream_ends_span_without_tokens(spans, how):
 
 
 def test_responses_api_cached_and_reasoning(spans):
-    client = ml.instrument(openai_client(Script(json_response(responses_object(function_calls=[("lookup", "call_9")])))))
+    client = ml.instrument(
+        openai_client(Script(json_response(responses_object(function_calls=[("lookup", "call_9")]))))
+    )
     response = client.responses.create(model="o4-mini", input="hi")
     assert response.output_text == "Hi there"
     span_attrs = attrs(spans.one())
@@ -320,7 +327,9 @@ def test_responses_api_cached_and_reasoning(spans):
     assert span_attrs[c.GEN_AI_RESPONSE_FINISH_REASONS] == ["completed"]
     assert span_attrs[c.TOOL_CALL_NAMES] == ["lookup"]
     assert span_attrs[c.TOOL_CALL_IDS] == ["call_9"]
-    assert span_attrs[c.COST_USD] == pytest.approx(expected_cost("openai", "o4-mini-2025-04-16", 200, 80, cache_read=150))
+    assert span_attrs[c.COST_USD] == pytest.approx(
+        expected_cost("openai", "o4-mini-2025-04-16", 200, 80, cache_read=150)
+    )
 
 
 def test_responses_api_stream_and_helper(spans):
@@ -435,7 +444,14 @@ def test_instrument_rejects_other_objects():
 
 
 def test_weird_response_shape_is_swallowed_and_logged_once(spans, caplog):
-    weird = {"id": "x", "object": "chat.completion", "created": 1, "model": "gpt-4o-mini", "choices": [], "usage": {"prompt_tokens": "lots"}}
+    weird = {
+        "id": "x",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "gpt-4o-mini",
+        "choices": [],
+        "usage": {"prompt_tokens": "lots"},
+    }
     client = ml.instrument(openai_client(Script(json_response(weird))))
     with caplog.at_level("WARNING"):
         for _ in range(2):
@@ -481,7 +497,9 @@ def test_async_raw_response_stream(spans):
     client = ml.instrument(async_openai_client(Script(chat_stream_handler())))
 
     async def main():
-        raw = await client.chat.completions.with_raw_response.create(model="gpt-4o-mini", messages=MESSAGES, stream=True)
+        raw = await client.chat.completions.with_raw_response.create(
+            model="gpt-4o-mini", messages=MESSAGES, stream=True
+        )
         return [chunk.choices[0].delta.content async for chunk in raw.parse()]
 
     assert asyncio.run(main()) == ["", "Hel", "lo", None]

@@ -75,7 +75,11 @@ def test_span_named_after_response_model_when_no_model_argument(spans):
     [
         (chat_completion(prompt_tokens=100, completion_tokens=20, cached_tokens=40), "openai", (100, 20, 40, None)),
         (responses_object(input_tokens=200, cached_tokens=150, output_tokens=80), "openai", (200, 80, 150, 0)),
-        (anthropic_message(input_tokens=50, output_tokens=30, cache_read=1000, cache_creation=200), "anthropic", (1250, 30, 1000, 200)),
+        (
+            anthropic_message(input_tokens=50, output_tokens=30, cache_read=1000, cache_creation=200),
+            "anthropic",
+            (1250, 30, 1000, 200),
+        ),
     ],
     ids=["openai-chat", "openai-responses", "anthropic"],
 )

@@ -98,7 +98,9 @@ def test_fast_path_matches_genai_prices(model, input_tokens, output_tokens, read
     cache_read = int(input_tokens * read_share)
     cache_write = int((input_tokens - cache_read) * write_share)
     got = price_call(provider, name, input_tokens, output_tokens, cache_read, cache_write)
-    assert got == pytest.approx(expected_cost(provider, name, input_tokens, output_tokens, cache_read, cache_write), rel=1e-9, abs=1e-12)
+    assert got == pytest.approx(
+        expected_cost(provider, name, input_tokens, output_tokens, cache_read, cache_write), rel=1e-9, abs=1e-12
+    )
 
 
 def test_cached_and_cache_write_tokens_have_their_own_rates():
@@ -205,9 +207,9 @@ def test_user_prices_add_and_override_models(price_file):
     early = dt.datetime(2025, 3, 1, tzinfo=dt.timezone.utc)
     late = dt.datetime(2025, 7, 1, tzinfo=dt.timezone.utc)
     # added model, any provider; the entry in force on the call's date applies
-    assert price_call("vllm", "ACME-LLM", 1_000_000, 0, cache_read_tokens=400_000, cache_creation_tokens=100_000, at=early) == (
-        pytest.approx(500_000 * 2.0 / 1e6 + 400_000 * 0.5 / 1e6 + 100_000 * 2.5 / 1e6)
-    )
+    assert price_call(
+        "vllm", "ACME-LLM", 1_000_000, 0, cache_read_tokens=400_000, cache_creation_tokens=100_000, at=early
+    ) == (pytest.approx(500_000 * 2.0 / 1e6 + 400_000 * 0.5 / 1e6 + 100_000 * 2.5 / 1e6))
     assert price_call("vllm", "acme-llm", 1_000_000, 1_000_000, at=late) == pytest.approx(5.0)
     # cached_input and cache_write default to input
     assert price_call("vllm", "acme-llm", 1_000_000, 0, cache_read_tokens=1_000_000, at=late) == pytest.approx(1.0)

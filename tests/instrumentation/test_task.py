@@ -112,9 +112,7 @@ def test_task_failure_marks_span_and_propagates(spans):
 
 
 def test_async_tasks_are_isolated(spans):
-    client = ml.instrument(
-        __import__("llm_fakes").async_openai_client(Script(json_response(chat_completion())))
-    )
+    client = ml.instrument(__import__("llm_fakes").async_openai_client(Script(json_response(chat_completion()))))
 
     async def one(task_id):
         async with ml.task(task_id):
