@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import urllib.error
 import urllib.request
+from typing import Callable, TypeVar
 
 import duckdb
 
-from meritlens.collector._settings import DEFAULT_URL, ENV_URL, SQL_PATH, address_file
+from meritlens.collector._auth import authorization_header
+from meritlens.collector._settings import (
+    DEFAULT_URL, ENV_TLS_CA, ENV_URL, SQL_PATH, SettingsError, address_file, resolve_token,
+)
 from meritlens.collector._store import QueryResult, SpanStore
+
+
+T = TypeVar("T")
 
 
 class QueryError(RuntimeError):
@@ -22,14 +30,39 @@ def _is_lock_conflict(exc: duckdb.Error) -> bool:
     return "lock" in text and ("conflicting" in text or "could not set" in text)
 
 
-def run_query(sql: str, *, db: str, url: str | None = None) -> QueryResult:
+def run_query(
+    sql: str, *, db: str, url: str | None = None, token: str | None = None, ca_file: str | None = None,
+) -> QueryResult:
     """Run ``sql`` read-only. With ``url`` go through that collector; otherwise open ``db`` read-only,
     and fall back to the collector holding it (the URL it wrote beside the file, else $MERITLENS_URL,
-    else http://127.0.0.1:4318) when another process holds the file or it is not here."""
+    else http://127.0.0.1:4318) when another process holds the file or it is not here.
+
+    A collector is sent ``token`` (default: $MERITLENS_TOKEN or the file $MERITLENS_TOKEN_FILE) and
+    an https collector is verified against ``ca_file`` (default: $MERITLENS_TLS_CA, else the system CAs)."""
+    return on_file_or_collector(
+        db, url, read_only=True, on_file=lambda store: _query_store(store, sql),
+        through_collector=lambda collector_url: query_url(sql, collector_url, token=token, ca_file=ca_file),
+    )
+
+
+def _query_store(store: SpanStore, sql: str) -> QueryResult:
+    try:
+        return store.query(sql)
+    except ValueError as exc:
+        raise QueryError(f"query refused: {exc}") from None
+    except duckdb.Error as exc:
+        raise QueryError(str(exc).splitlines()[0]) from None
+
+
+def on_file_or_collector(db: str, url: str | None, *, read_only: bool, on_file: Callable[[SpanStore], T],
+                         through_collector: Callable[[str], T]) -> T:
+    """``through_collector(url)`` when a URL is given; else ``on_file`` with the DuckDB file opened
+    (read-only or not) when no other process holds it; else ``through_collector`` with the collector
+    holding it (the URL it wrote beside the file, else $MERITLENS_URL, else the default URL)."""
     if url:
-        return query_url(sql, url)
+        return through_collector(url)
     if os.path.exists(db):
-        store = SpanStore(db, read_only=True)
+        store = SpanStore(db, read_only=read_only)
         try:
             store.start()
         except duckdb.Error as exc:
@@ -37,16 +70,12 @@ def run_query(sql: str, *, db: str, url: str | None = None) -> QueryResult:
                 raise QueryError(f"cannot open {db}: {exc}") from None
         else:
             try:
-                return store.query(sql)
-            except ValueError as exc:
-                raise QueryError(f"query refused: {exc}") from None
-            except duckdb.Error as exc:
-                raise QueryError(str(exc).splitlines()[0]) from None
+                return on_file(store)
             finally:
                 store.shutdown()
     fallback = _collector_url(db) or os.environ.get(ENV_URL) or DEFAULT_URL
     try:
-        return query_url(sql, fallback)
+        return through_collector(fallback)
     except QueryError as exc:
         if os.path.exists(db):
             raise
@@ -61,16 +90,46 @@ def _collector_url(db: str) -> str | None:
         return None
 
 
-def query_url(sql: str, url: str, *, timeout: float = 60.0) -> QueryResult:
+def query_url(
+    sql: str, url: str, *, token: str | None = None, ca_file: str | None = None, timeout: float = 60.0,
+) -> QueryResult:
+    """Run ``sql`` through the collector at ``url`` (POST /api/sql)."""
+    body = post_json(url, SQL_PATH, {"sql": sql}, token=token, ca_file=ca_file, timeout=timeout)
+    return QueryResult(
+        body["columns"], body.get("types", []), [tuple(r) for r in body["rows"]], bool(body.get("truncated")),
+    )
+
+
+def post_json(
+    url: str, path: str, payload: dict, *, token: str | None = None, ca_file: str | None = None,
+    timeout: float = 60.0,
+) -> dict:
+    """POST ``payload`` as JSON to a collector's ``path``; return the JSON reply, or raise QueryError
+    with the collector's error message (or why it could not be reached).
+
+    Sends ``token`` as a bearer token (default: $MERITLENS_TOKEN or the file $MERITLENS_TOKEN_FILE);
+    verifies an https collector against ``ca_file`` (default: $MERITLENS_TLS_CA, else the system CAs)."""
+    if token is None:
+        try:
+            token = resolve_token()
+        except SettingsError as exc:
+            raise QueryError(str(exc)) from None
     request = urllib.request.Request(
-        url.rstrip("/") + SQL_PATH,
-        data=json.dumps({"sql": sql}).encode(),
-        headers={"Content-Type": "application/json"},
+        url.rstrip("/") + path,
+        data=json.dumps(payload).encode(),
+        headers={"Content-Type": "application/json", **authorization_header(token)},
         method="POST",
     )
+    context = None
+    if url.lower().startswith("https:"):
+        ca_file = ca_file or os.environ.get(ENV_TLS_CA) or None
+        try:
+            context = ssl.create_default_context(cafile=ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise QueryError(f"cannot use CA file {ca_file}: {exc}") from None
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            body = json.loads(response.read())
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
+            return json.loads(response.read())
     except urllib.error.HTTPError as exc:
         try:
             message = json.loads(exc.read()).get("error") or str(exc)
@@ -80,4 +139,3 @@ def query_url(sql: str, url: str, *, timeout: float = 60.0) -> QueryResult:
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise QueryError(f"no collector reachable at {url} ({reason})") from None
-    return QueryResult(body["columns"], body.get("types", []), [tuple(r) for r in body["rows"]])
