@@ -27,6 +27,14 @@ HUMAN_INTERVENTION: Final = "meritlens.outcome.human_intervention"
 EVALUATOR: Final = "meritlens.evaluator"
 TOOL_CALL_NAMES: Final = "meritlens.tool_call.names"
 TOOL_CALL_IDS: Final = "meritlens.tool_call.ids"
+SPAN_TYPE: Final = "meritlens.span.type"
+"""Marks meritlens' own non-call spans: a task's root span or a standalone outcome span."""
+
+# Values of SPAN_TYPE.
+SPAN_TYPE_TASK: Final = "task"
+"""The root span of a task; outcomes recorded inside the task are attributes of this span."""
+SPAN_TYPE_OUTCOME: Final = "outcome"
+"""A small span carrying an outcome recorded outside any task."""
 
 # Values of ROLE.
 ROLE_APPLICATION: Final = "application"

@@ -1,0 +1,497 @@
+"""``instrument(client)``: observe every generation call made through an official openai/anthropic client.
+
+The client's ``request`` method (through which every SDK method, helper, ``with_raw_response`` and
+``with_streaming_response`` goes, once per logical call, retries included) is wrapped on the instance; the
+class is untouched, so other clients are unaffected. Retries are counted by an httpx request event hook on the
+client's own HTTP client, active only for the duration of an observed call (via a context variable).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import sys
+import weakref
+from typing import Any
+
+from meritlens.instrumentation import conventions as c
+from meritlens.instrumentation._call import (
+    _watched,
+    CallRecorder,
+    StreamObservation,
+    _hook_response_close,
+    observe_sdk_stream,
+    scope_attributes,
+)
+from meritlens.instrumentation._state import current_call, current_scope, report_internal_error
+from meritlens.instrumentation._usage import (
+    CHAT,
+    COMPLETION,
+    EMBEDDINGS,
+    MESSAGES,
+    PROVIDER_ANTHROPIC,
+    PROVIDER_OPENAI,
+    RESPONSES,
+    Reading,
+    StreamReader,
+    read_response,
+)
+
+_MARK = "_meritlens_instrumentation"
+_INSTANCE_METHODS = ("request", "copy", "with_options")
+
+
+class _Route:
+    """A generation endpoint: which operation it is, how to read it, and its constant span attributes."""
+
+    __slots__ = ("operation", "family", "own", "usage_option")
+
+    def __init__(self, operation: str, family: str, provider: str, role: str, usage_option: bool) -> None:
+        self.operation = operation
+        self.family = family
+        self.own = {c.GEN_AI_OPERATION_NAME: operation, c.GEN_AI_PROVIDER_NAME: provider, c.ROLE: role}
+        # Whether the endpoint accepts stream_options.include_usage (openai chat and legacy completions).
+        self.usage_option = usage_option
+
+
+_OPENAI_ROUTES = (
+    ("/chat/completions", c.OP_CHAT, CHAT, True),
+    ("/completions", c.OP_TEXT_COMPLETION, COMPLETION, True),
+    ("/responses", c.OP_CHAT, RESPONSES, False),
+    ("/embeddings", c.OP_EMBEDDINGS, EMBEDDINGS, False),
+)
+_ANTHROPIC_ROUTES = (("/v1/messages", c.OP_CHAT, MESSAGES, False),)
+
+
+class _Settings:
+    __slots__ = (
+        "provider",
+        "target",
+        "role",
+        "include_usage",
+        "keep_sdk_spans",
+        "routes",
+        "explicit",
+        "is_async",
+        "saved",
+    )
+
+    def __init__(
+        self,
+        provider: str,
+        kind: str,
+        target: str | None,
+        role: str | None,
+        include_usage: bool,
+        keep_sdk_spans: bool,
+        is_async: bool,
+    ) -> None:
+        self.provider = provider
+        self.target = target
+        self.role = role
+        self.include_usage = include_usage
+        self.keep_sdk_spans = keep_sdk_spans
+        self.is_async = is_async
+        table = _OPENAI_ROUTES if kind == PROVIDER_OPENAI else _ANTHROPIC_ROUTES
+        self.routes = {
+            url: _Route(operation, family, provider, c.ROLE_APPLICATION, usage_option)
+            for url, operation, family, usage_option in table
+        }
+        explicit: dict[str, Any] = {}
+        if target is not None:
+            explicit[c.TARGET_ID] = target
+        if role is not None:
+            explicit[c.ROLE] = role
+        self.explicit = explicit or None
+        self.saved: dict[str, Any] = {}
+
+
+def _client_kind(client: Any) -> tuple[str, str, bool] | None:
+    """(sdk, provider name, is_async) of a supported client, else None."""
+    openai = sys.modules.get("openai")
+    if openai is not None:
+        if isinstance(client, (openai.OpenAI, openai.AsyncOpenAI)):
+            provider = PROVIDER_OPENAI
+            azure = (getattr(openai, "AzureOpenAI", None), getattr(openai, "AsyncAzureOpenAI", None))
+            if any(cls is not None and isinstance(client, cls) for cls in azure):
+                provider = "azure.ai.openai"
+            return PROVIDER_OPENAI, provider, isinstance(client, openai.AsyncOpenAI)
+    anthropic = sys.modules.get("anthropic")
+    if anthropic is not None:
+        if isinstance(client, (anthropic.Anthropic, anthropic.AsyncAnthropic)):
+            return PROVIDER_ANTHROPIC, PROVIDER_ANTHROPIC, isinstance(client, anthropic.AsyncAnthropic)
+    return None
+
+
+def instrument(
+    client: Any,
+    *,
+    target: str | None = None,
+    role: str | None = None,
+    include_usage: bool = True,
+    keep_sdk_spans: bool = False,
+) -> Any:
+    """Observe every generation call made through an official ``openai`` or ``anthropic`` client.
+
+    Supports ``openai.OpenAI`` / ``AsyncOpenAI`` (Chat Completions, Responses, Completions, Embeddings) and
+    ``anthropic.Anthropic`` / ``AsyncAnthropic`` (Messages), streaming or not, including the SDK helpers
+    (``messages.stream()``, ``chat.completions.stream()``/``parse()``, ``with_raw_response``). The client is
+    instrumented in place and returned; copies made with ``with_options()``/``copy()`` are instrumented too.
+    Calling it again on the same client replaces the settings.
+
+    ``include_usage``: for an openai chat/completions stream whose caller did not set
+    ``stream_options.include_usage``, ask for it so the stream reports tokens; the extra usage-only chunk
+    is consumed by meritlens and never reaches the caller's loop. ``keep_sdk_spans``: the anthropic SDK emits
+    spans of its own when OpenTelemetry is configured; by default they are switched off on this client so
+    each call is counted once (the meritlens span carries the same evidence and more).
+
+    Raises TypeError for any other kind of object.
+    """
+    kind = _client_kind(client)
+    if kind is None:
+        raise TypeError(
+            "instrument() supports openai.OpenAI/AsyncOpenAI and anthropic.Anthropic/AsyncAnthropic clients, "
+            f"not {type(client).__name__}"
+        )
+    if role is not None and role not in c.ROLES:
+        raise ValueError(f"role must be one of {c.ROLES}, not {role!r}")
+    sdk, provider, is_async = kind
+    if _MARK in client.__dict__:
+        uninstrument(client)
+    settings = _Settings(provider, sdk, target, role, include_usage, keep_sdk_spans, is_async)
+    for name in _INSTANCE_METHODS:
+        if name in client.__dict__:
+            settings.saved[name] = client.__dict__[name]
+    # The wrappers reach the client through a weak reference: a client -> wrapper -> client cycle would
+    # leave every short-lived instrumented client (and its connection pool) to the cyclic garbage collector.
+    client_ref = weakref.ref(client)
+    client.request = (_async_request if is_async else _sync_request)(_original(client, client_ref, "request"), settings)
+    original_copy = _original(client, client_ref, "copy")
+
+    def copy(*args: Any, **kwargs: Any) -> Any:
+        copied = original_copy(*args, **kwargs)
+        try:
+            instrument(copied, target=target, role=role, include_usage=include_usage, keep_sdk_spans=keep_sdk_spans)
+        except Exception:
+            report_internal_error("instrumenting a client copy")
+        return copied
+
+    client.copy = copy
+    client.with_options = copy
+    _add_retry_hook(client, is_async)
+    if sdk == PROVIDER_ANTHROPIC and not keep_sdk_spans and "_lazy_tracer" in client.__dict__:
+        settings.saved["_lazy_tracer"] = client.__dict__["_lazy_tracer"]
+        client._lazy_tracer = None  # the SDK's own span would count this call a second time
+    client.__dict__[_MARK] = settings
+    return client
+
+
+def _original(client: Any, client_ref: weakref.ref[Any], name: str) -> Any:
+    """The client's own method ``name``: an instance attribute already there, else the class's, called weakly."""
+    own = client.__dict__.get(name)
+    if own is not None:
+        return own
+    function = getattr(type(client), name)
+
+    def original(*args: Any, **kwargs: Any) -> Any:
+        return function(client_ref(), *args, **kwargs)
+
+    original.__wrapped__ = function  # type: ignore[attr-defined]
+    return original
+
+
+def uninstrument(client: Any) -> Any:
+    """Undo :func:`instrument` on this client (copies made meanwhile stay instrumented). Returns the client."""
+    settings = client.__dict__.pop(_MARK, None)
+    if settings is None:
+        return client
+    for name in _INSTANCE_METHODS:
+        client.__dict__.pop(name, None)
+        if name in settings.saved:
+            client.__dict__[name] = settings.saved[name]
+    if "_lazy_tracer" in settings.saved:
+        client._lazy_tracer = settings.saved["_lazy_tracer"]
+    _remove_retry_hook(client, settings.is_async)
+    return client
+
+
+# --- retries ---------------------------------------------------------------------------------------------------
+
+
+def _count_attempt(_request: Any) -> None:
+    call = current_call.get()
+    if call is not None:
+        call.attempts += 1
+
+
+async def _count_attempt_async(_request: Any) -> None:
+    call = current_call.get()
+    if call is not None:
+        call.attempts += 1
+
+
+def _http_client(client: Any) -> Any:
+    http_client = getattr(client, "_client", None)
+    return http_client if http_client is not None and hasattr(http_client, "event_hooks") else None
+
+
+# How many instrumented clients use each HTTP client (several SDK clients may share one).
+_hook_users: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
+def _add_retry_hook(client: Any, is_async: bool) -> None:
+    http_client = _http_client(client)
+    if http_client is None:
+        return
+    hooks = http_client.event_hooks.get("request")
+    if hooks is None:
+        return
+    hook = _count_attempt_async if is_async else _count_attempt
+    if hook not in hooks:
+        hooks.append(hook)
+    _hook_users[http_client] = _hook_users.get(http_client, 0) + 1
+
+
+def _remove_retry_hook(client: Any, is_async: bool) -> None:
+    http_client = _http_client(client)
+    if http_client is None:
+        return
+    users = _hook_users.get(http_client, 1) - 1
+    if users > 0:
+        _hook_users[http_client] = users
+        return
+    _hook_users.pop(http_client, None)
+    hooks = http_client.event_hooks.get("request")
+    hook = _count_attempt_async if is_async else _count_attempt
+    if hooks is not None and hook in hooks:
+        hooks.remove(hook)
+
+
+# --- the request wrappers ----------------------------------------------------------------------------------------
+
+
+def _start(settings: _Settings, route: _Route, options: Any, stream: bool) -> tuple[CallRecorder, bool]:
+    """Open the call's span. Returns it and whether meritlens added stream_options.include_usage."""
+    body = options.json_data
+    model = None
+    injected = False
+    if body.__class__ is dict:
+        model = body.get("model")
+        if stream and route.usage_option and settings.include_usage:
+            stream_options = body.get("stream_options")
+            if stream_options is None or (stream_options.__class__ is dict and "include_usage" not in stream_options):
+                options.json_data = {
+                    **body,
+                    "stream_options": {**(stream_options or {}), "include_usage": True},
+                }
+                injected = True
+    attributes = scope_attributes(route.own, settings.explicit)
+    if model.__class__ is not str:
+        model = None
+    else:
+        attributes[c.GEN_AI_REQUEST_MODEL] = model
+    attributes[c.GEN_AI_REQUEST_STREAM] = stream
+    scope = current_scope.get()
+    if scope is not None and scope.frame is not None:
+        scope.frame.nested_calls += 1
+    return CallRecorder(attributes, route.operation, settings.provider, model, count_retries=True), injected
+
+
+def _settle(
+    call: CallRecorder,
+    route: _Route,
+    result: Any,
+    stream: bool,
+    injected: bool,
+    is_async: bool,
+    raw_types: tuple[type, ...],
+) -> Any:
+    """Read a completed request's result into the span (or arrange to, for a stream). Returns ``result``."""
+    try:
+        if stream:
+            observation = StreamObservation(call, StreamReader(route.family, injected, sdk_objects=True))
+            if observe_sdk_stream(result, observation, is_async):
+                return result
+        elif not isinstance(result, raw_types):
+            reading = Reading()
+            read_response(route.family, result, reading)
+            call.finish(reading)
+            return result
+        _settle_raw(call, route, result, stream, injected, is_async)
+    except Exception:
+        report_internal_error("reading an instrumented call's result")
+        call.finish(None)
+    return result
+
+
+def _raw_response_types() -> tuple[type, ...]:
+    """The loaded SDKs' raw response wrappers (``with_raw_response`` / ``with_streaming_response`` results)."""
+    found: list[type] = []
+    for module_name, class_name in (
+        ("openai._legacy_response", "LegacyAPIResponse"),
+        ("openai._response", "BaseAPIResponse"),
+        ("anthropic._response", "BaseAPIResponse"),
+        ("anthropic._legacy_response", "LegacyAPIResponse"),
+    ):
+        module = sys.modules.get(module_name)
+        cls = getattr(module, class_name, None) if module is not None else None
+        if isinstance(cls, type):
+            found.append(cls)
+    return tuple(found)
+
+
+def _settle_raw(call: CallRecorder, route: _Route, result: Any, stream: bool, injected: bool, is_async: bool) -> None:
+    """``with_raw_response`` / ``with_streaming_response`` results, which the caller parses later."""
+    http_response = getattr(result, "http_response", None)
+    if http_response is None:
+        call.finish(None)
+        return
+    if stream:
+        # Parsing an SSE response only builds its Stream (no I/O), and the wrapper caches it, so the caller's
+        # own parse() returns this very stream, observed in place.
+        parse = getattr(result, "parse", None)
+        if parse is not None and not inspect.iscoroutinefunction(parse):
+            parsed = parse()
+            observation = StreamObservation(call, StreamReader(route.family, injected, sdk_objects=True))
+            if observe_sdk_stream(parsed, observation, is_async):
+                return
+        _finish_at_close(call, route, http_response, is_async)
+        return
+    if _body_read(http_response):
+        _finish_from_body(call, route, http_response)
+    else:
+        _finish_at_close(call, route, http_response, is_async)
+
+
+def _body_read(http_response: Any) -> bool:
+    try:
+        return http_response.content is not None  # raises when the body was not read
+    except Exception:
+        return False
+
+
+def _finish_from_body(call: CallRecorder, route: _Route, http_response: Any) -> None:
+    reading = Reading()
+    try:
+        read_response(route.family, json.loads(http_response.content), reading)
+    except ValueError:
+        pass  # not JSON: nothing to read
+    call.finish(reading)
+
+
+def _finish_at_close(call: CallRecorder, route: _Route, http_response: Any, is_async: bool) -> None:
+    """For a body the caller reads later: end the span when the response closes, reading the body if it was read.
+
+    An SSE body consumed this way (without the SDK's Stream) is not parsed: the span then has no token counts.
+    """
+
+    class _AtClose(StreamObservation):
+        __slots__ = ()
+
+        def finish(self, error: BaseException | None = None) -> None:
+            if self.call.ended:
+                return
+            if self.finalizer is not None:
+                _watched.discard(self.finalizer)
+                self.finalizer = None
+            if not self.reader.family == "sse" and _body_read(http_response):
+                try:
+                    _finish_from_body(self.call, route, http_response)
+                    return
+                except Exception:
+                    report_internal_error("reading a raw response body")
+            self.call.finish(None, error)
+
+    observation = _AtClose(call, StreamReader("sse" if _is_sse(http_response) else route.family))
+    _hook_response_close(http_response, observation, is_async)
+    observation.watch(http_response)
+
+
+def _is_sse(http_response: Any) -> bool:
+    content_type = http_response.headers.get("content-type", "")
+    return "text/event-stream" in content_type
+
+
+def _sync_request(original: Any, settings: _Settings) -> Any:
+    routes = settings.routes
+    raw_types = _raw_response_types()
+
+    def request(cast_to: Any, options: Any, *args: Any, stream: bool = False, **kwargs: Any) -> Any:
+        route = routes.get(options.url)
+        if route is None:
+            return original(cast_to, options, *args, stream=stream, **kwargs)
+        try:
+            call, injected = _start(settings, route, options, stream)
+            context_token = call.activate()
+            call_token = current_call.set(call)
+        except Exception:
+            report_internal_error("starting an instrumented call")
+            return original(cast_to, options, *args, stream=stream, **kwargs)
+        try:
+            result = original(cast_to, options, *args, stream=stream, **kwargs)
+        except BaseException as error:
+            _leave(call, call_token, context_token)
+            call.finish(None, error)
+            raise
+        _leave(call, call_token, context_token)
+        return _settle(call, route, result, stream, injected, False, raw_types)
+
+    request.__wrapped__ = original  # type: ignore[attr-defined]
+    return request
+
+
+def _async_request(original: Any, settings: _Settings) -> Any:
+    routes = settings.routes
+    raw_types = _raw_response_types()
+
+    async def request(cast_to: Any, options: Any, *args: Any, stream: bool = False, **kwargs: Any) -> Any:
+        route = routes.get(options.url)
+        if route is None:
+            return await original(cast_to, options, *args, stream=stream, **kwargs)
+        try:
+            call, injected = _start(settings, route, options, stream)
+            context_token = call.activate()
+            call_token = current_call.set(call)
+        except Exception:
+            report_internal_error("starting an instrumented call")
+            return await original(cast_to, options, *args, stream=stream, **kwargs)
+        try:
+            result = await original(cast_to, options, *args, stream=stream, **kwargs)
+        except BaseException as error:
+            _leave(call, call_token, context_token)
+            call.finish(None, error)
+            raise
+        _leave(call, call_token, context_token)
+        if stream and hasattr(result, "http_response"):
+            parse = getattr(result, "parse", None)
+            if parse is not None and inspect.iscoroutinefunction(parse):
+                try:
+                    await parse()  # builds and caches the AsyncStream (no I/O) so it can be observed in place
+                except Exception:
+                    report_internal_error("preparing a raw async stream")
+                return _settle_async_raw_stream(call, route, result, injected)
+        return _settle(call, route, result, stream, injected, True, raw_types)
+
+    request.__wrapped__ = original  # type: ignore[attr-defined]
+    return request
+
+
+def _settle_async_raw_stream(call: CallRecorder, route: _Route, result: Any, injected: bool) -> Any:
+    try:
+        cached = getattr(result, "_parsed_by_type", None) or {}
+        parsed = next(iter(cached.values()), None)
+        observation = StreamObservation(call, StreamReader(route.family, injected, sdk_objects=True))
+        if parsed is None or not observe_sdk_stream(parsed, observation, True):
+            _finish_at_close(call, route, result.http_response, True)
+    except Exception:
+        report_internal_error("reading a raw async stream")
+        call.finish(None)
+    return result
+
+
+def _leave(call: CallRecorder, call_token: Any, context_token: Any) -> None:
+    try:
+        current_call.reset(call_token)
+        CallRecorder.deactivate(context_token)
+    except Exception:
+        report_internal_error("leaving an instrumented call")

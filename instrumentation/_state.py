@@ -1,0 +1,89 @@
+"""Process-wide and per-context state shared by observe, instrument, task and tool."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import trace
+
+if TYPE_CHECKING:
+    from meritlens.instrumentation._task import Task
+
+log = logging.getLogger("meritlens.instrumentation")
+
+TRACER_NAME = "meritlens.instrumentation"
+
+
+class _Config:
+    """What configure() decided; read on every call, so kept to plain attributes."""
+
+    __slots__ = ("tracer_provider", "owns_provider", "tracer", "default_attributes", "lock")
+
+    def __init__(self) -> None:
+        self.tracer_provider: Any = None
+        self.owns_provider = False
+        self.tracer: trace.Tracer | None = None
+        # Attributes every span gets unless the call site or the task says otherwise (the configured target).
+        self.default_attributes: dict[str, Any] = {}
+        self.lock = threading.RLock()
+
+
+config = _Config()
+
+
+def tracer() -> trace.Tracer:
+    """The tracer of the configured provider, else of the global one (a proxy until the app sets it)."""
+    cached = config.tracer
+    if cached is None:
+        provider = config.tracer_provider or trace.get_tracer_provider()
+        cached = config.tracer = provider.get_tracer(TRACER_NAME, _version())
+    return cached
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("meritlens")
+    except Exception:
+        return "0"
+
+
+class Scope:
+    """Attributes inherited by every span opened inside a task or an observed function."""
+
+    __slots__ = ("attributes", "task", "frame")
+
+    def __init__(self, attributes: dict[str, Any], task: Task | None, frame: Any) -> None:
+        self.attributes = attributes
+        self.task = task
+        self.frame = frame
+
+
+current_scope: ContextVar[Scope | None] = ContextVar("meritlens_scope", default=None)
+
+# The LLM call whose HTTP attempts are being counted (read by the httpx event hook to count retries).
+current_call: ContextVar[Any] = ContextVar("meritlens_call", default=None)
+
+_reported: set[str] = set()
+
+
+def report_internal_error(where: str) -> None:
+    """Log one of our own failures once per place, with its traceback; never raises."""
+    try:
+        if where in _reported:
+            return
+        _reported.add(where)
+        log.warning("meritlens instrumentation failed in %s; the application is unaffected", where, exc_info=True)
+    except Exception:  # logging itself failed: nothing more we can do without risking the app
+        pass
+
+
+def warn_once(key: str, message: str, *args: object) -> None:
+    if key in _reported:
+        return
+    _reported.add(key)
+    log.warning(message, *args)
