@@ -210,3 +210,18 @@ def test_count_tokens_is_not_a_generation(spans):
     client = ml.instrument(anthropic_client(Script(json_response({"input_tokens": 12}))))
     assert client.messages.count_tokens(model=MODEL, messages=MESSAGES).input_tokens == 12
     assert spans.all() == []
+
+
+def test_async_raw_response_stream(spans):
+    events = anthropic_events(input_tokens=7, output_tokens=3)
+    client = ml.instrument(async_anthropic_client(Script(sse_response(events, named=True, done=False))))
+
+    async def main():
+        raw = await client.messages.with_raw_response.create(model=MODEL, max_tokens=10, messages=MESSAGES, stream=True)
+        stream = await raw.parse()
+        return [event.type async for event in stream]
+
+    kinds = asyncio.run(main())
+    assert kinds[-1] == "message_stop"
+    span_attrs = attrs(spans.one())
+    assert (span_attrs[c.GEN_AI_USAGE_INPUT_TOKENS], span_attrs[c.GEN_AI_USAGE_OUTPUT_TOKENS]) == (7, 3)

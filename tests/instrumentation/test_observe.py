@@ -336,3 +336,25 @@ def test_observe_around_instrumented_call_counts_tokens_once(spans):
 def test_invalid_role_is_refused():
     with pytest.raises(ValueError):
         ml.observe(role="judge")
+
+
+def test_async_function_returning_an_async_sdk_stream(spans):
+    from llm_fakes import async_openai_client
+
+    client = async_openai_client(Script(chat_stream_handler()))
+
+    @ml.observe(target="t/astream")
+    async def ask():
+        return await client.chat.completions.create(
+            model="gpt-4o-mini", messages=[], stream=True, stream_options={"include_usage": True}
+        )
+
+    async def main():
+        stream = await ask()
+        assert isinstance(stream, openai.AsyncStream)
+        return [chunk async for chunk in stream]
+
+    assert len(asyncio.run(main())) == 5
+    span_attrs = attrs(spans.one())
+    assert span_attrs[c.GEN_AI_USAGE_OUTPUT_TOKENS] == 2
+    assert span_attrs[c.GEN_AI_REQUEST_STREAM] is True
