@@ -9,6 +9,7 @@ import signal
 
 from aiohttp import web
 
+from meritlens.collector._dashboard import Dashboard
 from meritlens.collector._http import HttpReceiver
 from meritlens.collector._pipeline import IngestPipeline
 from meritlens.collector._settings import ServerSettings, address_file
@@ -24,6 +25,7 @@ class Collector:
         self.settings = settings
         self.store = SpanStore(settings.db)
         self.pipeline = IngestPipeline(self.store, max_pending_batches=settings.max_pending_batches)
+        self.readiness = None  # a ReadinessProvider for the dashboard, from `serve --profile`
         self._runner: web.AppRunner | None = None
         self.http_port: int | None = None
 
@@ -33,7 +35,9 @@ class Collector:
         log.info("opened %s; recomputed windows of %d keys", self.settings.db, rebuilt)
         self.pipeline.start()
         receiver = HttpReceiver(self.store, self.pipeline, max_body_bytes=self.settings.max_body_bytes)
-        self._runner = web.AppRunner(receiver.app(), auto_decompress=False, access_log=None)
+        app = receiver.app()
+        Dashboard(self.store, readiness=self.readiness).install(app)
+        self._runner = web.AppRunner(app, auto_decompress=False, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.settings.host, self.settings.http_port)
         await site.start()

@@ -24,6 +24,14 @@ DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_HTTP_PORT}"
 TRACES_PATH = "/v1/traces"
 SQL_PATH = "/api/sql"
 HEALTH_PATH = "/healthz"
+# The dashboard page and its read-only JSON and Arrow endpoints (collector/_dashboard.py).
+DASHBOARD_PATH = "/"
+API_TARGETS_PATH = "/api/targets"
+API_WINDOWS_PATH = "/api/windows"
+API_TASKS_PATH = "/api/tasks"
+API_READINESS_PATH = "/api/readiness"
+API_ARROW_PATH = "/api/arrow"
+ARROW_STREAM_MEDIA_TYPE = "application/vnd.apache.arrow.stream"
 
 
 def address_file(db: str) -> str:
