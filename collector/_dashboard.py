@@ -35,6 +35,7 @@ from meritlens.collector._settings import (
     API_TARGETS_PATH,
     API_TASKS_PATH,
     API_WINDOWS_PATH,
+    ARROW_ROW_COUNT_HEADER,
     ARROW_STREAM_MEDIA_TYPE,
     DASHBOARD_PATH,
 )
@@ -198,10 +199,14 @@ class Dashboard:
         if table not in EXPORT_TABLES:
             return _error(400, f"table must be one of {', '.join(EXPORT_TABLES)}, got {table!r}")
         loop = asyncio.get_running_loop()
+        rows = (await self._query(f"SELECT count(*) AS n FROM {table}"))[0]["n"]
         query = await loop.run_in_executor(None, self._store.query_arrow, EXPORT_TABLES[table])
         try:
-            response = web.StreamResponse(headers={"Content-Type": ARROW_STREAM_MEDIA_TYPE,
-                                                   "Cache-Control": "no-store"})
+            response = web.StreamResponse(headers={
+                "Content-Type": ARROW_STREAM_MEDIA_TYPE, "Cache-Control": "no-store",
+                # Rows when the stream started; a collector still receiving may send a few more.
+                ARROW_ROW_COUNT_HEADER: str(rows),
+            })
             await response.prepare(request)
             stream = _IpcChunks(query.reader)
             while True:

@@ -32,6 +32,7 @@ API_TASKS_PATH = "/api/tasks"
 API_READINESS_PATH = "/api/readiness"
 API_ARROW_PATH = "/api/arrow"
 ARROW_STREAM_MEDIA_TYPE = "application/vnd.apache.arrow.stream"
+ARROW_ROW_COUNT_HEADER = "X-Meritlens-Row-Count"
 
 
 def address_file(db: str) -> str:

@@ -89,7 +89,7 @@
     if (text === null) return el("td", { class: "num value missing" }, "—");
     const withUnit = ["tokens", "steps", "tasks/s"].includes(unit);
     return el("td", { class: "num value", "data-value": value },
-      text, withUnit ? el("span", { class: "unit" }, unit) : null);
+      text, withUnit ? " " : null, withUnit ? el("span", { class: "unit" }, unit) : null);
   }
 
   function formatTime(iso) {
@@ -353,7 +353,9 @@
       ? ` · ${unpriced} task${unpriced === 1 ? "" : "s"} without a complete price (no cost, not $0)` : "";
     if (priced.length === 0) {
       return el("p", { class: "plot-empty", "data-plot": "cost", "data-n": 0 },
-        "No task has a cost: no LLM call of this target was priced." + (ordered.length ? unpricedNote : ""));
+        ordered.length === 0 ? "No task yet."
+          : `No task has a cost: none of the ${ordered.length} task${ordered.length === 1 ? "" : "s"} ` +
+            "had every LLM call priced. A missing price is shown as missing, never as $0.");
     }
     const shown = priced.slice(-120);
     const costs = shown.map((t) => t.total_task_cost);

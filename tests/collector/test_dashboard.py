@@ -1,0 +1,188 @@
+"""The dashboard at `/`: its JSON endpoints, and the page itself in real headless Chromium."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from meritlens.instrumentation import conventions as c
+from tests.browser import DevToolsPage, dump_dom, parse_dom, screenshot, squash
+from tests.otlp_builders import make_request, make_span
+
+T0 = 1_700_000_000 * 10**9
+TARGET = "support-bot/answer"
+XSS_TARGET = """<img src=x onerror="document.body.dataset.pwned=1">'&"</b>"""
+
+
+def _post(collector, spans) -> None:
+    r = httpx.post(collector.traces_url, content=make_request(spans).SerializeToString(),
+                   headers={"Content-Type": "application/x-protobuf"})
+    assert r.status_code == 200, r.text
+
+
+def _known_spans(collector) -> None:
+    """Five tasks of TARGET: latencies 1..5 s, costs $0.01..$0.04 and one task with an unpriced
+    call; 100 input tokens each. Tasks 1 and 2 are in assessment a1. One span of XSS_TARGET."""
+    spans = []
+    for i, seconds in enumerate((1.0, 2.0, 3.0, 4.0)):
+        attrs = {c.TARGET_ID: TARGET, c.GEN_AI_OPERATION_NAME: "chat", c.GEN_AI_USAGE_INPUT_TOKENS: 100,
+                 c.COST_USD: round(0.01 * (i + 1), 2)}
+        if i < 2:
+            attrs[c.ASSESSMENT_ID] = "a1"
+        spans.append(make_span(attrs, start_ns=T0 + i * 60 * 10**9, duration_s=seconds))
+    # Task 5: two calls 5 s apart end to end; the second is not priced, so the task has no cost.
+    trace = bytes.fromhex("ab" * 16)
+    base = {c.TARGET_ID: TARGET, c.TASK_ID: "task-5", c.GEN_AI_OPERATION_NAME: "chat", c.GEN_AI_USAGE_INPUT_TOKENS: 50}
+    spans.append(make_span({**base, c.COST_USD: 0.5}, trace_id=trace, start_ns=T0 + 300 * 10**9, duration_s=2.0))
+    spans.append(make_span(base, trace_id=trace, start_ns=T0 + 303 * 10**9, duration_s=2.0))
+    spans.append(make_span({c.TARGET_ID: XSS_TARGET, c.GEN_AI_USAGE_INPUT_TOKENS: 7}, start_ns=T0, duration_s=0.25))
+    _post(collector, spans)
+
+
+def _get(collector, path: str, **params) -> httpx.Response:
+    return httpx.get(collector.url + path, params=params)
+
+
+def test_json_endpoints_give_targets_windows_and_per_task_samples(collector):
+    _known_spans(collector)
+    targets = _get(collector, "/api/targets").json()
+    assert targets["db"] == "meritlens.duckdb" and targets["readiness_profiles"] is False
+    by_id = {t["target_id"]: t for t in targets["targets"]}
+    assert set(by_id) == {TARGET, XSS_TARGET}
+    assert (by_id[TARGET]["spans"], by_id[TARGET]["tasks"], by_id[TARGET]["scopes"]) == (6, 5, ["all", "a1"])
+
+    windows = _get(collector, "/api/windows", target=TARGET, scope="all").json()["windows"]
+    w = {row["metric"]: row for row in windows}
+    assert (w["input_tokens"]["value"], w["input_tokens"]["sample_count"]) == (500.0, 5)
+    assert w["total_task_cost"]["value"] == pytest.approx(0.10) and w["total_task_cost"]["sample_count"] == 4
+    assert w["end_to_end_latency"]["p50"] == pytest.approx(3.0) and w["end_to_end_latency"]["p95"] == pytest.approx(4.8)
+    assert w["output_tokens"]["state"] == "not_configured" and w["output_tokens"]["value"] is None
+    assert w["input_tokens"]["metric_info"]["group"] == "cost_and_resources"
+    scoped = _get(collector, "/api/windows", target=TARGET, scope="a1").json()["windows"]
+    assert {r["metric"]: r["value"] for r in scoped}["input_tokens"] == 200.0
+
+    tasks = _get(collector, "/api/tasks", target=TARGET).json()
+    assert (tasks["total_tasks"], tasks["truncated"]) == (5, False)
+    by_task = {t["task_key"]: t for t in tasks["tasks"]}
+    assert by_task["task-5"]["end_to_end_latency"] == pytest.approx(5.0)
+    assert by_task["task-5"]["total_task_cost"] is None  # an unpriced call: no cost, never 0
+    assert by_task["task-5"]["span_count"] == 2
+    assert sorted(t["end_to_end_latency"] for t in tasks["tasks"]) == pytest.approx([1, 2, 3, 4, 5])
+    limited = _get(collector, "/api/tasks", target=TARGET, limit="2").json()
+    assert (len(limited["tasks"]), limited["truncated"], limited["tasks"][0]["task_key"]) == (2, True, "task-5")
+
+    xss = _get(collector, "/api/windows", target=XSS_TARGET).json()["windows"]
+    assert {r["target_id"] for r in xss} == {XSS_TARGET}  # bound as a parameter, not pasted into SQL
+    assert _get(collector, "/api/readiness", target=TARGET).json() == {
+        "target_id": TARGET, "profiles_loaded": 0, "reports": []}
+
+
+def test_endpoints_refuse_bad_requests_with_a_message(collector):
+    for path, params, needle in (
+        ("/api/tasks", {}, "give the target"),
+        ("/api/tasks", {"target": "x", "limit": "0"}, "limit must be an integer"),
+        ("/api/tasks", {"target": "x", "limit": "lots"}, "limit must be an integer"),
+        ("/api/readiness", {}, "give the target"),
+        ("/api/arrow", {"table": "pg_catalog"}, "table must be one of spans, windows"),
+    ):
+        r = _get(collector, path, **params)
+        assert r.status_code == 400 and needle in r.json()["error"], (path, r.text)
+    assert _get(collector, "/static/../_store.py").status_code == 404
+    assert _get(collector, "/static/secret.txt").status_code == 404
+    page = _get(collector, "/")
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    assert _get(collector, "/static/dashboard.js").headers["content-type"].startswith("text/javascript")
+
+
+def test_the_page_shows_the_windows_plots_and_escapes_target_ids(collector, tmp_path):
+    _known_spans(collector)
+    html = dump_dom(collector.url + "/?refresh=0", tmp_path / "chromium")
+    dom = parse_dom(html)
+    section = dom.find("section", data_target=TARGET)
+
+    def row(metric: str):
+        return section.find("tr", data_metric=metric)
+
+    assert row("input_tokens").attrs["data-state"] == "measured"
+    assert squash(row("input_tokens").find("td", class_="value").text) == "500 tokens"
+    assert row("input_tokens").find("td", data_samples="5")
+    assert squash(row("total_task_cost").find("td", class_="value").text) == "$0.1000"
+    assert row("total_task_cost").find("td", data_samples="4")
+    latency = row("end_to_end_latency")
+    assert [squash(td.text) for td in latency.find_all("td", class_="value")] == ["4.80 s", "3.00 s", "4.80 s"]
+    assert row("output_tokens").attrs["data-state"] == "not_configured"
+    assert squash(row("output_tokens").find("td", class_="value").text) == "—"  # missing is not 0
+    assert row("output_tokens").find("span", class_="state").text == "not configured"
+
+    histogram = section.find("svg", data_plot="latency")
+    assert histogram.attrs["data-n"] == "5"
+    labels = {t.attrs["data-marker"]: t.text for t in histogram.find_all("text", class_="marker-label")}
+    assert labels == {"p50": "p50 3.00 s", "p95": "p95 4.80 s"}
+    bars = histogram.find_all("rect", class_="bar")
+    assert sum(int(b.find("title").text.split()[0]) for b in bars) == 5
+
+    cost = section.find("svg", data_plot="cost")
+    assert cost.attrs["data-n"] == "4" and len(cost.find_all("rect", class_="bar")) == 4
+    assert cost.find("text", data_marker="mean").text.endswith("mean $0.0250")
+    caption = squash(cost.parent.find("div", class_="caption").text)
+    assert caption.startswith("4 priced tasks · total $0.1000")
+    assert "1 task without a complete price" in caption
+    assert section.find("p", data_readiness="no-profile")
+    assert [o.text for o in section.find("select").find_all("option")] == ["all spans", "assessment a1"]
+
+    # A target id full of markup is shown as text and never runs.
+    evil = dom.find("section", data_target=XSS_TARGET)
+    assert evil.find("h2", class_="target-id").text == XSS_TARGET
+    assert any(a.text == XSS_TARGET for a in dom.find("nav").find_all("a"))
+    assert dom.find_all("img") == []
+    assert "data-pwned" not in html and "<img" not in html
+    assert evil.find("tr", data_metric="end_to_end_latency").attrs["data-state"] == "insufficient_evidence"
+
+    width, height = screenshot(collector.url + "/?refresh=0", tmp_path / "dashboard.png", tmp_path / "chromium")
+    assert (width, height) == (1280, 900)
+    assert (tmp_path / "dashboard.png").stat().st_size > 20_000  # a rendered page, not a blank one
+
+
+def test_the_page_refreshes_itself_and_switches_scope(collector, tmp_path):
+    _known_spans(collector)
+    value = ("(document.querySelector('section[data-target=\"support-bot/answer\"] "
+             "tr[data-metric=\"input_tokens\"] td.value') || {}).textContent")
+    with DevToolsPage(tmp_path / "chromium") as page:
+        page.navigate(collector.url + "/?refresh=1")
+        assert page.wait_for(f"{value} === '500 tokens' && {value}")
+        _post(collector, [make_span({c.TARGET_ID: TARGET, c.GEN_AI_USAGE_INPUT_TOKENS: 100}, start_ns=T0)])
+        assert page.wait_for(f"{value} === '600 tokens'", timeout=10)
+        assert page.evaluate("document.getElementById('updated').textContent").startswith("updated ")
+
+        page.evaluate("""(() => { const s = document.querySelector('section[data-target="support-bot/answer"] select');
+                                  s.value = 'a1'; s.dispatchEvent(new Event('change')); })()""")
+        page.wait_for("document.querySelector('section[data-target=\"support-bot/answer\"]').dataset.scope === 'a1'")
+        assert page.wait_for(f"{value} === '200 tokens'")
+        assert page.evaluate("document.querySelector('section[data-target=\"support-bot/answer\"] "
+                             "svg[data-plot=\"latency\"]').dataset.n") == "2"
+        # Turning auto-refresh off stops the updates.
+        page.evaluate("document.getElementById('auto-refresh').click()")
+        _post(collector, [make_span({c.TARGET_ID: TARGET, c.ASSESSMENT_ID: "a1", c.GEN_AI_USAGE_INPUT_TOKENS: 1},
+                                    start_ns=T0)])
+        page.evaluate("new Promise(r => setTimeout(r, 2500))")
+        assert page.evaluate(value) == "200 tokens"
+        assert page.exceptions == []
+
+
+def test_an_empty_collector_says_how_to_send_spans(collector, tmp_path):
+    dom = parse_dom(dump_dom(collector.url + "/?refresh=0", tmp_path / "chromium"))
+    message = squash(dom.find("p", id="no-targets").text)
+    assert "No target has sent application spans yet" in message and collector.url in message
+    assert dom.find("div", id="banner").attrs.get("hidden") is not None
+
+
+def test_the_page_says_when_the_collector_is_unreachable(collector, tmp_path):
+    url = collector.url
+    with DevToolsPage(tmp_path / "chromium") as page:
+        page.navigate(url + "/?refresh=1")
+        page.wait_for("document.getElementById('updated').textContent.startsWith('updated')")
+        collector.stop()
+        banner = page.wait_for("!document.getElementById('banner').hidden && document.getElementById('banner').textContent")
+        assert banner.startswith("Could not load data from the collector")
+        assert page.evaluate("document.getElementById('updated').textContent") == "update failed"
