@@ -214,7 +214,9 @@ class DevToolsPage:
         return self._loop.run_until_complete(self._call(method, params, timeout))
 
     def navigate(self, url: str) -> None:
+        """Open ``url`` and return once its document has loaded."""
         self.call("Page.navigate", url=url)
+        self.wait_for(f"location.href === {json.dumps(url)} && document.readyState === 'complete'")
 
     def evaluate(self, expression: str):
         result = self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
@@ -225,8 +227,11 @@ class DevToolsPage:
     def wait_for(self, expression: str, timeout: float = 15.0):
         deadline = time.monotonic() + timeout
         while True:
-            value = self.evaluate(expression)
-            if value:
+            try:
+                value = self.evaluate(expression)
+            except AssertionError as exc:  # e.g. the element is not there yet
+                value = exc
+            if value and not isinstance(value, Exception):
                 return value
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out waiting for {expression!r} (last value {value!r})")
