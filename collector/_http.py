@@ -14,7 +14,7 @@ import zlib
 from aiohttp import web
 
 from meritlens.collector import _otlp
-from meritlens.collector._normalize import normalize
+from meritlens.collector._normalize import NormalizeOptions, normalize
 from meritlens.collector._pipeline import IngestPipeline, Overloaded
 from meritlens.collector._settings import HEALTH_PATH, SQL_PATH, TRACES_PATH
 from meritlens.collector._sqlguard import QueryRefused
@@ -85,7 +85,9 @@ def _status_response(media_type: str, status: int, message: str, headers: dict |
 class HttpReceiver:
     """Routes: POST /v1/traces (OTLP), POST /api/sql (read-only SQL), GET /healthz."""
 
-    def __init__(self, store: SpanStore, pipeline: IngestPipeline, *, max_body_bytes: int):
+    def __init__(self, store: SpanStore, pipeline: IngestPipeline, *, max_body_bytes: int,
+                 normalize_options: NormalizeOptions = NormalizeOptions()):
+        self._normalize_options = normalize_options
         self._store = store
         self._pipeline = pipeline
         self._max_body_bytes = max_body_bytes
@@ -125,7 +127,7 @@ class HttpReceiver:
             decoded = _otlp.decode(body, media_type)
         except _otlp.BadRequest as exc:
             return _status_response(reply_type, 400, str(exc))
-        batch = normalize(decoded.request, decoded.refusals)
+        batch = normalize(decoded.request, decoded.refusals, self._normalize_options)
         if batch.size:
             try:
                 await self._pipeline.submit(batch.to_arrow())

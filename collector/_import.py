@@ -38,7 +38,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from meritlens.analytics._schema import SPAN_COLUMN_NAMES, WINDOW_COLUMN_NAMES
 from meritlens.collector import _otlp
-from meritlens.collector._normalize import BOOL, COUNT, PROMOTED, STR, normalize
+from meritlens.collector._normalize import BOOL, COUNT, PROMOTED, STR, NormalizeOptions, normalize
 from meritlens.collector._query import _collector_url, _is_lock_conflict
 from meritlens.collector._settings import TRACES_PATH
 from meritlens.collector._store import SpanStore, touched_keys
@@ -71,6 +71,9 @@ class Chunk:
     refusals: dict = field(default_factory=dict)
     fraction: float = 1.0
     problem: str | None = None
+    from_export: bool = False
+    """Rows of a meritlens export: already normalized once, so nothing is filled in again
+    (no target fallback, no pricing) and they are stored as they were."""
 
 
 @dataclass
@@ -271,7 +274,7 @@ def _parquet_chunks(path: str) -> Iterator[Chunk]:
             except (ValueError, TypeError) as exc:
                 yield Chunk(None, fraction=done / total, problem=f"rows {done - batch.num_rows + 1}-{done}: {exc}")
                 continue
-            yield Chunk(request, fraction=done / total)
+            yield Chunk(request, fraction=done / total, from_export=True)
 
     return chunks()
 
@@ -308,6 +311,13 @@ def _promoted_value(kind: str, value) -> AnyValue:
     if kind == COUNT:
         return AnyValue(int_value=int(value))
     return AnyValue(double_value=float(value))
+
+
+# Each typed column back to the attribute that sets it first (our names and the current GenAI names).
+_COLUMN_KEYS: dict[str, tuple[str, str]] = {
+    column: (kind, next(source for source in sources if isinstance(source, str)))
+    for column, (kind, sources) in PROMOTED.items()
+}
 
 
 def _json_column(row: dict, name: str, default):
@@ -349,10 +359,10 @@ def rows_to_request(rows: list[dict]) -> ExportTraceServiceRequest:
             span.status.message = row["status_message"]
         attributes = _json_column(row, "attributes", {})
         span.attributes.extend(KeyValue(key=k, value=to_any_value(v)) for k, v in attributes.items())
-        for column, (kind, keys) in PROMOTED.items():
+        for column, (kind, key) in _COLUMN_KEYS.items():
             value = row.get(column)
             if value is not None:
-                span.attributes.append(KeyValue(key=keys[0], value=_promoted_value(kind, value)))
+                span.attributes.append(KeyValue(key=key, value=_promoted_value(kind, value)))
         for event in _json_column(row, "events", []):
             added = span.events.add()
             added.name = event.get("name") or ""
@@ -373,20 +383,24 @@ def _span_count(request: ExportTraceServiceRequest) -> int:
 
 
 # --- destinations --------------------------------------------------------------------------------
+_AS_EXPORTED = NormalizeOptions(target_fallback=None, price=None)
+
+
 class StoreDestination:
     """Writes into the DuckDB file directly (nobody else holds it); windows are recomputed once
     for every touched key when the import ends."""
 
     via = "file"
 
-    def __init__(self, store: SpanStore):
+    def __init__(self, store: SpanStore, options: NormalizeOptions):
         self._store = store
+        self._options = options
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
         self._touched: set[tuple[str, str]] = set()
 
     def send(self, chunk: Chunk, result: FileResult) -> None:
-        batch = normalize(chunk.request, chunk.refusals)
+        batch = normalize(chunk.request, chunk.refusals, _AS_EXPORTED if chunk.from_export else self._options)
         result.refused += len(batch.refused)
         _note_refusals(result, batch.refused)
         if batch.size:
@@ -514,10 +528,12 @@ def _status_message(payload: bytes) -> str:
     return payload[:200].decode("utf-8", "replace") or "(no message)"
 
 
-def open_destination(db: str, url: str | None) -> StoreDestination | CollectorDestination:
+def open_destination(db: str, url: str | None, options: NormalizeOptions | None = None
+                     ) -> StoreDestination | CollectorDestination:
     """The running collector at ``url`` if given; else the DuckDB file ``db`` when no process
     holds it (it is created if absent); else the collector that holds it (the URL it wrote
-    beside the file)."""
+    beside the file). ``options`` normalize OTLP files written into the file directly (default:
+    what `meritlens serve` would use); a collector applies its own."""
     if url:
         return CollectorDestination(url)
     store = SpanStore(db)
@@ -532,7 +548,12 @@ def open_destination(db: str, url: str | None) -> StoreDestination | CollectorDe
                 f"{db} is held by another process and no collector address is beside it; "
                 "pass --url of the collector that holds it") from None
         return CollectorDestination(holder)
-    return StoreDestination(store)
+    if options is None:
+        from meritlens.collector._server import normalize_options
+        from meritlens.collector._settings import ServerSettings
+
+        options = normalize_options(ServerSettings())
+    return StoreDestination(store, options)
 
 
 # --- the whole import ----------------------------------------------------------------------------
