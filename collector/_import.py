@@ -378,6 +378,33 @@ def rows_to_request(rows: list[dict]) -> ExportTraceServiceRequest:
     return request
 
 
+def _split(request: ExportTraceServiceRequest, max_spans: int) -> Iterator[ExportTraceServiceRequest]:
+    """The request in parts of at most ``max_spans`` spans, each span with its resource and scope."""
+    if _span_count(request) <= max_spans:
+        yield request
+        return
+    part, count = ExportTraceServiceRequest(), 0
+    for rs in request.resource_spans:
+        for ss in rs.scope_spans:
+            spans = list(ss.spans)
+            while spans:
+                room = max_spans - count
+                taken, spans = spans[:room], spans[room:]
+                new_rs = part.resource_spans.add()
+                new_rs.resource.CopyFrom(rs.resource)
+                new_rs.schema_url = rs.schema_url
+                new_ss = new_rs.scope_spans.add()
+                new_ss.scope.CopyFrom(ss.scope)
+                new_ss.schema_url = ss.schema_url
+                new_ss.spans.extend(taken)
+                count += len(taken)
+                if count >= max_spans:
+                    yield part
+                    part, count = ExportTraceServiceRequest(), 0
+    if count:
+        yield part
+
+
 def _span_count(request: ExportTraceServiceRequest) -> int:
     return sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
 
@@ -458,10 +485,11 @@ class CollectorDestination:
                         else:
                             new_ss.spans.append(span)
             request = kept
-        self._pending.resource_spans.extend(request.resource_spans)
-        self._pending_spans += _span_count(request)
-        if self._pending_spans >= _ROWS_PER_REQUEST or self._pending.ByteSize() >= _MAX_REQUEST_BYTES:
-            self.flush(result)
+        for part in _split(request, _ROWS_PER_REQUEST):
+            self._pending.resource_spans.extend(part.resource_spans)
+            self._pending_spans += _span_count(part)
+            if self._pending_spans >= _ROWS_PER_REQUEST or self._pending.ByteSize() >= _MAX_REQUEST_BYTES:
+                self.flush(result)
 
     def flush(self, result: FileResult) -> None:
         if not self._pending_spans:

@@ -104,8 +104,17 @@
   }
 
   // ---- data ----------------------------------------------------------------------------------
+  // A collector started with a bearer token wants it on every API call. The page takes it from the
+  // URL fragment (/#token=...), which the browser never sends to the server or puts in its logs.
+  const TOKEN = new URLSearchParams(window.location.hash.slice(1)).get("token");
+
   async function getJSON(path) {
-    const response = await fetch(path, { cache: "no-store", headers: { Accept: "application/json" } });
+    const headers = { Accept: "application/json" };
+    if (TOKEN) headers.Authorization = "Bearer " + TOKEN;
+    const response = await fetch(path, { cache: "no-store", headers });
+    if (response.status === 401) {
+      throw new Error("the collector wants a bearer token: open this page as /#token=<token>");
+    }
     let body = null;
     try {
       body = await response.json();
@@ -169,7 +178,12 @@
     }
     views.forEach((view, index) => {
       const anchor = "target-" + index;
-      nav.appendChild(el("a", { href: "#" + anchor }, view.target.target_id));
+      const link = el("a", { href: "#" + anchor }, view.target.target_id);
+      link.addEventListener("click", (event) => {  // keep #token=... in the address bar
+        event.preventDefault();
+        document.getElementById(anchor).scrollIntoView();
+      });
+      nav.appendChild(link);
       main.appendChild(renderTarget(view, anchor, overview.readiness_profiles));
     });
   }

@@ -275,3 +275,15 @@ def test_progress_bar_on_request_and_quiet_when_piped(tmp_path):
     shown = run_cli("import", *map(str, files), "--db", str(tmp_path / "again.duckdb"), "--progress")
     assert "━" in shown.stderr and "100%" in shown.stderr and "20 spans" in shown.stderr
     assert "file" in shown.stdout and "otlp-jsonl" in shown.stdout  # the table goes to stdout
+
+
+def test_a_large_request_goes_to_the_collector_in_parts(collector, tmp_path):
+    big = tmp_path / "big.binpb.gz"
+    spans = [make_span({c.TARGET_ID: "bot", c.GEN_AI_USAGE_INPUT_TOKENS: 1}, start_ns=T0 + i) for i in range(5000)]
+    request = make_request(spans[:2500], resource={"service.name": "a"})
+    request.resource_spans.extend(make_request(spans[2500:], resource={"service.name": "b"}).resource_spans)
+    big.write_bytes(gzip.compress(request.SerializeToString()))
+    proc = run_cli("import", str(big), "--db", str(collector.db), "--format", "json")
+    assert [(r["format"], r["spans"], r["refused"]) for r in json.loads(proc.stdout)] == [("otlp-protobuf+gzip", 5000, 0)]
+    assert collector.sql("select service_name, count(*) n from spans group by all order by all") == [
+        {"service_name": "a", "n": 2500}, {"service_name": "b", "n": 2500}]
