@@ -17,10 +17,15 @@ TASK_SAMPLE_METRICS: tuple[str, ...] = ("end_to_end_latency", "total_task_cost")
 """The metrics the dashboard plots per task."""
 
 
-def task_samples_sql(metrics: Sequence[str] = TASK_SAMPLE_METRICS) -> str:
-    """SQL with bound parameters ``$target``, ``$scope`` and ``$limit``: the most recent ``$limit``
-    tasks of the target in the scope (by the end time of their last span), with columns
-    ``task_key, span_count, first_start, last_end, total_tasks`` and one column per metric.
+def sql_literal(value: str) -> str:
+    """``value`` as a SQL string literal."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def task_samples_sql(target: str, scope: str, limit: int, metrics: Sequence[str] = TASK_SAMPLE_METRICS) -> str:
+    """SQL for the most recent ``limit`` tasks of ``target`` in ``scope`` (by the end time of their
+    last span), with columns ``task_key, span_count, first_start, last_end, total_tasks`` and one
+    column per metric.
 
     Raises KeyError for a metric that has no per-task definition."""
     definitions = {d.metric: d for d in WINDOW_DEFINITIONS}
@@ -28,16 +33,16 @@ def task_samples_sql(metrics: Sequence[str] = TASK_SAMPLE_METRICS) -> str:
     if unknown:
         raise KeyError(f"no per-task definition for {', '.join(unknown)}")
     values = ",\n    ".join(f"CAST({definitions[m].task_value_sql} AS DOUBLE) AS {m}" for m in metrics)
+    scope_filter = "" if scope == SCOPE_ALL else f" AND assessment_id = {sql_literal(scope)}"
     return f"""
 WITH scoped AS (
   SELECT *, coalesce(task_id, trace_id) AS task_key FROM {SPANS_TABLE}
-  WHERE target_id = $target AND role = '{ROLE_APPLICATION}'
-    AND ($scope = '{SCOPE_ALL}' OR assessment_id = $scope)
+  WHERE target_id = {sql_literal(target)} AND role = '{ROLE_APPLICATION}'{scope_filter}
 )
 SELECT task_key, count(*) AS span_count, min(start_time) AS first_start, max(end_time) AS last_end,
     {values},
     count(*) OVER () AS total_tasks
 FROM scoped GROUP BY task_key
 ORDER BY last_end DESC, task_key
-LIMIT $limit
+LIMIT {int(limit)}
 """

@@ -26,7 +26,7 @@ from aiohttp import web
 
 from meritlens.analytics._catalogue import CATALOGUE, METRICS
 from meritlens.analytics._schema import SPANS_TABLE, WINDOW_COLUMN_NAMES, WINDOWS_TABLE
-from meritlens.analytics._task_samples import TASK_SAMPLE_METRICS, task_samples_sql
+from meritlens.analytics._task_samples import TASK_SAMPLE_METRICS, sql_literal, task_samples_sql
 from meritlens.analytics._windows import SCOPE_ALL
 from meritlens.collector._http import json_default
 from meritlens.collector._settings import (
@@ -120,8 +120,8 @@ class Dashboard:
         app.router.add_get(API_READINESS_PATH, self.readiness)
         app.router.add_get(API_ARROW_PATH, self.arrow)
 
-    async def _query(self, sql: str, params: dict | None = None) -> list[dict]:
-        result = await asyncio.get_running_loop().run_in_executor(None, self._store.query, sql, params)
+    async def _query(self, sql: str) -> list[dict]:
+        result = await asyncio.get_running_loop().run_in_executor(None, self._store.query, sql)
         return [dict(zip(result.columns, row)) for row in result.rows]
 
     # --- the page ------------------------------------------------------------------------------
@@ -145,18 +145,13 @@ class Dashboard:
                       "targets": rows})
 
     async def windows(self, request: web.Request) -> web.Response:
-        where, params = [], {}
-        for name in ("target", "scope"):
-            value = request.query.get(name)
-            if value is not None:
-                column = "target_id" if name == "target" else "scope"
-                where.append(f"{column} = ${name}")
-                params[name] = value
+        where = [f"{column} = {sql_literal(request.query[name])}"
+                 for name, column in (("target", "target_id"), ("scope", "scope")) if name in request.query]
         sql = f"SELECT {_WINDOW_SELECT} FROM {WINDOWS_TABLE}"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY target_id, scope, metric"
-        rows = await self._query(sql, params or None)
+        rows = await self._query(sql)
         for row in rows:
             spec = METRICS.get(row["metric"])
             row["metric_info"] = None if spec is None else {
@@ -177,7 +172,7 @@ class Dashboard:
                 raise ValueError
         except ValueError:
             return _error(400, f"limit must be an integer from 1 to {MAX_TASK_LIMIT}, got {raw_limit!r}")
-        rows = await self._query(task_samples_sql(), {"target": target, "scope": scope, "limit": limit})
+        rows = await self._query(task_samples_sql(target, scope, limit))
         total = rows[0]["total_tasks"] if rows else 0
         for row in rows:
             del row["total_tasks"]

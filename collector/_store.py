@@ -153,23 +153,20 @@ class SpanStore:
             con.unregister(_TOUCHED)
 
     # --- reading ---------------------------------------------------------------------------------
-    def query(self, sql: str, params: list | dict | None = None) -> QueryResult:
-        """Run one read-only statement (with optional bound parameters); raise ValueError naming
-        what was refused."""
+    def query(self, sql: str) -> QueryResult:
+        """Run one read-only statement; raise ValueError naming what was refused."""
         check_read_only(sql)
         with self._reader_lock:
             cursor = self._reader.cursor()
         try:
-            result = cursor.execute(sql, params) if params is not None else cursor.execute(sql)
+            result = cursor.execute(sql)
             columns = [d[0] for d in result.description] if result.description else []
             types = [str(d[1]) for d in result.description] if result.description else []
             return QueryResult(columns, types, result.fetchall())
         finally:
             cursor.close()
 
-
-    def query_arrow(self, sql: str, params: list | dict | None = None, *,
-                    batch_rows: int = 65_536) -> "ArrowQuery":
+    def query_arrow(self, sql: str, *, batch_rows: int = 65_536) -> "ArrowQuery":
         """Run one read-only statement and stream its result as Arrow record batches.
 
         Use as a context manager; the reader's batches hold at most ``batch_rows`` rows."""
@@ -177,7 +174,7 @@ class SpanStore:
         with self._reader_lock:
             cursor = self._reader.cursor()
         try:
-            reader = cursor.sql(sql, params=params).to_arrow_reader(batch_rows)
+            reader = cursor.sql(sql).to_arrow_reader(batch_rows)
         except BaseException:
             cursor.close()
             raise

@@ -11,7 +11,7 @@ from tests.otlp_builders import make_request, make_span
 
 T0 = 1_700_000_000 * 10**9
 TARGET = "support-bot/answer"
-XSS_TARGET = """<img src=x onerror="document.body.dataset.pwned=1">'&"</b>"""
+XSS_TARGET = """<img src=x onerror="document.body.dataset.pwned=1">'&"</b>\\'--"""
 
 
 def _post(collector, spans) -> None:
@@ -72,7 +72,9 @@ def test_json_endpoints_give_targets_windows_and_per_task_samples(collector):
     assert (len(limited["tasks"]), limited["truncated"], limited["tasks"][0]["task_key"]) == (2, True, "task-5")
 
     xss = _get(collector, "/api/windows", target=XSS_TARGET).json()["windows"]
-    assert {r["target_id"] for r in xss} == {XSS_TARGET}  # bound as a parameter, not pasted into SQL
+    assert {r["target_id"] for r in xss} == {XSS_TARGET}  # quoted as a SQL literal, quotes and all
+    assert len(xss) == 4
+    assert _get(collector, "/api/tasks", target=XSS_TARGET).json()["total_tasks"] == 1
     assert _get(collector, "/api/readiness", target=TARGET).json() == {
         "target_id": TARGET, "profiles_loaded": 0, "reports": []}
 
