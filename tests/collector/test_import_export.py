@@ -59,7 +59,11 @@ def _send(collector, spans, resource=None) -> None:
 
 
 def _rows(db, sql: str) -> list[dict]:
-    return run_sql(sql, db=db)
+    """Rows of a query on a DuckDB file no process holds (read-only)."""
+    with duckdb.connect(str(db), read_only=True) as con:
+        cursor = con.execute(sql)
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row)) for row in cursor.fetchall()]
 
 
 def test_export_then_import_into_another_database_gives_identical_spans_and_windows(tmp_path):
