@@ -87,6 +87,11 @@ GROUP BY target_id ORDER BY target_id
 """
 
 
+def _metric_info(spec) -> dict:
+    return {"group": spec.group.value, "description": spec.description, "direction": spec.direction.value,
+            "ratio": spec.ratio, "order": _CATALOGUE_ORDER[spec.id]}
+
+
 def _static_text(name: str) -> bytes:
     return (resources.files("meritlens.collector") / "static" / name).read_bytes()
 
@@ -154,11 +159,17 @@ class Dashboard:
         rows = await self._query(sql)
         for row in rows:
             spec = METRICS.get(row["metric"])
-            row["metric_info"] = None if spec is None else {
-                "group": spec.group.value, "description": spec.description,
-                "direction": spec.direction.value, "ratio": spec.ratio, "order": _CATALOGUE_ORDER[spec.id],
-            }
-        return _json({"windows": rows})
+            row["metric_info"] = None if spec is None else _metric_info(spec)
+        body = {"windows": rows}
+        if "target" in request.query:
+            # Catalogue metrics with no stored window for this target: nothing feeds them yet.
+            stored = {row["metric"] for row in rows}
+            body["not_stored"] = [
+                {"metric": spec.id, "unit": spec.unit, "aggregation": spec.default_aggregation.value,
+                 "metric_info": _metric_info(spec)}
+                for spec in CATALOGUE if spec.id not in stored
+            ]
+        return _json(body)
 
     async def tasks(self, request: web.Request) -> web.Response:
         target = request.query.get("target")

@@ -84,12 +84,23 @@
   }
 
   // The value cell: the number, and the unit when the formatted number does not already carry it.
-  function valueCell(value, unit) {
+  function valueText(value, unit) {
     const text = formatNumber(value, unit);
-    if (text === null) return el("td", { class: "num value missing" }, "—");
+    if (text === null) return null;
     const withUnit = ["tokens", "steps", "tasks/s"].includes(unit);
-    return el("td", { class: "num value", "data-value": value },
-      text, withUnit ? " " : null, withUnit ? el("span", { class: "unit" }, unit) : null);
+    return withUnit ? text + " " + unit : text;
+  }
+
+  // The value cell: the number with its unit, and for a distribution its p50 and p95 beneath.
+  function valueCell(w) {
+    const text = valueText(w.value, w.unit);
+    if (text === null) return el("td", { class: "num value missing" }, el("span", { class: "val" }, "—"));
+    const cell = el("td", { class: "num value", "data-value": w.value }, el("span", { class: "val" }, text));
+    if (DISTRIBUTION_AGGREGATIONS.has(w.aggregation) && w.p50 !== null && w.p95 !== null) {
+      cell.appendChild(el("span", { class: "spread", "data-p50": w.p50, "data-p95": w.p95 },
+        `p50 ${valueText(w.p50, w.unit)} · p95 ${valueText(w.p95, w.unit)}`));
+    }
+    return cell;
   }
 
   function formatTime(iso) {
@@ -140,7 +151,7 @@
       getJSON(query("/api/tasks", { target: target.target_id, scope })),
       getJSON(query("/api/readiness", { target: target.target_id })),
     ]);
-    return { target, scope, windows: windows.windows, tasks, readiness };
+    return { target, scope, windows: windows.windows, notStored: windows.not_stored || [], tasks, readiness };
   }
 
   async function refresh() {
@@ -210,7 +221,8 @@
       el("label", {}, "scope ", select));
 
     const byMetric = new Map(view.windows.map((w) => [w.metric, w]));
-    const left = el("div", { class: "panel windows-panel" }, el("h3", {}, "Windows"), windowsTable(view.windows));
+    const left = el("div", { class: "panel windows-panel" }, el("h3", {}, "Windows"),
+      windowsTable(view.windows, view.notStored));
     const right = el("div", { class: "plots" },
       el("div", { class: "panel" }, el("h3", {}, "End-to-end latency per task"),
         latencyPlot(view.tasks, byMetric.get("end_to_end_latency"))),
@@ -220,50 +232,58 @@
       head, el("div", { class: "grid" }, left, right));
   }
 
-  function windowsTable(windows) {
+  function windowsTable(windows, notStored) {
     const table = el("table", { class: "windows" },
       el("thead", {}, el("tr", {},
         el("th", {}, "metric"), el("th", {}, "state"), el("th", { class: "num" }, "value"),
-        el("th", { class: "num" }, "samples"),
-        el("th", { class: "num" }, "p50"), el("th", { class: "num" }, "p95"))));
+        el("th", { class: "num" }, "samples"))));
     const body = el("tbody");
     const groups = new Map();
-    for (const w of windows) {
-      const group = w.metric_info ? w.metric_info.group : "other";
-      if (!groups.has(group)) groups.set(group, []);
-      groups.get(group).push(w);
+    const groupOf = (w) => (w.metric_info ? w.metric_info.group : "other");
+    for (const w of windows.concat(notStored)) {
+      if (!groups.has(groupOf(w))) groups.set(groupOf(w), { stored: [], notStored: [] });
     }
+    windows.forEach((w) => groups.get(groupOf(w)).stored.push(w));
+    notStored.forEach((m) => groups.get(groupOf(m)).notStored.push(m));
     const order = [...GROUP_ORDER, ...[...groups.keys()].filter((g) => !GROUP_ORDER.includes(g))];
     for (const group of order) {
-      const rows = groups.get(group);
-      if (!rows) continue;
-      rows.sort((a, b) => rank(a) - rank(b) || a.metric.localeCompare(b.metric));
-      body.appendChild(el("tr", { class: "group" }, el("td", { colspan: 6 }, GROUP_LABELS[group] || group)));
-      for (const w of rows) body.appendChild(windowRow(w));
+      const members = groups.get(group);
+      if (!members) continue;
+      body.appendChild(el("tr", { class: "group" }, el("td", { colspan: 4 }, GROUP_LABELS[group] || group)));
+      members.stored.sort(byCatalogue).forEach((w) => body.appendChild(windowRow(w)));
+      if (members.notStored.length) body.appendChild(notStoredRow(members.notStored.sort(byCatalogue)));
     }
-    if (windows.length === 0) {
-      body.appendChild(el("tr", {}, el("td", { colspan: 6, class: "missing" }, "no windows in this scope")));
+    if (windows.length === 0 && notStored.length === 0) {
+      body.appendChild(el("tr", {}, el("td", { colspan: 4, class: "missing" }, "no windows in this scope")));
     }
     table.appendChild(body);
     return table;
   }
 
-  function rank(w) {
-    return w.metric_info ? w.metric_info.order : 1e6;
+  function byCatalogue(a, b) {
+    const rank = (w) => (w.metric_info ? w.metric_info.order : 1e6);
+    return rank(a) - rank(b) || a.metric.localeCompare(b.metric);
   }
 
   function windowRow(w) {
-    const distribution = DISTRIBUTION_AGGREGATIONS.has(w.aggregation);
     const title = (w.metric_info ? w.metric_info.description + " " : "") +
       (w.evidence_digest ? "Evidence sha256 " + w.evidence_digest : "No evidence yet.");
     return el("tr", { "data-metric": w.metric, "data-state": w.state, title },
       el("td", { class: "metric" }, el("span", { class: "mono" }, w.metric),
         el("span", { class: "aggregation", "data-aggregation": w.aggregation }, w.aggregation + " · " + w.unit)),
       el("td", {}, stateBadge(w.state)),
-      valueCell(w.value, w.unit),
-      el("td", { class: "num", "data-samples": w.sample_count }, intFormat.format(w.sample_count)),
-      distribution ? valueCell(w.p50, w.unit) : el("td", { class: "num missing" }, ""),
-      distribution ? valueCell(w.p95, w.unit) : el("td", { class: "num missing" }, ""));
+      valueCell(w),
+      el("td", { class: "num", "data-samples": w.sample_count }, intFormat.format(w.sample_count)));
+  }
+
+  // Catalogue metrics with no stored window: nothing feeds them, so they are not configured.
+  function notStoredRow(metrics) {
+    return el("tr", { class: "not-stored" }, el("td", { colspan: 4 },
+      el("span", { class: "muted" }, "not configured, no window stored: "),
+      metrics.map((m) => el("span", {
+        class: "state state-not_configured chip", "data-metric": m.metric, "data-state": "not_configured",
+        title: (m.metric_info ? m.metric_info.description + " " : "") + "No collector or evaluator has fed this metric.",
+      }, m.metric))));
   }
 
   // ---- plots ---------------------------------------------------------------------------------

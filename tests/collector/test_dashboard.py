@@ -58,6 +58,8 @@ def test_json_endpoints_give_targets_windows_and_per_task_samples(collector):
     assert w["end_to_end_latency"]["p50"] == pytest.approx(3.0) and w["end_to_end_latency"]["p95"] == pytest.approx(4.8)
     assert w["output_tokens"]["state"] == "not_configured" and w["output_tokens"]["value"] is None
     assert w["input_tokens"]["metric_info"]["group"] == "cost_and_resources"
+    not_stored = {m["metric"] for m in _get(collector, "/api/windows", target=TARGET).json()["not_stored"]}
+    assert "task_quality" in not_stored and not not_stored & set(w)  # catalogue metrics nothing feeds yet
     scoped = _get(collector, "/api/windows", target=TARGET, scope="a1").json()["windows"]
     assert {r["metric"]: r["value"] for r in scoped}["input_tokens"] == 200.0
 
@@ -111,11 +113,19 @@ def test_the_page_shows_the_windows_plots_and_escapes_target_ids(collector, tmp_
     assert row("input_tokens").find("td", data_samples="5")
     assert squash(row("total_task_cost").find("td", class_="value").text) == "$0.1000"
     assert row("total_task_cost").find("td", data_samples="4")
-    latency = row("end_to_end_latency")
-    assert [squash(td.text) for td in latency.find_all("td", class_="value")] == ["4.80 s", "3.00 s", "4.80 s"]
+    latency = row("end_to_end_latency").find("td", class_="value")
+    assert latency.find("span", class_="val").text == "4.80 s"
+    assert latency.find("span", class_="spread").text == "p50 3.00 s · p95 4.80 s"
     assert row("output_tokens").attrs["data-state"] == "not_configured"
     assert squash(row("output_tokens").find("td", class_="value").text) == "—"  # missing is not 0
     assert row("output_tokens").find("span", class_="state").text == "not configured"
+    # Every catalogue metric is shown: those without a stored window as not configured.
+    table = section.find("table", class_="windows")
+    stored = {r.attrs["data-metric"] for r in table.find_all("tr", data_metric=True)}
+    not_stored = {c.attrs["data-metric"]: c for c in table.find_all("span", class_="chip")}
+    assert len(stored) + len(not_stored) == 23 and not stored & set(not_stored)
+    assert not_stored["task_quality"].attrs["data-state"] == "not_configured"
+    assert "state-not_configured" in not_stored["task_quality"].attrs["class"]
 
     histogram = section.find("svg", data_plot="latency")
     assert histogram.attrs["data-n"] == "5"
