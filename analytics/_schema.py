@@ -1,4 +1,4 @@
-"""The stored tables' columns: the one home of the `spans` and `windows` schemas.
+"""The stored tables' columns: the one home of the `spans`, `windows` and `coverage_checks` schemas.
 
 The collector writes these columns; every query in analytics reads them.
 """
@@ -17,6 +17,7 @@ class Column:
 
 SPANS_TABLE = "spans"
 WINDOWS_TABLE = "windows"
+COVERAGE_TABLE = "coverage_checks"
 
 SPAN_COLUMNS: tuple[Column, ...] = (
     Column("trace_id", "VARCHAR NOT NULL", "32 lowercase hex characters"),
@@ -93,6 +94,18 @@ WINDOW_COLUMNS: tuple[Column, ...] = (
 WINDOW_COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in WINDOW_COLUMNS)
 
 
+COVERAGE_COLUMNS: tuple[Column, ...] = (
+    Column("target_id", "VARCHAR NOT NULL", "the target whose readiness was checked"),
+    Column("scope", "VARCHAR NOT NULL", "the scope of the baseline windows ('all' or an assessment id)"),
+    Column("checked_at", "TIMESTAMPTZ NOT NULL", "when the check ran"),
+    Column("required", "VARCHAR[] NOT NULL", "metrics the profile requires"),
+    Column("covered", "VARCHAR[] NOT NULL", "required metrics with a live collector"),
+    Column("shortfalls", "VARCHAR[] NOT NULL", "why the baseline is not ready, one line per gap"),
+    Column("report", "JSON NOT NULL", "the full coverage report"),
+)
+COVERAGE_COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COVERAGE_COLUMNS)
+
+
 def create_table_sql(table: str, columns: tuple[Column, ...], primary_key: tuple[str, ...]) -> str:
     body = ",\n  ".join(f"{c.name} {c.sql_type}" for c in columns)
     return f"CREATE TABLE IF NOT EXISTS {table} (\n  {body},\n  PRIMARY KEY ({', '.join(primary_key)})\n)"
@@ -100,3 +113,4 @@ def create_table_sql(table: str, columns: tuple[Column, ...], primary_key: tuple
 
 SPANS_DDL = create_table_sql(SPANS_TABLE, SPAN_COLUMNS, ("trace_id", "span_id"))
 WINDOWS_DDL = create_table_sql(WINDOWS_TABLE, WINDOW_COLUMNS, ("target_id", "metric", "scope"))
+COVERAGE_DDL = create_table_sql(COVERAGE_TABLE, COVERAGE_COLUMNS, ("target_id", "scope", "checked_at"))

@@ -2,40 +2,64 @@
 
 A window is the cumulative aggregate of one catalogue metric for one target over one scope
 (``all``, or an assessment id). The processor recomputes the windows of the (target, scope)
-keys a batch touched and *replaces* the stored rows: counts are never added across windows.
+keys a batch touched, in one statement, and *replaces* the stored rows: counts are never added
+across windows.
 
-Samples are tasks: a task is the set of a target's application-role spans sharing
-``meritlens.task.id``, or one trace when no task id was set. Spans fall into a window by their
-own end time. Orchestration spans are stored but never feed a window.
+Samples are tasks or calls (the catalogue's sample unit). A task is the set of a target's
+application-role spans sharing ``meritlens.task.id``, or one trace when no task id was set.
+Spans fall into a window by their own end time. Orchestration spans are stored but never feed a
+window. The processor writes only the metrics defined here (``SPAN_WINDOW_METRICS``); metrics
+that only an evaluator or plugin can compute are written by them into the same table.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import math
 from dataclasses import dataclass
 from enum import Enum
+from typing import Callable
 
-from meritlens.analytics._catalogue import Aggregation, METRICS, REPEATED_RUN_AGGREGATIONS
+from meritlens.analytics._catalogue import (
+    METRICS,
+    Aggregation,
+    CATALOGUE,
+    MetricSpec,
+    REPEATED_RUN_AGGREGATIONS,
+    SampleUnit,
+)
 from meritlens.analytics._schema import SPANS_TABLE, WINDOW_COLUMN_NAMES, WINDOWS_TABLE
-from meritlens.instrumentation.conventions import ROLE_APPLICATION
+from meritlens.instrumentation.conventions import (
+    OP_CHAT,
+    OP_EMBEDDINGS,
+    OP_EXECUTE_TOOL,
+    OP_TEXT_COMPLETION,
+    ROLE_APPLICATION,
+)
 
 SCOPE_ALL = "all"
 EVIDENCE_MEDIA_TYPE = "application/vnd.meritlens.span-set"
 """Evidence of a computed window: the set of spans that fed it, identified by `trace_id:span_id`."""
 MIN_SAMPLES_FOR_REPEATED_CLAIM = 2
-"""A rate, mean, distribution or percentile from fewer samples is not a measurement."""
+"""A rate, mean, distribution, percentile or reliability value from fewer samples is not a measurement."""
+SIGNAL_TYPE = "metric_window_available"
 
 
 class WindowState(str, Enum):
+    """Every metric of a target is in exactly one of these states."""
+
     MEASURED = "measured"
     NOT_APPLICABLE = "not_applicable"
     NOT_CONFIGURED = "not_configured"
     INSUFFICIENT_EVIDENCE = "insufficient_evidence"
 
 
+_TIME_COLUMNS = ("first_span_time", "last_span_time", "computed_at")
+
+
 @dataclass(frozen=True)
 class Window:
-    """One stored row of the `windows` table."""
+    """One row of the `windows` table (``computed_at`` is None for a metric no window was stored for)."""
 
     target_id: str
     metric: str
@@ -58,77 +82,334 @@ class Window:
     evidence_uri: str | None
     evidence_media_type: str | None
     evidence_digest: str | None
-    computed_at: _dt.datetime
+    computed_at: _dt.datetime | None
 
     @classmethod
-    def from_row(cls, row: tuple) -> "Window":
-        return cls(**dict(zip(WINDOW_COLUMN_NAMES, row)))
+    def from_row(cls, row: tuple, columns: tuple[str, ...] | list[str] = WINDOW_COLUMN_NAMES) -> "Window":
+        """A window from a query row; timestamps given as ISO text (through a collector) are parsed."""
+        values = dict(zip(columns, row))
+        for name in _TIME_COLUMNS:
+            if isinstance(values.get(name), str):
+                values[name] = _dt.datetime.fromisoformat(values[name])
+        return cls(**{name: values.get(name) for name in WINDOW_COLUMN_NAMES})
+
+    @property
+    def finite_value(self) -> float | None:
+        """The value when it is a finite number, else None."""
+        if self.value is None or not math.isfinite(self.value):
+            return None
+        return float(self.value)
+
+    @property
+    def has_evidence(self) -> bool:
+        return bool(self.evidence_uri) and bool(self.evidence_digest)
+
+    def value_as(self, aggregation: Aggregation) -> float | None:
+        """The window's value expressed in ``aggregation``, when the window holds enough to say it.
+
+        The stored aggregation gives ``value``; the distribution summary gives the others
+        (sum = mean x count, percentile = p95); a single value exists only for one sample.
+        """
+        if aggregation.value == self.aggregation:
+            return self.finite_value
+        if self.count is None or self.mean is None:
+            return None
+        derived = {
+            Aggregation.MEAN: self.mean,
+            Aggregation.RATE: self.mean,
+            Aggregation.DISTRIBUTION: self.mean,
+            Aggregation.SUM: self.mean * self.count,
+            Aggregation.PERCENTILE: self.p95,
+            Aggregation.SINGLE_VALUE: self.mean if self.count == 1 else None,
+        }[aggregation]
+        return derived if derived is not None and math.isfinite(derived) else None
+
+    def to_signal(self) -> dict:
+        """This window as a `metric_window_available` signal (JSON-ready)."""
+        return {
+            "type": SIGNAL_TYPE,
+            "target_id": self.target_id,
+            "metric": self.metric,
+            "scope": self.scope,
+            "aggregation": self.aggregation,
+            "value": self.finite_value,
+            "unit": self.unit,
+            "sample_count": self.sample_count,
+            "state": self.state,
+            "summary": {
+                name: getattr(self, name) for name in ("count", "mean", "min", "max", "p50", "p90", "p95", "p99")
+            },
+            "first_span_time": _iso(self.first_span_time),
+            "last_span_time": _iso(self.last_span_time),
+            "evidence": {
+                "uri": self.evidence_uri,
+                "media_type": self.evidence_media_type,
+                "digest": self.evidence_digest,
+            } if self.has_evidence else None,
+            "computed_at": _iso(self.computed_at),
+        }
+
+
+def _iso(value: _dt.datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+# --- spans and tasks ------------------------------------------------------------------------------
+_LLM_OPERATIONS = ", ".join(f"'{op}'" for op in (OP_CHAT, OP_TEXT_COMPLETION, "generate_content", OP_EMBEDDINGS))
+_LLM_LIKE = (
+    "(input_tokens IS NOT NULL OR output_tokens IS NOT NULL OR cost_usd IS NOT NULL"
+    f" OR operation IN ({_LLM_OPERATIONS}))"
+)
+"""A span that looks like an LLM call. It is *the* call unless an LLM-like child sits under it
+(then it is a wrapper, e.g. ``@observe`` around an instrumented client, and carries no usage)."""
+_TOOL_SPAN = f"(operation = '{OP_EXECUTE_TOOL}' OR tool_name IS NOT NULL)"
+_ERROR = "(status_code = 2 OR error_type IS NOT NULL)"
+
+
+def _sum_over_calls(column: str) -> str:
+    """A task's total of ``column`` over its LLM calls: known only when every call reported it
+    (a partial sum would understate it), NULL when no call did (never 0)."""
+    return (
+        f"CASE WHEN count({column}) FILTER (WHERE is_call) > 0"
+        f" AND count({column}) FILTER (WHERE is_call) = count(*) FILTER (WHERE is_call)"
+        f" THEN sum({column}) FILTER (WHERE is_call) END"
+    )
+
+
+@dataclass(frozen=True)
+class TaskField:
+    """One column of a task: an aggregate over the task's application spans (NULL when unobserved)."""
+
+    name: str
+    sql: str
+    description: str
+
+
+TASK_FIELDS: tuple[TaskField, ...] = (
+    TaskField("task_id", "max(task_id)", "meritlens.task.id (NULL when the task is one trace without it)"),
+    TaskField("assessment_id", "min(assessment_id)", "meritlens.assessment.id"),
+    TaskField("case_id", "min(case_id)", "meritlens.case.id"),
+    TaskField("run_id", "min(run_id)", "meritlens.run.id"),
+    TaskField("traces", "count(DISTINCT trace_id)", "traces the task spans"),
+    TaskField("spans", "count(*)", "application spans of the task"),
+    TaskField("llm_calls", "count(*) FILTER (WHERE is_call)", "LLM calls (wrappers around a call excluded)"),
+    TaskField("start_time", "min(start_time)", "earliest span start"),
+    TaskField("end_time", "max(end_time)", "latest span end"),
+    TaskField("input_tokens", f"CAST({_sum_over_calls('input_tokens')} AS BIGINT)",
+              "input tokens of all calls; NULL unless every call reported them"),
+    TaskField("output_tokens", f"CAST({_sum_over_calls('output_tokens')} AS BIGINT)",
+              "output tokens of all calls; NULL unless every call reported them"),
+    TaskField("reasoning_tokens", f"CAST({_sum_over_calls('reasoning_tokens')} AS BIGINT)",
+              "reasoning tokens of all calls; NULL unless every call reported them"),
+    TaskField("cost_usd", _sum_over_calls("cost_usd"),
+              "provider cost of all calls in USD; NULL unless every call was priced"),
+    TaskField("end_to_end_latency_s", "(max(end_unix_nano) - min(start_unix_nano)) / 1e9",
+              "seconds from the first span start to the last span end"),
+    TaskField("time_to_first_useful_output_s",
+              "(min(start_unix_nano + CAST(round(ttft_s * 1e9) AS BIGINT)) - min(start_unix_nano)) / 1e9",
+              "seconds from the task's start to its first streamed chunk; NULL without streaming"),
+    TaskField("agent_steps", "max(agent_step)", "highest agent step recorded (the task span records the total)"),
+    TaskField("retries", "CAST(sum(retries) FILTER (WHERE is_call) AS BIGINT)", "retries reported by the calls"),
+    TaskField("tool_calls", "CAST(sum(tool_calls) FILTER (WHERE is_call) AS BIGINT)",
+              "tool calls the model requested"),
+    TaskField("tool_executions", "count(*) FILTER (WHERE is_tool)", "tool spans (executions)"),
+    TaskField("failed_tool_executions", "count(*) FILTER (WHERE is_tool AND is_error)", "tool spans that failed"),
+    TaskField("errors", "count(*) FILTER (WHERE is_error)", "spans with error status or error.type"),
+    TaskField("outcome_success", "bool_and(outcome_success)",
+              "recorded outcome (false if any recorded outcome was a failure)"),
+    TaskField("quality_score", "avg(quality_score) FILTER (WHERE quality_score BETWEEN 0 AND 1)",
+              "recorded quality score in [0, 1] (mean if several)"),
+    TaskField("human_intervention", "bool_or(human_intervention)", "a person had to step in"),
+)
+# Columns the processor needs besides the task fields.
+_TASK_INTERNALS = (
+    "min(start_unix_nano) AS start_ns",
+    "max(end_unix_nano) AS end_ns",
+    "min(end_time) AS first_end",
+    "max(end_time) AS last_end",
+)
+
+
+def _flagged_spans_sql(targets_filter: str) -> str:
+    """CTEs `app` and `flagged`: the application spans (of the filtered targets) with their task key
+    and the flags `is_call`, `is_tool`, `is_error` every task field reads."""
+    return f"""app AS (
+  SELECT * FROM {SPANS_TABLE}
+  WHERE role = '{ROLE_APPLICATION}' AND target_id IS NOT NULL{targets_filter}
+),
+call_parents AS (
+  SELECT DISTINCT trace_id, parent_span_id AS span_id FROM app
+  WHERE parent_span_id IS NOT NULL AND {_LLM_LIKE}
+),
+flagged AS (
+  SELECT app.*, coalesce(app.task_id, app.trace_id) AS task_key,
+    ({_LLM_LIKE} AND p.span_id IS NULL) AS is_call,
+    {_TOOL_SPAN} AS is_tool,
+    {_ERROR} AS is_error
+  FROM app LEFT JOIN call_parents p ON p.trace_id = app.trace_id AND p.span_id = app.span_id
+)"""
+
+
+def _task_columns_sql() -> str:
+    return ",\n    ".join(f"{f.sql} AS {f.name}" for f in TASK_FIELDS)
+
+
+def tasks_view_sql(view_name: str) -> str:
+    """DDL of the `tasks` view: one row per (target, task) with the task fields."""
+    return f"""CREATE OR REPLACE VIEW {view_name} AS
+WITH {_flagged_spans_sql("")}
+SELECT target_id, task_key,
+    {_task_columns_sql()}
+FROM flagged GROUP BY target_id, task_key"""
+
+
+# --- window definitions ---------------------------------------------------------------------------
+_COUNTED = "count({v}) > 0"
+"""By default a metric's sources were observed when it has a sample."""
+_NEVER = "false"
 
 
 @dataclass(frozen=True)
 class WindowDefinition:
-    """How one metric's per-task sample is computed from the spans of a task (SQL over `scoped`)."""
+    """How the processor computes one metric's window (all SQL fragments are data).
+
+    Rows are tasks (columns of ``TASK_FIELDS``) for task metrics, and application spans (with
+    the flags ``is_call``, ``is_tool``, ``is_error``) for call metrics.
+    """
 
     metric: str
-    task_value_sql: str
-    """An aggregate expression over one task's application spans; NULL when the task has no value."""
+    sample_sql: str
+    """One row's sample value; NULL when the row is no sample of this metric."""
+    configured_sql: str = _COUNTED
+    """Aggregate over the rows: the metric's sources were observed (else `not_configured`).
+    ``{v}`` stands for the sample column in this and the next two fragments."""
+    not_applicable_sql: str = _NEVER
+    """Aggregate over the rows: the metric does not apply to this target (e.g. it never uses tools)."""
+    value_sql: str | None = None
+    """Aggregate giving the value when it is not the plain aggregation of the samples ``{v}``."""
+
+    @property
+    def spec(self) -> MetricSpec:
+        return METRICS[self.metric]
 
     @property
     def aggregation(self) -> Aggregation:
-        return METRICS[self.metric].default_aggregation
+        return self.spec.default_aggregation
+
+    @property
+    def summarizes_samples(self) -> bool:
+        """Whether the distribution summary of the samples describes the value."""
+        return self.value_sql is None
+
+    @property
+    def min_samples(self) -> int:
+        """Fewest samples for `measured`: a repeated-run or reliability claim needs two."""
+        if self.aggregation in REPEATED_RUN_AGGREGATIONS or self.spec.reliability:
+            return MIN_SAMPLES_FOR_REPEATED_CLAIM
+        return 1
 
 
-# A span that is an LLM call (as opposed to a task root, a tool or an HTTP span).
-_IS_LLM_CALL = (
-    "(input_tokens IS NOT NULL OR output_tokens IS NOT NULL OR cost_usd IS NOT NULL"
-    " OR operation IN ('chat', 'text_completion', 'generate_content', 'embeddings'))"
-)
+# Cost (or reasoning tokens) of every task with a known outcome, over the successful ones.
+_PER_SUCCESS = "sum({v}) / nullif(count({v}) FILTER (WHERE outcome_success), 0)"
 
 WINDOW_DEFINITIONS: tuple[WindowDefinition, ...] = (
-    WindowDefinition("input_tokens", "sum(input_tokens)"),
-    WindowDefinition("output_tokens", "sum(output_tokens)"),
-    # A task's cost is known only when every LLM call in it was priced: a partial sum would
-    # understate it, and a task with no priced call has no cost (never 0).
+    WindowDefinition("task_quality", "quality_score"),
+    WindowDefinition("task_success", "CAST(outcome_success AS INTEGER)"),
     WindowDefinition(
-        "total_task_cost",
-        f"CASE WHEN count(cost_usd) > 0 AND count(cost_usd) = count(*) FILTER (WHERE {_IS_LLM_CALL})"
-        " THEN sum(cost_usd) END",
+        "tool_use_performance",
+        "CASE WHEN is_tool THEN CAST(NOT is_error AS INTEGER) END",
+        not_applicable_sql="count({v}) = 0 AND max(tool_calls) FILTER (WHERE is_call) = 0",
     ),
-    WindowDefinition("end_to_end_latency", "(max(end_unix_nano) - min(start_unix_nano)) / 1e9"),
+    WindowDefinition(
+        "reasoning_efficiency",
+        "CASE WHEN outcome_success IS NOT NULL THEN reasoning_tokens END",
+        configured_sql="bool_or(reasoning_tokens IS NOT NULL) AND bool_or(outcome_success IS NOT NULL)",
+        value_sql=_PER_SUCCESS,
+    ),
+    WindowDefinition(
+        "recovery_ability",
+        "CASE WHEN errors > 0 OR retries > 0 THEN CAST(outcome_success AS INTEGER) END",
+        configured_sql="bool_or(outcome_success IS NOT NULL)",
+    ),
+    WindowDefinition("input_tokens", "input_tokens"),
+    WindowDefinition("output_tokens", "output_tokens"),
+    WindowDefinition("total_task_cost", "cost_usd"),
+    WindowDefinition(
+        "cost_per_successful_task",
+        "CASE WHEN outcome_success IS NOT NULL THEN cost_usd END",
+        configured_sql="bool_or(cost_usd IS NOT NULL) AND bool_or(outcome_success IS NOT NULL)",
+        value_sql=_PER_SUCCESS,
+    ),
+    WindowDefinition("agent_steps", "agent_steps"),
+    WindowDefinition("time_to_first_useful_output", "time_to_first_useful_output_s"),
+    WindowDefinition("end_to_end_latency", "end_to_end_latency_s"),
+    WindowDefinition(
+        "throughput",
+        "1",
+        value_sql=(
+            f"CASE WHEN count({{v}}) >= {MIN_SAMPLES_FOR_REPEATED_CLAIM} AND max(end_ns) > min(start_ns)"
+            " THEN count({v}) / ((max(end_ns) - min(start_ns)) / 1e9) END"
+        ),
+    ),
+    WindowDefinition("retry_rate", "CASE WHEN is_call THEN CAST(retries > 0 AS INTEGER) END"),
+    WindowDefinition("human_intervention_rate", "CAST(human_intervention AS INTEGER)"),
 )
-WINDOWED_METRICS: tuple[str, ...] = tuple(d.metric for d in WINDOW_DEFINITIONS)
+SPAN_WINDOW_METRICS: tuple[str, ...] = tuple(d.metric for d in WINDOW_DEFINITIONS)
+"""The metrics whose windows the processor computes from spans (and owns in `windows`)."""
+PLUGIN_ONLY_METRICS: tuple[str, ...] = tuple(m.id for m in CATALOGUE if m.id not in SPAN_WINDOW_METRICS)
+"""Catalogue metrics only an evaluator or metric plugin can measure; no span window exists for them."""
+WINDOWED_METRICS = SPAN_WINDOW_METRICS
+"""The name this tuple had first; kept for code written against it."""
 
 
 def _value_sql(aggregation: Aggregation) -> str:
     return {
-        Aggregation.SUM: "a.total",
-        Aggregation.MEAN: "a.mean",
-        Aggregation.RATE: "a.mean",
-        Aggregation.SINGLE_VALUE: "CASE WHEN a.n = 1 THEN a.total END",
-        Aggregation.DISTRIBUTION: "a.mean",
-        Aggregation.PERCENTILE: "a.q[3]",
+        Aggregation.SUM: "sum({v})",
+        Aggregation.MEAN: "avg({v})",
+        Aggregation.RATE: "avg({v})",
+        Aggregation.DISTRIBUTION: "avg({v})",
+        Aggregation.PERCENTILE: "quantile_cont({v}, 0.95)",
+        Aggregation.SINGLE_VALUE: "CASE WHEN count({v}) = 1 THEN max({v}) END",
     }[aggregation]
 
 
-def _min_samples(aggregation: Aggregation) -> int:
-    return MIN_SAMPLES_FOR_REPEATED_CLAIM if aggregation in REPEATED_RUN_AGGREGATIONS else 1
+# Columns of a sample row besides `v`: its unit and key (a task key, or a call's `trace_id:span_id`),
+# its span end times, and what the definitions' fragments read.
+_TASK_ROW_COLUMNS = ("'task' AS unit", "task_key AS sample_key", "first_end", "last_end", "start_ns", "end_ns",
+                     "outcome_success", "cost_usd", "reasoning_tokens", "NULL::BIGINT AS tool_calls",
+                     "NULL::BOOLEAN AS is_call")
+_CALL_ROW_COLUMNS = ("'call' AS unit", "trace_id || ':' || span_id AS sample_key", "end_time AS first_end",
+                     "end_time AS last_end", "start_unix_nano AS start_ns", "end_unix_nano AS end_ns",
+                     "NULL::BOOLEAN AS outcome_success", "NULL::DOUBLE AS cost_usd", "NULL::BIGINT AS reasoning_tokens",
+                     "tool_calls", "is_call")
+
+
+def _samples_sql(unit: SampleUnit, rows: str, columns: tuple[str, ...]) -> str:
+    """The samples of every metric of ``unit``, one row per (row of ``rows``, metric); ``v`` NULL
+    when the row is no sample of the metric."""
+    definitions = [d for d in WINDOW_DEFINITIONS if d.spec.sample_unit is unit]
+    samples = ", ".join(f"CAST({d.sample_sql} AS DOUBLE) AS {d.metric}" for d in definitions)
+    return (
+        f"SELECT * FROM (SELECT target_id, scope, {', '.join(columns)}, {samples} FROM {rows})"
+        f" UNPIVOT INCLUDE NULLS (v FOR metric IN ({', '.join(d.metric for d in definitions)}))"
+    )
+
+
+def _by_metric(fragment: Callable[[WindowDefinition], str], default: str) -> str:
+    """CASE over the metric choosing each definition's aggregate fragment, ``default`` for the rest."""
+    whens = [f"WHEN '{d.metric}' THEN {f.format(v='v')}" for d in WINDOW_DEFINITIONS if (f := fragment(d)) != default]
+    return f"CASE metric {' '.join(whens)} ELSE {default.format(v='v')} END" if whens else default.format(v="v")
 
 
 def refresh_windows_sql(touched_table: str, db_name: str) -> str:
-    """SQL that inserts-or-replaces every defined window of the (target_id, scope) keys in
-    ``touched_table``. Each key gets one row per defined metric, measured or not."""
-    task_columns = ",\n    ".join(f"{d.task_value_sql} AS {d.metric}" for d in WINDOW_DEFINITIONS)
-    unpivot = "\n  UNION ALL ".join(
-        f"SELECT target_id, scope, task_key, first_end, last_end, span_keys, '{d.metric}' AS metric,"
-        f" CAST({d.metric} AS DOUBLE) AS v FROM tasks"
-        for d in WINDOW_DEFINITIONS
-    )
+    """One statement that inserts-or-replaces the window of every defined metric for each
+    (target_id, scope) key in ``touched_table``. A key gets one row per defined metric, in one of
+    the four states; a metric with no source is `not_configured` and has no value, never 0.
+    A stored row with a value and another producer's evidence (a plugin's) is never replaced by
+    a row of ours without one. Samples of all metrics are aggregated in one pass per key."""
     definitions = ", ".join(
-        f"('{d.metric}', '{d.aggregation.value}', '{METRICS[d.metric].unit}', {_min_samples(d.aggregation)})"
+        f"('{d.metric}', '{d.aggregation.value}', '{d.spec.unit}', {d.min_samples}, {str(d.summarizes_samples).lower()})"
         for d in WINDOW_DEFINITIONS
-    )
-    value_cases = " ".join(
-        f"WHEN '{agg.value}' THEN {_value_sql(agg)}" for agg in Aggregation
     )
     uri = (
         f"'meritlens://{db_name}/spans?target_id=' || url_encode(k.target_id) || '&scope=' || "
@@ -136,48 +417,86 @@ def refresh_windows_sql(touched_table: str, db_name: str) -> str:
     )
     return f"""
 INSERT OR REPLACE INTO {WINDOWS_TABLE} ({", ".join(WINDOW_COLUMN_NAMES)})
-WITH scoped AS (
-  SELECT s.*, t.scope, coalesce(s.task_id, s.trace_id) AS task_key
-  FROM {SPANS_TABLE} s JOIN {touched_table} t
-    ON s.target_id = t.target_id AND (t.scope = '{SCOPE_ALL}' OR s.assessment_id = t.scope)
-  WHERE s.role = '{ROLE_APPLICATION}'
+WITH {_flagged_spans_sql(f" AND target_id IN (SELECT target_id FROM {touched_table})")},
+scoped AS (
+  SELECT f.*, t.scope FROM flagged f JOIN {touched_table} t
+    ON f.target_id = t.target_id AND (t.scope = '{SCOPE_ALL}' OR f.assessment_id = t.scope)
 ),
 tasks AS (
   SELECT target_id, scope, task_key,
-    {task_columns},
-    min(end_time) AS first_end, max(end_time) AS last_end,
-    list(trace_id || ':' || span_id) AS span_keys
+    {_task_columns_sql()},
+    {", ".join(_TASK_INTERNALS)}
   FROM scoped GROUP BY target_id, scope, task_key
 ),
 samples AS (
-  {unpivot}
+  {_samples_sql(SampleUnit.TASK, "tasks", _TASK_ROW_COLUMNS)}
+  UNION ALL BY NAME
+  {_samples_sql(SampleUnit.CALL, "scoped", _CALL_ROW_COLUMNS)}
 ),
-agg AS (
-  SELECT target_id, scope, metric,
-    count(v) AS n, sum(v) AS total, avg(v) AS mean, min(v) AS lo, max(v) AS hi,
-    quantile_cont(v, [0.5, 0.9, 0.95, 0.99]) AS q,
+measures AS (
+  SELECT target_id, scope, metric, count(v) AS n,
+    {_by_metric(lambda d: d.value_sql or _value_sql(d.aggregation), "NULL")} AS value,
+    avg(v) AS mean, min(v) AS lo, max(v) AS hi, quantile_cont(v, [0.5, 0.9, 0.95, 0.99]) AS q,
     min(first_end) FILTER (WHERE v IS NOT NULL) AS first_end,
     max(last_end) FILTER (WHERE v IS NOT NULL) AS last_end,
-    sha256(array_to_string(list_sort(flatten(list(span_keys) FILTER (WHERE v IS NOT NULL))), chr(10))) AS digest
+    any_value(unit) AS sample_unit,
+    -- which samples fed the window, as a fingerprint: windows with equal ones share a digest
+    sum(hash(sample_key)) FILTER (WHERE v IS NOT NULL) AS key_sum,
+    bit_xor(hash(sample_key)) FILTER (WHERE v IS NOT NULL) AS key_xor,
+    {_by_metric(lambda d: d.configured_sql, _COUNTED)} AS configured,
+    {_by_metric(lambda d: d.not_applicable_sql, _NEVER)} AS not_applicable
   FROM samples GROUP BY target_id, scope, metric
 ),
-defs(metric, aggregation, unit, min_samples) AS (VALUES {definitions})
-SELECT k.target_id, d.metric, k.scope, d.aggregation,
-  CASE WHEN coalesce(a.n, 0) = 0 THEN NULL ELSE CASE d.aggregation {value_cases} END END AS value,
-  d.unit,
-  coalesce(a.n, 0) AS sample_count,
-  CASE WHEN coalesce(a.n, 0) = 0 THEN '{WindowState.NOT_CONFIGURED.value}'
-       WHEN a.n < d.min_samples THEN '{WindowState.INSUFFICIENT_EVIDENCE.value}'
-       ELSE '{WindowState.MEASURED.value}' END AS state,
-  CASE WHEN a.n > 0 THEN a.n END AS count,
-  a.mean, a.lo, a.hi, a.q[1], a.q[2], a.q[3], a.q[4],
-  a.first_end, a.last_end,
-  CASE WHEN a.n > 0 THEN {uri} END AS evidence_uri,
-  CASE WHEN a.n > 0 THEN '{EVIDENCE_MEDIA_TYPE}' END AS evidence_media_type,
-  CASE WHEN a.n > 0 THEN a.digest END AS evidence_digest,
-  now() AS computed_at
-FROM {touched_table} k CROSS JOIN defs d
-LEFT JOIN agg a ON a.target_id = k.target_id AND a.scope = k.scope AND a.metric = d.metric
+sample_sets AS (  -- windows fed by the same samples share one digest, computed once
+  SELECT target_id, scope, sample_unit, n, key_sum, key_xor, min(metric) AS representative
+  FROM measures WHERE n > 0 GROUP BY target_id, scope, sample_unit, n, key_sum, key_xor
+),
+fed_by AS (  -- the spans behind each set's samples: a task's spans, or the call itself
+  SELECT s.target_id, s.scope, s.metric, coalesce(f.trace_id || ':' || f.span_id, s.sample_key) AS span_key
+  FROM samples s
+  JOIN sample_sets r ON r.target_id = s.target_id AND r.scope = s.scope AND r.representative = s.metric
+  LEFT JOIN scoped f ON s.unit = 'task' AND f.target_id = s.target_id AND f.scope = s.scope
+    AND f.task_key = s.sample_key
+  WHERE s.v IS NOT NULL
+),
+set_digests AS (
+  SELECT target_id, scope, metric, sha256(string_agg(span_key, chr(10) ORDER BY span_key)) AS digest
+  FROM fed_by GROUP BY target_id, scope, metric
+),
+digests AS (
+  SELECT m.target_id, m.scope, m.metric, d.digest
+  FROM measures m
+  JOIN sample_sets r USING (target_id, scope, sample_unit, n, key_sum, key_xor)
+  JOIN set_digests d ON d.target_id = r.target_id AND d.scope = r.scope AND d.metric = r.representative
+),
+defs(metric, aggregation, unit, min_samples, summarizes) AS (VALUES {definitions}),
+computed AS (
+  SELECT k.target_id, d.metric, k.scope, d.aggregation, d.unit, d.min_samples,
+    coalesce(m.n, 0) AS n, CASE WHEN isfinite(m.value) THEN m.value END AS value,
+    CASE WHEN d.summarizes THEN m.mean END AS mean, CASE WHEN d.summarizes THEN m.lo END AS lo,
+    CASE WHEN d.summarizes THEN m.hi END AS hi, CASE WHEN d.summarizes THEN m.q END AS q,
+    m.first_end, m.last_end, g.digest, m.configured, m.not_applicable,
+    {uri} AS uri
+  FROM {touched_table} k CROSS JOIN defs d
+  LEFT JOIN measures m ON m.target_id = k.target_id AND m.scope = k.scope AND m.metric = d.metric
+  LEFT JOIN digests g ON g.target_id = k.target_id AND g.scope = k.scope AND g.metric = d.metric
+)
+SELECT c.target_id, c.metric, c.scope, c.aggregation, c.value, c.unit, c.n AS sample_count,
+  CASE WHEN c.value IS NOT NULL AND c.n >= c.min_samples THEN '{WindowState.MEASURED.value}'
+       WHEN c.value IS NOT NULL THEN '{WindowState.INSUFFICIENT_EVIDENCE.value}'
+       WHEN c.not_applicable THEN '{WindowState.NOT_APPLICABLE.value}'
+       WHEN c.configured THEN '{WindowState.INSUFFICIENT_EVIDENCE.value}'
+       ELSE '{WindowState.NOT_CONFIGURED.value}' END AS state,
+  CASE WHEN c.n > 0 AND c.mean IS NOT NULL THEN c.n END AS count,
+  c.mean, c.lo, c.hi, c.q[1], c.q[2], c.q[3], c.q[4],
+  c.first_end, c.last_end,
+  CASE WHEN c.n > 0 THEN c.uri END,
+  CASE WHEN c.n > 0 THEN '{EVIDENCE_MEDIA_TYPE}' END,
+  CASE WHEN c.n > 0 THEN c.digest END,
+  now()
+FROM computed c
+LEFT JOIN {WINDOWS_TABLE} w ON w.target_id = c.target_id AND w.metric = c.metric AND w.scope = c.scope
+WHERE c.value IS NOT NULL OR w.value IS NULL OR w.evidence_media_type IS NOT DISTINCT FROM '{EVIDENCE_MEDIA_TYPE}'
 """
 
 
@@ -189,4 +508,53 @@ SELECT DISTINCT target_id, '{SCOPE_ALL}' AS scope FROM {SPANS_TABLE}
 UNION
 SELECT DISTINCT target_id, assessment_id FROM {SPANS_TABLE}
   WHERE target_id IS NOT NULL AND assessment_id IS NOT NULL AND role = '{ROLE_APPLICATION}'
+"""
+
+
+# --- reading windows --------------------------------------------------------------------------------
+def sql_string(value: str) -> str:
+    """``value`` as a SQL string literal."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def catalogue_values_sql() -> str:
+    """The catalogue as a VALUES list: (position, metric, aggregation, unit)."""
+    return ", ".join(
+        f"({i}, '{m.id}', '{m.default_aggregation.value}', '{m.unit}')" for i, m in enumerate(CATALOGUE)
+    )
+
+
+def list_windows_sql(
+    *, target: str | None = None, scope: str | None = None, metric: str | None = None,
+    with_unmeasured: bool = True,
+) -> str:
+    """SQL listing stored windows (filtered), in catalogue order. With ``with_unmeasured``, every
+    catalogue metric without a stored window for a listed (target, scope) appears as a
+    `not_configured` row with no value and a NULL ``computed_at``."""
+    filters = [
+        f"{column} = {sql_string(value)}"
+        for column, value in (("target_id", target), ("scope", scope), ("metric", metric))
+        if value is not None
+    ]
+    where = f"WHERE {' AND '.join(filters)}" if filters else ""
+    columns = ", ".join(WINDOW_COLUMN_NAMES)
+    unmeasured = ""
+    if with_unmeasured:
+        metric_filter = f" AND c.metric = {sql_string(metric)}" if metric is not None else ""
+        unmeasured = f"""
+  UNION ALL
+  SELECT k.target_id, c.metric, k.scope, c.aggregation, NULL, c.unit, 0, '{WindowState.NOT_CONFIGURED.value}',
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+  FROM (SELECT DISTINCT target_id, scope FROM stored) k CROSS JOIN cat c
+  WHERE NOT EXISTS (SELECT 1 FROM stored s
+                    WHERE s.target_id = k.target_id AND s.scope = k.scope AND s.metric = c.metric){metric_filter}"""
+    return f"""
+WITH stored AS (SELECT {columns} FROM {WINDOWS_TABLE} {where}),
+cat(position, metric, aggregation, unit) AS (VALUES {catalogue_values_sql()}),
+listed AS (
+  SELECT {columns} FROM stored{unmeasured}
+)
+SELECT {", ".join("l." + c for c in WINDOW_COLUMN_NAMES)}
+FROM listed l LEFT JOIN cat USING (metric)
+ORDER BY l.target_id, l.scope = '{SCOPE_ALL}' DESC, l.scope, coalesce(cat.position, {len(CATALOGUE)}), l.metric
 """

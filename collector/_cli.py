@@ -57,16 +57,29 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option("--target-fallback", envvar=ENV_TARGET_FALLBACK, default=DEFAULT_TARGET_FALLBACK, show_default=True,
               help="Target ID for LLM-call spans that carry none, from {service.name}, {model}, {provider}, "
                    f"{{scope}}; 'none' turns it off (env {ENV_TARGET_FALLBACK}).")
-def serve(db: str, host: str, http_port: int, grpc_port: int, max_body_bytes: int, target_fallback: str) -> None:
-    """Receive OTLP spans, store them in DuckDB and keep the metric windows current."""
+@click.option("--profile", "profiles", multiple=True, type=click.Path(exists=True),
+              help="A task profile (TOML), or a directory of them; the dashboard at / shows each "
+                   "profile's target's readiness. Repeatable.")
+def serve(db: str, host: str, http_port: int, grpc_port: int, max_body_bytes: int, target_fallback: str,
+          profiles: tuple[str, ...]) -> None:
+    """Receive OTLP spans, store them in DuckDB and keep the metric windows current.
+
+    Also serves a read-only dashboard at its HTTP address (http://127.0.0.1:4318/ by default)."""
     from meritlens.collector._server import normalize_options, serve as run
 
     settings = ServerSettings(db=db, host=host, http_port=http_port, grpc_port=grpc_port,
-                              max_body_bytes=max_body_bytes, target_fallback=target_fallback)
+                              max_body_bytes=max_body_bytes, target_fallback=target_fallback, profiles=profiles)
     try:
         normalize_options(settings)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--target-fallback") from None
+    if profiles:
+        from meritlens.collector._profiles_view import load_profiles
+
+        try:
+            load_profiles(profiles)
+        except ValueError as exc:  # a ProfileError lists every problem of the file
+            raise click.BadParameter(str(exc), param_hint="--profile") from None
     run(settings)
 
 
@@ -198,6 +211,119 @@ def export_command(parquet_dir: str, db: str, url: str | None, tables: tuple[str
         except ExportFailed as exc:
             raise click.ClickException(str(exc)) from None
     render(QueryResult(["table", "file", "rows"], [], [(w.table, w.path, w.rows) for w in written]), fmt)
+
+
+# --- evidence: windows, profile check, readiness ------------------------------------------------------
+# The logic lives in meritlens.analytics (any read-only query function) and collector/_evidence.py
+# (recording readiness); these commands only parse options and print.
+
+class _UsageFailure(click.ClickException):
+    """A command could not run as asked (bad profile, no data reachable): exit status 2."""
+
+    exit_code = 2
+
+
+_WINDOW_TABLE_COLUMNS = ("target_id", "scope", "metric", "state", "aggregation", "value", "unit", "sample_count")
+
+
+@cli.command()
+@click.option("--target", default=None, help="Only this target.")
+@click.option("--scope", default=None, help="Only this scope ('all' or an assessment id).")
+@click.option("--metric", default=None, help="Only this metric.")
+@_db_option
+@_url_option
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "signal"]), default="table",
+              show_default=True, help="'signal': one metric_window_available JSON object per line.")
+def windows(target: str | None, scope: str | None, metric: str | None, db: str, url: str | None, fmt: str) -> None:
+    """List metric windows: every catalogue metric of each (target, scope), with its state.
+
+    Metrics no window was stored for are listed as not_configured. `--format signal` prints only
+    windows with evidence, as `metric_window_available` signals (JSON lines)."""
+    import json
+
+    from meritlens.analytics._windows import Window, list_windows_sql
+    from meritlens.collector._output import render
+    from meritlens.collector._query import QueryError, run_query
+    from meritlens.collector._store import QueryResult
+
+    sql = list_windows_sql(target=target, scope=scope, metric=metric, with_unmeasured=fmt != "signal")
+    try:
+        result = run_query(sql, db=db, url=url)
+    except QueryError as exc:
+        raise click.ClickException(str(exc)) from None
+    if fmt == "table":
+        keep = [result.columns.index(c) for c in _WINDOW_TABLE_COLUMNS]
+        result = QueryResult([result.columns[i] for i in keep], [result.types[i] for i in keep if result.types],
+                             [tuple(row[i] for i in keep) for row in result.rows])
+    if fmt != "signal":
+        render(result, fmt)
+        return
+    for row in result.rows:
+        window = Window.from_row(row, result.columns)
+        if window.has_evidence:
+            click.echo(json.dumps(window.to_signal()))
+
+
+@cli.group()
+def profile() -> None:
+    """Task profiles: which metrics a decision needs and how they are sampled."""
+
+
+@profile.command("check")
+@click.argument("file", type=click.Path(dir_okay=False))
+@_db_option
+@_url_option
+def profile_check(file: str, db: str, url: str | None) -> None:
+    """Validate the profile FILE: print every problem and exit 1, or print its plan and exit 0.
+
+    When the windows can be read (--db/--url), the plan shows each metric's current state and an
+    estimate of the runs' application cost."""
+    from meritlens.analytics._profiles import ProfileError, format_plan, load_profile
+    from meritlens.analytics._windows import SCOPE_ALL, Window, list_windows_sql
+    from meritlens.collector._query import QueryError, run_query
+
+    try:
+        task_profile = load_profile(file)
+    except ProfileError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(1)
+    note = None
+    try:
+        result = run_query(list_windows_sql(target=task_profile.target, scope=SCOPE_ALL, with_unmeasured=False),
+                           db=db, url=url)
+        current = {w.metric: w for w in (Window.from_row(row, result.columns) for row in result.rows)}
+    except QueryError as exc:
+        current, note = None, f"(current windows not shown: {exc})"
+    click.echo(format_plan(task_profile, current, source=file))
+    if note:
+        click.echo(note)
+
+
+@cli.command()
+@click.option("--profile", "profile_path", required=True, type=click.Path(dir_okay=False),
+              help="The task profile (TOML).")
+@click.option("--target", default=None, help="Check this target instead of the profile's.")
+@click.option("--scope", default="all", show_default=True, help="Scope of the baseline windows.")
+@click.option("--baseline", is_flag=True, help="Exit 0 only when the baseline is ready too.")
+@_db_option
+@_url_option
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def readiness(profile_path: str, target: str | None, scope: str, baseline: bool, db: str, url: str | None,
+              fmt: str) -> None:
+    """Check that every metric the profile requires has a live collector (and, for the baseline,
+    enough evidence). Records the check (see the `coverage` view). Exit 0 ready, 1 not, 2 error."""
+    from meritlens.analytics._profiles import ProfileError, load_profile
+    from meritlens.analytics._readiness import format_report, report_json
+    from meritlens.collector._evidence import check_readiness_at
+    from meritlens.collector._query import QueryError
+
+    try:
+        task_profile = load_profile(profile_path)
+        report = check_readiness_at(task_profile, target=target, scope=scope, db=db, url=url)
+    except (ProfileError, QueryError) as exc:
+        raise _UsageFailure(str(exc)) from None
+    click.echo(report_json(report) if fmt == "json" else format_report(report))
+    sys.exit(0 if (report.baseline_ready if baseline else report.ready) else 1)
 
 
 def main() -> None:

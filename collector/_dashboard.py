@@ -8,7 +8,8 @@ Routes (all GET, all read-only):
 - ``/api/windows?target=&scope=``: stored windows with the catalogue facts of their metric;
 - ``/api/tasks?target=&scope=&limit=``: per-task latency and cost of one target (the samples
   behind the latency and cost windows);
-- ``/api/readiness?target=``: the target's coverage against the profiles `serve --profile` loaded;
+- ``/api/profiles?target=``: the target's readiness against the profiles `serve --profile` loaded,
+  and the latest readiness check recorded for it (`meritlens readiness`);
 - ``/api/arrow?table=spans|windows``: a whole table as an Arrow IPC stream (`meritlens export`
   reads it when the collector holds the DuckDB file).
 """
@@ -26,12 +27,13 @@ from aiohttp import web
 
 from meritlens.analytics._catalogue import CATALOGUE, METRICS
 from meritlens.analytics._schema import SPANS_TABLE, WINDOW_COLUMN_NAMES, WINDOWS_TABLE
-from meritlens.analytics._task_samples import TASK_SAMPLE_METRICS, sql_literal, task_samples_sql
-from meritlens.analytics._windows import SCOPE_ALL
+from meritlens.analytics._task_samples import TASK_SAMPLE_METRICS, task_samples_sql
+from meritlens.analytics._views import COVERAGE_VIEW
+from meritlens.analytics._windows import SCOPE_ALL, sql_string
 from meritlens.collector._http import json_default
 from meritlens.collector._settings import (
     API_ARROW_PATH,
-    API_READINESS_PATH,
+    API_PROFILES_PATH,
     API_TARGETS_PATH,
     API_TASKS_PATH,
     API_WINDOWS_PATH,
@@ -71,7 +73,8 @@ _SECURITY_HEADERS = {
 }
 
 ReadinessProvider = Callable[[str], dict]
-"""Given a target id, the readiness document `/api/readiness` returns for it."""
+"""Given a target id, its readiness against the loaded profiles: ``{"target_id", "profiles_loaded",
+"reports": [CoverageReport as JSON plus "profile"]}``; ``.targets`` lists the targets they name."""
 
 _TARGETS_SQL = f"""
 SELECT target_id,
@@ -122,7 +125,7 @@ class Dashboard:
         app.router.add_get(API_TARGETS_PATH, self.targets)
         app.router.add_get(API_WINDOWS_PATH, self.windows)
         app.router.add_get(API_TASKS_PATH, self.tasks)
-        app.router.add_get(API_READINESS_PATH, self.readiness)
+        app.router.add_get(API_PROFILES_PATH, self.profiles)
         app.router.add_get(API_ARROW_PATH, self.arrow)
 
     async def _query(self, sql: str) -> list[dict]:
@@ -146,11 +149,17 @@ class Dashboard:
         rows = await self._query(_TARGETS_SQL)
         for row in rows:
             row["scopes"] = [SCOPE_ALL, *row.pop("assessments")]
+        # A profile's target with no spans yet is shown too: nothing it requires is covered.
+        seen = {row["target_id"] for row in rows}
+        for target in getattr(self._readiness, "targets", []):
+            if target not in seen:
+                rows.append({"target_id": target, "spans": 0, "tasks": 0, "first_span_time": None,
+                             "last_span_time": None, "scopes": [SCOPE_ALL]})
         return _json({"db": self._store.db_name, "readiness_profiles": self._readiness is not None,
                       "targets": rows})
 
     async def windows(self, request: web.Request) -> web.Response:
-        where = [f"{column} = {sql_literal(request.query[name])}"
+        where = [f"{column} = {sql_string(request.query[name])}"
                  for name, column in (("target", "target_id"), ("scope", "scope")) if name in request.query]
         sql = f"SELECT {_WINDOW_SELECT} FROM {WINDOWS_TABLE}"
         if where:
@@ -190,13 +199,18 @@ class Dashboard:
         return _json({"target_id": target, "scope": scope, "metrics": list(TASK_SAMPLE_METRICS),
                       "total_tasks": total, "truncated": total > len(rows), "tasks": rows})
 
-    async def readiness(self, request: web.Request) -> web.Response:
+    async def profiles(self, request: web.Request) -> web.Response:
         target = request.query.get("target")
         if not target:
-            return _error(400, "give the target: /api/readiness?target=<target id>")
+            return _error(400, "give the target: /api/profiles?target=<target id>")
         if self._readiness is None:
-            return _json({"target_id": target, "profiles_loaded": 0, "reports": []})
-        document = await asyncio.get_running_loop().run_in_executor(None, self._readiness, target)
+            document = {"target_id": target, "profiles_loaded": 0, "reports": []}
+        else:
+            document = await asyncio.get_running_loop().run_in_executor(None, self._readiness, target)
+        recorded = await self._query(
+            f"SELECT scope, checked_at, required, covered, missing, ready, baseline_ready, shortfalls "
+            f"FROM {COVERAGE_VIEW} WHERE target_id = {sql_string(target)} ORDER BY scope")
+        document["recorded"] = recorded
         return _json(document)
 
     # --- Arrow ---------------------------------------------------------------------------------

@@ -34,7 +34,11 @@ class Collector:
         self.settings = settings
         self.store = SpanStore(settings.db)
         self.pipeline = IngestPipeline(self.store, max_pending_batches=settings.max_pending_batches)
-        self.readiness = None  # a ReadinessProvider for the dashboard, from `serve --profile`
+        self.readiness = None  # the dashboard's ReadinessProvider, from `serve --profile`
+        if settings.profiles:
+            from meritlens.collector._profiles_view import ProfileReadiness
+
+            self.readiness = ProfileReadiness.load(self.store, settings.profiles)
         self._runner: web.AppRunner | None = None
         self.http_port: int | None = None
 

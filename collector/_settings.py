@@ -26,13 +26,14 @@ TARGET_FALLBACK_OFF = "none"
 
 TRACES_PATH = "/v1/traces"
 SQL_PATH = "/api/sql"
+READINESS_PATH = "/api/readiness"
 HEALTH_PATH = "/healthz"
 # The dashboard page and its read-only JSON and Arrow endpoints (collector/_dashboard.py).
 DASHBOARD_PATH = "/"
 API_TARGETS_PATH = "/api/targets"
 API_WINDOWS_PATH = "/api/windows"
 API_TASKS_PATH = "/api/tasks"
-API_READINESS_PATH = "/api/readiness"
+API_PROFILES_PATH = "/api/profiles"
 API_ARROW_PATH = "/api/arrow"
 ARROW_STREAM_MEDIA_TYPE = "application/vnd.apache.arrow.stream"
 ARROW_ROW_COUNT_HEADER = "X-Meritlens-Row-Count"
@@ -69,3 +70,5 @@ class ServerSettings:
     max_pending_batches: int = field(
         default_factory=lambda: _env_int(ENV_MAX_PENDING_BATCHES, DEFAULT_MAX_PENDING_BATCHES)
     )
+    profiles: tuple[str, ...] = ()
+    """Task profiles (TOML files, or directories of them) the dashboard checks readiness against."""

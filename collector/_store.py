@@ -15,7 +15,9 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 
-from meritlens.analytics._schema import SPAN_COLUMN_NAMES, SPANS_DDL, SPANS_TABLE, WINDOWS_DDL
+from meritlens.analytics._readiness import CoverageReport, coverage_row, record_coverage_sql
+from meritlens.analytics._schema import SPAN_COLUMN_NAMES, SPANS_TABLE
+from meritlens.analytics._views import STORE_DDL
 from meritlens.analytics._windows import SCOPE_ALL, all_keys_sql, refresh_windows_sql
 from meritlens.collector._sqlguard import check_read_only
 from meritlens.instrumentation.conventions import ROLE_APPLICATION
@@ -81,8 +83,8 @@ class SpanStore:
     def start(self) -> None:
         self._con = duckdb.connect(self.path, read_only=self.read_only, config=dict(_CONFIG))
         if not self.read_only:
-            self._con.execute(SPANS_DDL)
-            self._con.execute(WINDOWS_DDL)
+            for statement in STORE_DDL:
+                self._con.execute(statement)
         self._con.execute("SET lock_configuration = true")
         self._reader = self._con.cursor()
 
@@ -151,6 +153,11 @@ class SpanStore:
             raise
         finally:
             con.unregister(_TOUCHED)
+
+    def record_coverage(self, report: CoverageReport) -> None:
+        """Append a readiness check to `coverage_checks` (the `coverage` view shows the latest)."""
+        with self._write_lock:
+            self._con.execute(record_coverage_sql(), coverage_row(report))
 
     # --- reading ---------------------------------------------------------------------------------
     def query(self, sql: str) -> QueryResult:

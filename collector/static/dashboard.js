@@ -149,7 +149,7 @@
     const [windows, tasks, readiness] = await Promise.all([
       getJSON(query("/api/windows", { target: target.target_id, scope })),
       getJSON(query("/api/tasks", { target: target.target_id, scope })),
-      getJSON(query("/api/readiness", { target: target.target_id })),
+      getJSON(query("/api/profiles", { target: target.target_id })),
     ]);
     return { target, scope, windows: windows.windows, notStored: windows.not_stored || [], tasks, readiness };
   }
@@ -423,42 +423,61 @@
     return el("div", {}, svg, caption);
   }
 
-  // ---- readiness -----------------------------------------------------------------------------
+  // ---- readiness ----------------------------------------------------------------------------
   function readinessView(doc, profilesLoaded) {
-    if (!profilesLoaded || !doc || !doc.reports) {
-      return el("p", { class: "muted", "data-readiness": "no-profile" },
+    const live = (doc && doc.reports) || [];
+    const recorded = (doc && doc.recorded) || [];
+    if (live.length > 0) {
+      return el("div", { "data-readiness": "profiles" }, live.map((r) => reportView(r, "profile " + r.profile)));
+    }
+    const parts = [];
+    if (profilesLoaded) {
+      parts.push(el("p", { class: "muted", "data-readiness": "no-matching-profile" },
+        "None of the loaded profiles names this target."));
+    }
+    if (recorded.length > 0) {
+      parts.push(el("div", { "data-readiness": "recorded" },
+        recorded.map((r) => reportView(r, "last recorded check, scope " + r.scope))));
+    } else if (!profilesLoaded) {
+      parts.push(el("p", { class: "muted", "data-readiness": "no-profile" },
         "No task profile loaded. Start the collector with ",
-        el("code", {}, "meritlens serve --profile profile.toml"), " to check this target's readiness here.");
+        el("code", {}, "meritlens serve --profile profile.toml"), " to check this target's readiness here."));
     }
-    if (doc.reports.length === 0) {
-      return el("p", { class: "muted", "data-readiness": "no-matching-profile" },
-        "None of the loaded profiles applies to this target.");
-    }
-    return el("div", {}, doc.reports.map(reportView));
+    return el("div", {}, parts);
   }
 
-  function reportView(report) {
+  function reportView(report, label) {
     const covered = new Set(report.covered || []);
-    const verdict = report.ready
-      ? el("span", { class: "verdict ready" }, "ready")
-      : el("span", { class: "verdict not-ready" }, "not ready");
+    const required = report.required || [];
+    const details = new Map((report.metrics || []).map((m) => [m.metric, m]));
+    const verdict = (ok, yes, no, kind) =>
+      el("span", { class: "verdict " + (ok ? "ready" : "not-ready"), "data-verdict": kind }, ok ? yes : no);
     const parts = [
-      el("div", {}, verdict, el("b", {}, report.profile || "profile"),
-        el("span", { class: "muted" }, ` · ${covered.size} of ${(report.required || []).length} required metrics covered`)),
+      el("div", { class: "verdicts" },
+        verdict(report.ready, "coverage ready", "coverage not ready", "coverage"),
+        report.baseline_ready === undefined || report.baseline_ready === null ? null
+          : verdict(report.baseline_ready, "baseline ready", "baseline not ready", "baseline")),
+      el("div", { class: "muted caption" },
+        `${covered.size} of ${required.length} required metrics covered · ${label}`),
+      el("ul", { class: "metrics" }, required.map((metric) => {
+        const d = details.get(metric);
+        const enough = d && d.state === "measured" && d.value !== null && d.sample_count >= d.min_samples && d.evidence_uri;
+        const kind = !covered.has(metric) ? "missing" : enough || !d ? "covered" : "short";
+        const counts = d ? ` ${intFormat.format(d.sample_count)}/${intFormat.format(d.min_samples)}` : "";
+        return el("li", { class: kind, "data-metric": metric, "data-coverage": kind,
+          title: d ? `state ${d.state}, ${d.sample_count} of ${d.min_samples} samples needed` : "" },
+          (kind === "missing" ? "✗ " : kind === "short" ? "◐ " : "✓ ") + metric + counts);
+      })),
     ];
-    if (report.baseline_ready !== undefined && report.baseline_ready !== null) {
-      parts.push(el("div", { class: "muted", "data-baseline-ready": report.baseline_ready },
-        report.baseline_ready ? "Baseline ready: every required metric is measured with enough evidence."
-          : "Baseline not ready yet."));
-    }
-    parts.push(el("ul", { class: "metrics" }, (report.required || []).map((metric) =>
-      el("li", { class: covered.has(metric) ? "covered" : "missing", "data-metric": metric },
-        (covered.has(metric) ? "✓ " : "✗ ") + metric))));
-    if (report.problems && report.problems.length) {
-      parts.push(el("ul", { class: "problems" }, report.problems.map((p) => el("li", {}, p))));
+    const shortfalls = report.shortfalls || [];
+    if (shortfalls.length) {
+      const shown = shortfalls.slice(0, 6);
+      parts.push(el("ul", { class: "problems" }, shown.map((p) => el("li", {}, p)),
+        shortfalls.length > shown.length ? el("li", {}, `and ${shortfalls.length - shown.length} more`) : null));
     }
     if (report.checked_at) parts.push(el("div", { class: "caption" }, "checked " + formatTime(report.checked_at)));
-    return el("div", { class: "profile", "data-profile": report.profile, "data-ready": report.ready }, parts);
+    return el("div", { class: "profile", "data-profile": report.profile || null, "data-ready": report.ready,
+      "data-baseline-ready": report.baseline_ready }, parts);
   }
 
   // ---- refresh loop --------------------------------------------------------------------------

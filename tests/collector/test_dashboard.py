@@ -5,8 +5,10 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from meritlens.analytics._windows import PLUGIN_ONLY_METRICS, SPAN_WINDOW_METRICS
 from meritlens.instrumentation import conventions as c
 from tests.browser import DevToolsPage, dump_dom, parse_dom, screenshot, squash
+from tests.conftest import CollectorProcess, run_cli
 from tests.otlp_builders import make_request, make_span
 
 T0 = 1_700_000_000 * 10**9
@@ -59,7 +61,7 @@ def test_json_endpoints_give_targets_windows_and_per_task_samples(collector):
     assert w["output_tokens"]["state"] == "not_configured" and w["output_tokens"]["value"] is None
     assert w["input_tokens"]["metric_info"]["group"] == "cost_and_resources"
     not_stored = {m["metric"] for m in _get(collector, "/api/windows", target=TARGET).json()["not_stored"]}
-    assert "task_quality" in not_stored and not not_stored & set(w)  # catalogue metrics nothing feeds yet
+    assert not_stored == set(PLUGIN_ONLY_METRICS)  # catalogue metrics only a plugin could have stored
     scoped = _get(collector, "/api/windows", target=TARGET, scope="a1").json()["windows"]
     assert {r["metric"]: r["value"] for r in scoped}["input_tokens"] == 200.0
 
@@ -75,10 +77,10 @@ def test_json_endpoints_give_targets_windows_and_per_task_samples(collector):
 
     xss = _get(collector, "/api/windows", target=XSS_TARGET).json()["windows"]
     assert {r["target_id"] for r in xss} == {XSS_TARGET}  # quoted as a SQL literal, quotes and all
-    assert len(xss) == 4
+    assert len(xss) == len(SPAN_WINDOW_METRICS)
     assert _get(collector, "/api/tasks", target=XSS_TARGET).json()["total_tasks"] == 1
-    assert _get(collector, "/api/readiness", target=TARGET).json() == {
-        "target_id": TARGET, "profiles_loaded": 0, "reports": []}
+    assert _get(collector, "/api/profiles", target=TARGET).json() == {
+        "target_id": TARGET, "profiles_loaded": 0, "reports": [], "recorded": []}
 
 
 def test_endpoints_refuse_bad_requests_with_a_message(collector):
@@ -86,7 +88,7 @@ def test_endpoints_refuse_bad_requests_with_a_message(collector):
         ("/api/tasks", {}, "give the target"),
         ("/api/tasks", {"target": "x", "limit": "0"}, "limit must be an integer"),
         ("/api/tasks", {"target": "x", "limit": "lots"}, "limit must be an integer"),
-        ("/api/readiness", {}, "give the target"),
+        ("/api/profiles", {}, "give the target"),
         ("/api/arrow", {"table": "pg_catalog"}, "table must be one of spans, windows"),
     ):
         r = _get(collector, path, **params)
@@ -124,8 +126,9 @@ def test_the_page_shows_the_windows_plots_and_escapes_target_ids(collector, tmp_
     stored = {r.attrs["data-metric"] for r in table.find_all("tr", data_metric=True)}
     not_stored = {c.attrs["data-metric"]: c for c in table.find_all("span", class_="chip")}
     assert len(stored) + len(not_stored) == 23 and not stored & set(not_stored)
-    assert not_stored["task_quality"].attrs["data-state"] == "not_configured"
-    assert "state-not_configured" in not_stored["task_quality"].attrs["class"]
+    assert not_stored["consistency"].attrs["data-state"] == "not_configured"
+    assert "state-not_configured" in not_stored["consistency"].attrs["class"]
+    assert row("task_quality").attrs["data-state"] == "not_configured"  # stored, nothing fed it
 
     histogram = section.find("svg", data_plot="latency")
     assert histogram.attrs["data-n"] == "5"
@@ -198,3 +201,113 @@ def test_the_page_says_when_the_collector_is_unreachable(collector, tmp_path):
         banner = page.wait_for("!document.getElementById('banner').hidden && document.getElementById('banner').textContent")
         assert banner.startswith("Could not load data from the collector")
         assert page.evaluate("document.getElementById('updated').textContent") == "update failed"
+
+
+PROFILE = """
+target = "support-bot/answer"
+description = "answer quality at a known cost"
+
+[metrics.input_tokens]
+direction = "lower"
+strategy = "representative_task_set"
+cases = 5
+repetitions = 1
+aggregation = "sum"
+min_samples = 5
+rationale = "every task of the set"
+
+[metrics.total_task_cost]
+direction = "lower"
+strategy = "representative_task_set"
+cases = 5
+repetitions = 1
+aggregation = "sum"
+min_samples = 5
+rationale = "budget"
+
+[metrics.end_to_end_latency]
+direction = "lower"
+strategy = "representative_task_set"
+cases = 5
+repetitions = 1
+aggregation = "percentile"
+min_samples = 5
+rationale = "p95 over the set"
+
+[metrics.task_success]
+direction = "higher"
+strategy = "representative_task_set"
+cases = 5
+repetitions = 1
+aggregation = "rate"
+min_samples = 5
+rationale = "graded outcomes"
+"""
+
+
+def _profiles(tmp_path):
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    (folder / "support.toml").write_text(PROFILE)
+    (folder / "newcomer.toml").write_text(PROFILE.replace(TARGET, "new-bot/answer"))
+    return folder
+
+
+def test_readiness_against_the_profiles_serve_loaded(tmp_path):
+    collector = CollectorProcess(tmp_path / "meritlens.duckdb", ("--profile", str(_profiles(tmp_path)))).start()
+    try:
+        _known_spans(collector)
+        document = _get(collector, "/api/profiles", target=TARGET).json()
+        assert document["profiles_loaded"] == 2
+        [report] = document["reports"]
+        assert report["profile"] == "support" and report["target"] == TARGET
+        assert report["covered"] == ["input_tokens", "total_task_cost", "end_to_end_latency"]
+        assert report["missing"] == ["task_success"]
+        assert (report["ready"], report["baseline_ready"]) == (False, False)
+        assert "total_task_cost: 4 of 5 samples" in report["shortfalls"]
+        # The profile's target without spans is listed, with nothing covered.
+        targets = {t["target_id"]: t for t in _get(collector, "/api/targets").json()["targets"]}
+        assert targets["new-bot/answer"]["spans"] == 0
+        assert _get(collector, "/api/profiles", target="new-bot/answer").json()["reports"][0]["covered"] == []
+
+        dom = parse_dom(dump_dom(collector.url + "/?refresh=0", tmp_path / "chromium"))
+        panel = dom.find("section", data_target=TARGET).find("div", class_="readiness")
+        profile = panel.find("div", data_profile="support")
+        assert profile.find("span", data_verdict="coverage").text == "coverage not ready"
+        assert profile.find("span", data_verdict="baseline").text == "baseline not ready"
+        chips = {li.attrs["data-metric"]: (li.attrs["data-coverage"], li.text) for li in profile.find_all("li", data_metric=True)}
+        assert chips == {
+            "input_tokens": ("covered", "✓ input_tokens 5/5"),
+            "total_task_cost": ("short", "◐ total_task_cost 4/5"),
+            "end_to_end_latency": ("covered", "✓ end_to_end_latency 5/5"),
+            "task_success": ("missing", "✗ task_success 0/5"),
+        }
+        assert "total_task_cost: 4 of 5 samples" in [li.text for li in profile.find("ul", class_="problems").find_all("li")]
+        newcomer = dom.find("section", data_target="new-bot/answer")
+        assert newcomer.find("div", data_profile="newcomer").find("span", data_verdict="coverage").text == "coverage not ready"
+        assert newcomer.find("p", data_plot="latency").text == "No task has a latency yet."
+        screenshot(collector.url + "/?refresh=0", tmp_path / "readiness.png", tmp_path / "chromium", size=(1280, 1400))
+    finally:
+        collector.stop()
+
+
+def test_the_last_recorded_check_shows_without_a_profile(collector, tmp_path):
+    _known_spans(collector)
+    profile = _profiles(tmp_path) / "support.toml"
+    proc = run_cli("readiness", "--profile", str(profile), "--db", str(collector.db), check=False)
+    assert proc.returncode == 1  # not ready; the check is recorded by the collector
+    [recorded] = _get(collector, "/api/profiles", target=TARGET).json()["recorded"]
+    assert (recorded["scope"], recorded["ready"], recorded["missing"]) == ("all", False, ["task_success"])
+    dom = parse_dom(dump_dom(collector.url + "/?refresh=0", tmp_path / "chromium"))
+    panel = dom.find("section", data_target=TARGET).find("div", data_readiness="recorded")
+    assert panel.find("span", data_verdict="coverage").text == "coverage not ready"
+    assert "last recorded check, scope all" in squash(panel.find("div", class_="caption").text)
+
+
+def test_serve_refuses_a_bad_profile_naming_the_problem(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(PROFILE.replace('aggregation = "sum"\nmin_samples = 5\nrationale = "budget"',
+                                   'aggregation = "mean"\nmin_samples = 5\nrationale = "budget"'))
+    proc = run_cli("serve", "--db", str(tmp_path / "x.duckdb"), "--http-port", "0", "--profile", str(bad), check=False)
+    assert proc.returncode == 2
+    assert "bad.toml" in proc.stderr and "total_task_cost" in proc.stderr and "Traceback" not in proc.stderr

@@ -12,11 +12,13 @@ import pyarrow.parquet as pq
 import pytest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from meritlens.analytics._windows import SPAN_WINDOW_METRICS
 from meritlens.instrumentation import conventions as c
 from tests.conftest import CollectorProcess, run_cli, run_sql
 from tests.otlp_builders import any_value, json_request, json_span, make_request, make_span
 
 T0 = 1_700_000_000 * 10**9
+WINDOWS_PER_KEY = len(SPAN_WINDOW_METRICS)  # the processor stores one window per span metric and key
 WINDOW_COLUMNS = ("target_id, metric, scope, aggregation, value, unit, sample_count, state, count, mean, min, max, "
                   "p50, p90, p95, p99, first_span_time, last_span_time, evidence_uri, evidence_media_type, "
                   "evidence_digest")
@@ -78,7 +80,7 @@ def test_export_then_import_into_another_database_gives_identical_spans_and_wind
     proc = run_cli("export", "--parquet", str(out), "--db", str(source.db), "--format", "json")
     assert json.loads(proc.stdout) == [
         {"table": "spans", "file": str(out / "spans.parquet"), "rows": 7},
-        {"table": "windows", "file": str(out / "windows.parquet"), "rows": 12},
+        {"table": "windows", "file": str(out / "windows.parquet"), "rows": 3 * WINDOWS_PER_KEY},
     ]
     target_db = tmp_path / "b" / "meritlens.duckdb"  # same file name: evidence URIs name the file
     target_db.parent.mkdir()
@@ -94,7 +96,7 @@ def test_export_then_import_into_another_database_gives_identical_spans_and_wind
     windows_sql = f"select {WINDOW_COLUMNS} from windows order by target_id, metric, scope"
     before = _rows(source.db, windows_sql)
     assert _rows(target_db, windows_sql) == before
-    assert len(before) == 12 and {w["target_id"] for w in before} == {"bot", "other/bot"}
+    assert len(before) == 3 * WINDOWS_PER_KEY and {w["target_id"] for w in before} == {"bot", "other/bot"}
 
     # Importing again adds nothing: the same spans are recognised and the windows stay the same.
     proc = run_cli("import", str(out / "spans.parquet"), "--db", str(target_db), "--format", "json")
@@ -108,13 +110,14 @@ def test_export_through_the_running_collector_is_readable_by_duckdb_and_pyarrow(
     out = tmp_path / "parquet"
     # The collector holds the file: the CLI finds its URL beside it and reads /api/arrow.
     proc = run_cli("export", "--parquet", str(out), "--db", str(collector.db), "--format", "csv")
-    assert proc.stdout.splitlines()[1:] == [f"spans,{out / 'spans.parquet'},3007", f"windows,{out / 'windows.parquet'},12"]
+    assert proc.stdout.splitlines()[1:] == [f"spans,{out / 'spans.parquet'},3007",
+                                            f"windows,{out / 'windows.parquet'},{3 * WINDOWS_PER_KEY}"]
     spans = pq.read_table(out / "spans.parquet")
     assert spans.num_rows == 3007
     assert str(spans.schema.field("end_time").type).startswith("timestamp[us, tz=")
     assert spans.schema.field("input_tokens").type == "int64"
     windows = pq.read_table(out / "windows.parquet")
-    assert windows.num_rows == 12 and windows.column_names[:3] == ["target_id", "metric", "scope"]
+    assert windows.num_rows == 3 * WINDOWS_PER_KEY and windows.column_names[:3] == ["target_id", "metric", "scope"]
 
     con = duckdb.connect()  # a plain DuckDB, as a user would open the files
     assert con.execute(f"select count(*) from read_parquet('{out}/spans.parquet')").fetchone()[0] == 3007
@@ -128,7 +131,8 @@ def test_export_through_the_running_collector_is_readable_by_duckdb_and_pyarrow(
     # --url explicitly, one table, another codec
     proc = run_cli("export", "--parquet", str(tmp_path / "w"), "--url", collector.url, "--table", "windows",
                    "--compression", "zstd", "--format", "json")
-    assert json.loads(proc.stdout) == [{"table": "windows", "file": str(tmp_path / "w" / "windows.parquet"), "rows": 12}]
+    assert json.loads(proc.stdout) == [
+        {"table": "windows", "file": str(tmp_path / "w" / "windows.parquet"), "rows": 3 * WINDOWS_PER_KEY}]
     assert not (tmp_path / "w" / "spans.parquet").exists()
     assert pq.ParquetFile(tmp_path / "w" / "windows.parquet").metadata.row_group(0).column(0).compression == "ZSTD"
 

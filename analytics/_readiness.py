@@ -1,0 +1,244 @@
+"""Readiness: does every metric a profile requires have a live collector, and enough evidence?
+
+Everything here reads through a *query function* (SQL text in, a result with ``columns`` and
+``rows`` out) so that it runs the same on an open DuckDB file, through a running collector's SQL
+endpoint, or inside the collector itself.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from typing import Any, Callable, Protocol, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
+
+from meritlens.analytics._profiles import TaskProfile, text_table
+from meritlens.analytics._schema import COVERAGE_COLUMN_NAMES, COVERAGE_TABLE, WINDOW_COLUMN_NAMES, WINDOWS_TABLE
+from meritlens.analytics._windows import (
+    SCOPE_ALL,
+    SPAN_WINDOW_METRICS,
+    Window,
+    WindowState,
+    sql_string,
+)
+
+
+class QueryResultLike(Protocol):
+    columns: list[str]
+    rows: list[tuple]
+
+
+QueryFunction = Callable[[str], QueryResultLike]
+"""Runs one read-only SQL statement."""
+
+
+class MetricReadiness(BaseModel):
+    """What the stored windows say about one required metric."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    metric: str
+    collector: str
+    """'span window' (the processor computes it), 'plugin or evaluator' (only they can)."""
+    live: bool
+    """A finite value exists for the target (in any scope)."""
+    state: str
+    """State of the window in the checked scope (`not_configured` when none is stored)."""
+    aggregation: str
+    """The profile's aggregation."""
+    window_aggregation: str | None
+    value: float | None
+    """The window's value in the profile's aggregation, when it can say it."""
+    sample_count: int
+    min_samples: int
+    evidence_uri: str | None
+    evidence_digest: str | None
+
+
+_DERIVED_KEYS = ("missing", "ready", "baseline_ready")
+
+
+class CoverageReport(BaseModel):
+    """The readiness of one target against a profile. ``missing``, ``ready`` and ``baseline_ready``
+    are derived from the sets and the shortfalls; no caller can set them."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    target: str
+    scope: str = SCOPE_ALL
+    required: list[str] = Field(min_length=1)
+    covered: list[str]
+    checked_at: _dt.datetime
+    shortfalls: list[str] = Field(default_factory=list)
+    """Every reason the baseline is not ready, one line each ("task_success: 12 of 30 samples")."""
+    metrics: list[MetricReadiness] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_contradictions(cls, data: Any) -> Any:
+        """A serialized report may carry its derived fields; they must agree with its sets."""
+        if not isinstance(data, dict) or not any(k in data for k in _DERIVED_KEYS):
+            return data
+        data = dict(data)
+        claimed = {k: data.pop(k) for k in _DERIVED_KEYS if k in data}
+        derived = cls.model_validate(data)
+        for key, value in claimed.items():
+            actual = getattr(derived, key)
+            if (sorted(value) if key == "missing" else value) != (sorted(actual) if key == "missing" else actual):
+                raise ValueError(f"{key}={value!r} contradicts the report's sets (derived {key}={actual!r})")
+        return data
+
+    @model_validator(mode="after")
+    def _check_sets(self) -> "CoverageReport":
+        if len(set(self.required)) != len(self.required):
+            raise ValueError("required lists a metric twice")
+        stray = [m for m in self.covered if m not in self.required]
+        if stray:
+            raise ValueError(f"covered metrics {stray} are not required")
+        if len(set(self.covered)) != len(self.covered):
+            raise ValueError("covered lists a metric twice")
+        return self
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def missing(self) -> list[str]:
+        """Required metrics without a live collector, in profile order."""
+        return [m for m in self.required if m not in self.covered]
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def ready(self) -> bool:
+        """Coverage is ready when no required metric is missing."""
+        return not self.missing
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def baseline_ready(self) -> bool:
+        """The baseline is ready when coverage is, and no required metric falls short of evidence."""
+        return self.ready and not self.shortfalls
+
+
+def _windows_of(query: QueryFunction, target: str, metrics: Sequence[str]) -> list[Window]:
+    metric_list = ", ".join(sql_string(m) for m in metrics)
+    result = query(
+        f"SELECT {', '.join(WINDOW_COLUMN_NAMES)} FROM {WINDOWS_TABLE} "
+        f"WHERE target_id = {sql_string(target)} AND metric IN ({metric_list})"
+    )
+    return [Window.from_row(row, result.columns) for row in result.rows]
+
+
+def check_readiness(
+    profile: TaskProfile,
+    query: QueryFunction,
+    *,
+    target: str | None = None,
+    scope: str = SCOPE_ALL,
+    now: _dt.datetime | None = None,
+) -> CoverageReport:
+    """The coverage report of ``target`` (default: the profile's) against ``profile``.
+
+    A required metric is covered when a window with a finite value exists for the target in any
+    scope: its collector exists and has produced a value from the target's spans. The baseline
+    additionally needs, in ``scope``, a `measured` window with a finite value, at least the
+    profile's minimum samples and an evidence reference; every gap is one shortfall line.
+    """
+    target = target or profile.target
+    windows = _windows_of(query, target, profile.required)
+    live = {w.metric for w in windows if w.finite_value is not None}
+    in_scope = {w.metric: w for w in windows if w.scope == scope}
+    covered, shortfalls, details = [], [], []
+    for metric_id, plan in profile.metrics.items():
+        if metric_id in live:
+            covered.append(metric_id)
+        window = in_scope.get(metric_id)
+        collector = "span window" if metric_id in SPAN_WINDOW_METRICS else "plugin or evaluator"
+        gaps: list[str] = []
+        if window is None:
+            gaps.append(f"no window in scope {scope!r} (not_configured: no {collector} has produced one)")
+            value, state = None, WindowState.NOT_CONFIGURED.value
+        else:
+            state = window.state
+            value = window.value_as(plan.aggregation)
+            if state != WindowState.MEASURED.value:
+                gaps.append(f"state is {state}, not measured")
+            if window.finite_value is None:
+                gaps.append("no finite value")
+            elif value is None:
+                gaps.append(
+                    f"the window aggregates by {window.aggregation}; the profile's {plan.aggregation.value} "
+                    "cannot be read from it"
+                )
+            if window.sample_count < plan.min_samples:
+                gaps.append(f"{window.sample_count} of {plan.min_samples} samples")
+            if not window.has_evidence:
+                gaps.append("no evidence reference")
+        shortfalls += [f"{metric_id}: {gap}" for gap in gaps]
+        details.append(MetricReadiness(
+            metric=metric_id,
+            collector=collector,
+            live=metric_id in live,
+            state=state,
+            aggregation=plan.aggregation.value,
+            window_aggregation=window.aggregation if window else None,
+            value=value,
+            sample_count=window.sample_count if window else 0,
+            min_samples=plan.min_samples,
+            evidence_uri=window.evidence_uri if window else None,
+            evidence_digest=window.evidence_digest if window else None,
+        ))
+    return CoverageReport(
+        target=target,
+        scope=scope,
+        required=list(profile.required),
+        covered=covered,
+        checked_at=now or _dt.datetime.now(_dt.timezone.utc),
+        shortfalls=shortfalls,
+        metrics=details,
+    )
+
+
+def record_coverage_sql() -> str:
+    """Parameterised INSERT of one coverage report into `coverage_checks` (see ``coverage_row``)."""
+    placeholders = ", ".join("?" for _ in COVERAGE_COLUMN_NAMES)
+    return f"INSERT INTO {COVERAGE_TABLE} ({', '.join(COVERAGE_COLUMN_NAMES)}) VALUES ({placeholders})"
+
+
+def coverage_row(report: CoverageReport) -> list[Any]:
+    """The parameters of ``record_coverage_sql`` for ``report``."""
+    row = {
+        "target_id": report.target,
+        "scope": report.scope,
+        "checked_at": report.checked_at,
+        "required": report.required,
+        "covered": report.covered,
+        "shortfalls": report.shortfalls,
+        "report": report.model_dump_json(),
+    }
+    return [row[name] for name in COVERAGE_COLUMN_NAMES]
+
+
+def report_json(report: CoverageReport) -> str:
+    """The report as indented JSON."""
+    return json.dumps(report.model_dump(mode="json"), indent=2)
+
+
+def format_report(report: CoverageReport) -> str:
+    """The report as text: coverage, baseline shortfalls, then one line per required metric."""
+    covered = f"{len(report.covered)} of {len(report.required)} required metrics covered"
+    lines = [
+        f"readiness of {report.target} (scope {report.scope}), checked {report.checked_at.isoformat()}",
+        f"coverage: {'READY' if report.ready else 'NOT READY'} ({covered}"
+        + (f"; missing: {', '.join(report.missing)})" if report.missing else ")"),
+        f"baseline: {'READY' if report.baseline_ready else 'NOT READY'}",
+    ]
+    lines += [f"  - {shortfall}" for shortfall in report.shortfalls]
+    rows = [
+        [m.metric, m.collector, "yes" if m.live else "no", m.state,
+         "-" if m.value is None else f"{m.value:.6g}", f"{m.sample_count}/{m.min_samples}",
+         m.evidence_digest[:12] if m.evidence_digest else "-"]
+        for m in report.metrics
+    ]
+    if rows:
+        lines += ["", text_table(["metric", "collector", "live", "state", "value", "samples", "evidence"], rows)]
+    return "\n".join(lines)
