@@ -4,11 +4,11 @@ Routes (all GET, all read-only):
 
 - ``/``, ``/static/<file>``: the page (hand-written HTML, CSS and JavaScript shipped in the
   package; no build step, nothing fetched from elsewhere);
-- ``/api/targets``: every target with application spans, its span and task counts and scopes;
-- ``/api/windows?target=&scope=``: stored windows with the catalogue facts of their metric;
-- ``/api/tasks?target=&scope=&limit=``: per-task latency and cost of one target (the samples
+- ``/api/dashboard/targets``: every target with application spans, its span and task counts and scopes;
+- ``/api/dashboard/windows?target=&scope=``: stored windows with the catalogue facts of their metric;
+- ``/api/dashboard/tasks?target=&scope=&limit=``: per-task latency and cost of one target (the samples
   behind the latency and cost windows);
-- ``/api/profiles?target=``: the target's readiness against the profiles `serve --profile` loaded,
+- ``/api/dashboard/profiles?target=``: the target's readiness against the profiles `serve --profile` loaded,
   and the latest readiness check recorded for it (`meritlens readiness`);
 - ``/api/arrow?table=spans|windows``: a whole table as an Arrow IPC stream (`meritlens export`
   reads it when the collector holds the DuckDB file).
@@ -183,7 +183,7 @@ class Dashboard:
     async def tasks(self, request: web.Request) -> web.Response:
         target = request.query.get("target")
         if not target:
-            return _error(400, "give the target: /api/tasks?target=<target id>")
+            return _error(400, "give the target: /api/dashboard/tasks?target=<target id>")
         scope = request.query.get("scope", SCOPE_ALL)
         raw_limit = request.query.get("limit", str(DEFAULT_TASK_LIMIT))
         try:
@@ -202,7 +202,7 @@ class Dashboard:
     async def profiles(self, request: web.Request) -> web.Response:
         target = request.query.get("target")
         if not target:
-            return _error(400, "give the target: /api/profiles?target=<target id>")
+            return _error(400, "give the target: /api/dashboard/profiles?target=<target id>")
         if self._readiness is None:
             document = {"target_id": target, "profiles_loaded": 0, "reports": []}
         else:

@@ -13,11 +13,12 @@ import zlib
 
 from aiohttp import web
 
+from meritlens.analytics._window_io import WindowRejected, windows_from_json
 from meritlens.collector import _otlp
 from meritlens.collector._evidence import add_readiness_route
 from meritlens.collector._normalize import NormalizeOptions, normalize
 from meritlens.collector._pipeline import IngestPipeline, Overloaded
-from meritlens.collector._settings import HEALTH_PATH, SQL_PATH, TRACES_PATH
+from meritlens.collector._settings import HEALTH_PATH, SQL_PATH, TRACES_PATH, WINDOWS_PATH
 from meritlens.collector._sqlguard import QueryRefused
 from meritlens.collector._store import SpanStore
 
@@ -99,6 +100,7 @@ class HttpReceiver:
         app.router.add_route("*", SQL_PATH, self.sql)
         app.router.add_get(HEALTH_PATH, self.health)
         add_readiness_route(app, self._store)
+        app.router.add_route("*", WINDOWS_PATH, self.windows)
         return app
 
     async def health(self, request: web.Request) -> web.Response:
@@ -169,6 +171,29 @@ class HttpReceiver:
             return web.json_response({"error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__}, status=400)
         body = {"columns": result.columns, "types": result.types, "rows": result.rows}
         return web.Response(body=json.dumps(body, default=json_default), content_type="application/json")
+
+
+    async def windows(self, request: web.Request) -> web.Response:
+        """POST {"windows": [...]}: validate every window, then insert-or-replace them all (or none)."""
+        if request.method != "POST":
+            return web.json_response({"error": f'use POST with {{"windows": [...]}} on {WINDOWS_PATH}'}, status=405)
+        try:
+            payload = json.loads(await request.read())
+        except web.HTTPRequestEntityTooLarge:
+            return web.json_response({"error": "the windows request is too large; send fewer windows at once"}, status=413)
+        except ValueError:
+            return web.json_response({"error": 'body must be JSON: {"windows": [...]}'}, status=400)
+        try:
+            windows = windows_from_json(payload)
+        except WindowRejected as exc:
+            return web.json_response({"error": str(exc)}, status=400)
+        try:
+            written = await asyncio.get_running_loop().run_in_executor(None, self._store.write_windows, windows)
+        except Exception:
+            incident = uuid.uuid4().hex[:12]
+            log.exception("writing windows failed (incident %s)", incident)
+            return web.json_response({"error": f"writing windows failed (incident {incident})"}, status=500)
+        return web.json_response({"written": written})
 
 
 def json_default(value):

@@ -16,7 +16,7 @@ import duckdb
 import pyarrow as pa
 
 from meritlens.analytics._readiness import CoverageReport, coverage_row, record_coverage_sql
-from meritlens.analytics._schema import SPAN_COLUMN_NAMES, SPANS_TABLE
+from meritlens.analytics._schema import SPAN_COLUMN_NAMES, SPANS_TABLE, WINDOW_COLUMN_NAMES, WINDOWS_TABLE
 from meritlens.analytics._views import STORE_DDL
 from meritlens.analytics._windows import SCOPE_ALL, all_keys_sql, refresh_windows_sql
 from meritlens.collector._sqlguard import check_read_only
@@ -158,6 +158,26 @@ class SpanStore:
         """Append a readiness check to `coverage_checks` (the `coverage` view shows the latest)."""
         with self._write_lock:
             self._con.execute(record_coverage_sql(), coverage_row(report))
+    def write_windows(self, windows: list) -> int:
+        """Insert or replace evaluated windows (`meritlens.analytics.Window`) by (target_id, metric,
+        scope), all in one transaction; return how many were written."""
+        if not windows:
+            return 0
+        rows = [[getattr(w, name) for name in WINDOW_COLUMN_NAMES] for w in windows]
+        with self._write_lock:
+            con = self._con
+            con.execute("BEGIN")
+            try:
+                con.executemany(
+                    f"INSERT OR REPLACE INTO {WINDOWS_TABLE} ({', '.join(WINDOW_COLUMN_NAMES)}) "
+                    f"VALUES ({', '.join('?' for _ in WINDOW_COLUMN_NAMES)})",
+                    rows,
+                )
+                con.execute("COMMIT")
+            except BaseException:
+                _rollback(con)
+                raise
+        return len(windows)
 
     # --- reading ---------------------------------------------------------------------------------
     def query(self, sql: str) -> QueryResult:

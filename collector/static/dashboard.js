@@ -147,9 +147,9 @@
   async function loadTarget(target) {
     const scope = selectedScope.get(target.target_id) || "all";
     const [windows, tasks, readiness] = await Promise.all([
-      getJSON(query("/api/windows", { target: target.target_id, scope })),
-      getJSON(query("/api/tasks", { target: target.target_id, scope })),
-      getJSON(query("/api/profiles", { target: target.target_id })),
+      getJSON(query("/api/dashboard/windows", { target: target.target_id, scope })),
+      getJSON(query("/api/dashboard/tasks", { target: target.target_id, scope })),
+      getJSON(query("/api/dashboard/profiles", { target: target.target_id })),
     ]);
     return { target, scope, windows: windows.windows, notStored: windows.not_stored || [], tasks, readiness };
   }
@@ -159,7 +159,7 @@
     loading = true;
     const banner = document.getElementById("banner");
     try {
-      const overview = await getJSON("/api/targets");
+      const overview = await getJSON("/api/dashboard/targets");
       const views = await Promise.all(overview.targets.map(loadTarget));
       render(overview, views);
       banner.hidden = true;

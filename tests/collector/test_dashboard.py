@@ -47,48 +47,48 @@ def _get(collector, path: str, **params) -> httpx.Response:
 
 def test_json_endpoints_give_targets_windows_and_per_task_samples(collector):
     _known_spans(collector)
-    targets = _get(collector, "/api/targets").json()
+    targets = _get(collector, "/api/dashboard/targets").json()
     assert targets["db"] == "meritlens.duckdb" and targets["readiness_profiles"] is False
     by_id = {t["target_id"]: t for t in targets["targets"]}
     assert set(by_id) == {TARGET, XSS_TARGET}
     assert (by_id[TARGET]["spans"], by_id[TARGET]["tasks"], by_id[TARGET]["scopes"]) == (6, 5, ["all", "a1"])
 
-    windows = _get(collector, "/api/windows", target=TARGET, scope="all").json()["windows"]
+    windows = _get(collector, "/api/dashboard/windows", target=TARGET, scope="all").json()["windows"]
     w = {row["metric"]: row for row in windows}
     assert (w["input_tokens"]["value"], w["input_tokens"]["sample_count"]) == (500.0, 5)
     assert w["total_task_cost"]["value"] == pytest.approx(0.10) and w["total_task_cost"]["sample_count"] == 4
     assert w["end_to_end_latency"]["p50"] == pytest.approx(3.0) and w["end_to_end_latency"]["p95"] == pytest.approx(4.8)
     assert w["output_tokens"]["state"] == "not_configured" and w["output_tokens"]["value"] is None
     assert w["input_tokens"]["metric_info"]["group"] == "cost_and_resources"
-    not_stored = {m["metric"] for m in _get(collector, "/api/windows", target=TARGET).json()["not_stored"]}
+    not_stored = {m["metric"] for m in _get(collector, "/api/dashboard/windows", target=TARGET).json()["not_stored"]}
     assert not_stored == set(PLUGIN_ONLY_METRICS)  # catalogue metrics only a plugin could have stored
-    scoped = _get(collector, "/api/windows", target=TARGET, scope="a1").json()["windows"]
+    scoped = _get(collector, "/api/dashboard/windows", target=TARGET, scope="a1").json()["windows"]
     assert {r["metric"]: r["value"] for r in scoped}["input_tokens"] == 200.0
 
-    tasks = _get(collector, "/api/tasks", target=TARGET).json()
+    tasks = _get(collector, "/api/dashboard/tasks", target=TARGET).json()
     assert (tasks["total_tasks"], tasks["truncated"]) == (5, False)
     by_task = {t["task_key"]: t for t in tasks["tasks"]}
     assert by_task["task-5"]["end_to_end_latency"] == pytest.approx(5.0)
     assert by_task["task-5"]["total_task_cost"] is None  # an unpriced call: no cost, never 0
     assert by_task["task-5"]["span_count"] == 2
     assert sorted(t["end_to_end_latency"] for t in tasks["tasks"]) == pytest.approx([1, 2, 3, 4, 5])
-    limited = _get(collector, "/api/tasks", target=TARGET, limit="2").json()
+    limited = _get(collector, "/api/dashboard/tasks", target=TARGET, limit="2").json()
     assert (len(limited["tasks"]), limited["truncated"], limited["tasks"][0]["task_key"]) == (2, True, "task-5")
 
-    xss = _get(collector, "/api/windows", target=XSS_TARGET).json()["windows"]
+    xss = _get(collector, "/api/dashboard/windows", target=XSS_TARGET).json()["windows"]
     assert {r["target_id"] for r in xss} == {XSS_TARGET}  # quoted as a SQL literal, quotes and all
     assert len(xss) == len(SPAN_WINDOW_METRICS)
-    assert _get(collector, "/api/tasks", target=XSS_TARGET).json()["total_tasks"] == 1
-    assert _get(collector, "/api/profiles", target=TARGET).json() == {
+    assert _get(collector, "/api/dashboard/tasks", target=XSS_TARGET).json()["total_tasks"] == 1
+    assert _get(collector, "/api/dashboard/profiles", target=TARGET).json() == {
         "target_id": TARGET, "profiles_loaded": 0, "reports": [], "recorded": []}
 
 
 def test_endpoints_refuse_bad_requests_with_a_message(collector):
     for path, params, needle in (
-        ("/api/tasks", {}, "give the target"),
-        ("/api/tasks", {"target": "x", "limit": "0"}, "limit must be an integer"),
-        ("/api/tasks", {"target": "x", "limit": "lots"}, "limit must be an integer"),
-        ("/api/profiles", {}, "give the target"),
+        ("/api/dashboard/tasks", {}, "give the target"),
+        ("/api/dashboard/tasks", {"target": "x", "limit": "0"}, "limit must be an integer"),
+        ("/api/dashboard/tasks", {"target": "x", "limit": "lots"}, "limit must be an integer"),
+        ("/api/dashboard/profiles", {}, "give the target"),
         ("/api/arrow", {"table": "pg_catalog"}, "table must be one of spans, windows"),
     ):
         r = _get(collector, path, **params)
@@ -257,7 +257,7 @@ def test_readiness_against_the_profiles_serve_loaded(tmp_path):
     collector = CollectorProcess(tmp_path / "meritlens.duckdb", ("--profile", str(_profiles(tmp_path)))).start()
     try:
         _known_spans(collector)
-        document = _get(collector, "/api/profiles", target=TARGET).json()
+        document = _get(collector, "/api/dashboard/profiles", target=TARGET).json()
         assert document["profiles_loaded"] == 2
         [report] = document["reports"]
         assert report["profile"] == "support" and report["target"] == TARGET
@@ -266,9 +266,9 @@ def test_readiness_against_the_profiles_serve_loaded(tmp_path):
         assert (report["ready"], report["baseline_ready"]) == (False, False)
         assert "total_task_cost: 4 of 5 samples" in report["shortfalls"]
         # The profile's target without spans is listed, with nothing covered.
-        targets = {t["target_id"]: t for t in _get(collector, "/api/targets").json()["targets"]}
+        targets = {t["target_id"]: t for t in _get(collector, "/api/dashboard/targets").json()["targets"]}
         assert targets["new-bot/answer"]["spans"] == 0
-        assert _get(collector, "/api/profiles", target="new-bot/answer").json()["reports"][0]["covered"] == []
+        assert _get(collector, "/api/dashboard/profiles", target="new-bot/answer").json()["reports"][0]["covered"] == []
 
         dom = parse_dom(dump_dom(collector.url + "/?refresh=0", tmp_path / "chromium"))
         panel = dom.find("section", data_target=TARGET).find("div", class_="readiness")
@@ -296,7 +296,7 @@ def test_the_last_recorded_check_shows_without_a_profile(collector, tmp_path):
     profile = _profiles(tmp_path) / "support.toml"
     proc = run_cli("readiness", "--profile", str(profile), "--db", str(collector.db), check=False)
     assert proc.returncode == 1  # not ready; the check is recorded by the collector
-    [recorded] = _get(collector, "/api/profiles", target=TARGET).json()["recorded"]
+    [recorded] = _get(collector, "/api/dashboard/profiles", target=TARGET).json()["recorded"]
     assert (recorded["scope"], recorded["ready"], recorded["missing"]) == ("all", False, ["task_success"])
     dom = parse_dom(dump_dom(collector.url + "/?refresh=0", tmp_path / "chromium"))
     panel = dom.find("section", data_target=TARGET).find("div", data_readiness="recorded")
