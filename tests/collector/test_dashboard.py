@@ -178,6 +178,7 @@ def test_the_page_refreshes_itself_and_switches_scope(collector, tmp_path):
                              "svg[data-plot=\"latency\"]').dataset.n") == "2"
         # Turning auto-refresh off stops the updates.
         page.evaluate("document.getElementById('auto-refresh').click()")
+        page.evaluate("new Promise(r => setTimeout(r, 1500))")  # let a refresh already under way finish
         _post(collector, [make_span({c.TARGET_ID: TARGET, c.ASSESSMENT_ID: "a1", c.GEN_AI_USAGE_INPUT_TOKENS: 1},
                                     start_ns=T0)])
         page.evaluate("new Promise(r => setTimeout(r, 2500))")
