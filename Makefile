@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test install bench clean
+.PHONY: run test install bench clean browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,17 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/meritlens serve
 
-test: $(STAMP)
+# The dashboard tests drive Debian's headless Chromium. Installed once, only when missing and only
+# as root (CI runs as root); elsewhere install the `chromium` package yourself.
+CHROMIUM := /usr/bin/chromium
+
+browser:
+	@if [ ! -x $(CHROMIUM) ] && [ "$$(id -u)" = "0" ]; then \
+		echo "installing chromium for the dashboard tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	fi
+
+test: $(STAMP) browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)

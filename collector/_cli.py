@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 import click
@@ -57,6 +58,7 @@ _url_option = click.option(
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="meritlens", message="%(prog)s %(version)s")
 @click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
@@ -126,9 +128,13 @@ def _size(ctx, param, value):
 @click.option("--shutdown-timeout", "shutdown_timeout_s", type=float, default=None,
               help="Seconds SIGTERM waits for in-flight requests "
                    f"[env {ENV_SHUTDOWN_TIMEOUT}; default {DEFAULT_SHUTDOWN_TIMEOUT_S:g}].")
+@click.option("--profile", "profiles", multiple=True, type=click.Path(exists=True),
+              help="A task profile (TOML), or a directory of them; the dashboard at / shows each "
+                   "profile's target's readiness. Repeatable.")
 def serve(token: str | None, token_file: str | None, no_grpc: bool, **options) -> None:
     """Receive OTLP spans, store them in DuckDB and keep the metric windows current.
 
+    Also serves a read-only dashboard at its HTTP address (http://127.0.0.1:4318/ by default).
     Every option also reads the environment variable named in its help; see docs/collector.md.
     """
     from meritlens.collector._server import normalize_options, serve as run
@@ -147,6 +153,13 @@ def serve(token: str | None, token_file: str | None, no_grpc: bool, **options) -
         normalize_options(settings)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--target-fallback") from None
+    if settings.profiles:
+        from meritlens.collector._profiles_view import load_profiles
+
+        try:
+            load_profiles(settings.profiles)
+        except ValueError as exc:  # a ProfileError lists every problem of the file
+            raise click.BadParameter(str(exc), param_hint="--profile") from None
     run(settings)
 
 
@@ -178,6 +191,119 @@ def sql(query: str, db: str, url: str | None, token: str | None, token_file: str
     render(result, fmt)
     if result.truncated:
         click.echo(f"note: only the first {len(result.rows)} rows are shown (the collector's row limit)", err=True)
+
+
+_format_option = click.option(
+    "--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
+    help="How to print the result.",
+)
+_progress_option = click.option(
+    "--progress/--no-progress", default=None,
+    help="Show a progress bar on stderr (default: when stderr is a terminal).",
+)
+
+
+@cli.command("import")
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=True, readable=True))
+@_db_option
+@_url_option
+@_format_option
+@_progress_option
+@click.pass_context
+def import_command(ctx: click.Context, files: tuple[str, ...], db: str, url: str | None, fmt: str,
+                   progress: bool | None) -> None:
+    """Load span FILES into the store: OTLP JSON or protobuf (gzip too), JSON lines as the OTel
+    Collector's file exporter writes them, or a `meritlens export` directory or spans.parquet.
+
+    Writes into the DuckDB file when no process holds it (creating it if needed), else through the
+    collector that holds it (its /v1/traces). Spans already stored are not counted twice. Exits 1
+    if a file could not be read or a span was refused; everything accepted is kept."""
+    from meritlens.collector._import import ImportFailed, expand_paths, import_files, open_destination
+    from meritlens.collector._output import render
+    from meritlens.collector._progress import progress_bar
+    from meritlens.collector._store import QueryResult
+
+    paths = expand_paths(list(files))
+    if not paths:
+        raise click.UsageError("no files to import (the directories given are empty)")
+    try:
+        destination = open_destination(db, url)
+    except ImportFailed as exc:
+        raise click.ClickException(str(exc)) from None
+    sizes = [max(1, os.path.getsize(p)) for p in paths]
+    where = db if destination.via == "file" else destination.url
+    with progress_bar(progress, total=sum(sizes), unit="spans") as bar:
+        done_before = [sum(sizes[:i]) for i in range(len(paths))]
+        spans_read = [0] * len(paths)
+
+        def advance(index: int, fraction: float, spans: int) -> None:
+            spans_read[index] = spans
+            bar.update(completed=done_before[index] + fraction * sizes[index],
+                       description=os.path.basename(paths[index]), count=sum(spans_read))
+
+        try:
+            results = import_files(paths, destination, progress=advance)
+        except ImportFailed as exc:
+            raise click.ClickException(str(exc)) from None
+    columns = ["file", "format", "spans", "refused", "new", "duplicates", "problem"]
+    rows = [(r.file, r.format, r.spans, r.refused, r.new, r.duplicates,
+             "; ".join(r.problems + r.refusal_reasons) or None) for r in results]
+    render(QueryResult(columns, [], rows), fmt)
+    total = sum(r.spans for r in results)
+    refused = sum(r.refused for r in results)
+    failed = [r for r in results if r.problems]
+    summary = f"read {total} span{'s' if total != 1 else ''} from {len(results)} file{'s' if len(results) != 1 else ''}"
+    if destination.via == "file":
+        summary += (f" into {where}: {sum(r.new for r in results)} new, "
+                    f"{sum(r.duplicates for r in results)} already stored")
+    else:
+        summary += f" through the collector at {where}: {total - refused} accepted"
+    if refused:
+        summary += f", {refused} refused"
+    if failed:
+        summary += f"; {len(failed)} file{'s' if len(failed) != 1 else ''} could not be fully read"
+    click.echo(summary, err=True)
+    if refused or failed:
+        ctx.exit(1)
+
+
+@cli.command("export")
+@click.option("--parquet", "parquet_dir", required=True, type=click.Path(file_okay=False),
+              help="Write <DIR>/spans.parquet and <DIR>/windows.parquet.")
+@_db_option
+@_url_option
+@click.option("--table", "tables", multiple=True, type=click.Choice(["spans", "windows"]),
+              help="Only these tables (repeatable; default both).")
+@click.option("--compression", type=click.Choice(["snappy", "zstd", "gzip", "none"]), default="snappy",
+              show_default=True, help="Parquet compression codec.")
+@_format_option
+@_progress_option
+def export_command(parquet_dir: str, db: str, url: str | None, tables: tuple[str, ...], compression: str,
+                   fmt: str, progress: bool | None) -> None:
+    """Export spans and windows as Parquet files (readable by DuckDB, pandas, Spark).
+
+    Reads the DuckDB file read-only when no process holds it, else the collector that holds it
+    (its read-only /api/arrow endpoint)."""
+    from meritlens.collector._export import ExportFailed, export_parquet
+    from meritlens.collector._output import render
+    from meritlens.collector._progress import progress_bar
+    from meritlens.collector._store import QueryResult
+
+    with progress_bar(progress, total=None, unit="rows") as bar:
+        current = [None]
+
+        def advance(table: str, rows: int, total: int | None) -> None:
+            if current[0] != table:
+                current[0] = table
+                bar.new_row(f"{table}.parquet", total)
+            bar.update(completed=rows, count=rows)
+
+        try:
+            written = export_parquet(db, url, parquet_dir, tables=tables or ("spans", "windows"),
+                                     compression=compression, progress=advance)
+        except ExportFailed as exc:
+            raise click.ClickException(str(exc)) from None
+    render(QueryResult(["table", "file", "rows"], [], [(w.table, w.path, w.rows) for w in written]), fmt)
 
 
 # --- evidence: windows, profile check, readiness ------------------------------------------------------
@@ -468,10 +594,10 @@ def list_metrics() -> None:
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point. Exit codes: 0 ok, 1 failure, 2 usage error, 130 interrupted."""
     debug = "--debug" in sys.argv[1:]
     try:
-        cli.main(standalone_mode=False)
+        code = cli.main(standalone_mode=False)
     except click.exceptions.Abort:
         sys.exit(130)
     except click.ClickException as exc:
@@ -480,5 +606,7 @@ def main() -> None:
     except Exception as exc:  # noqa: BLE001 - one line unless --debug
         if debug:
             raise
-        click.echo(f"Error: {exc}", err=True)
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        click.echo(f"Error: {message}", err=True)
         sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)

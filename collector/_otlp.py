@@ -55,6 +55,11 @@ def _decode_json(body: bytes) -> DecodedRequest:
         doc = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BadRequest(f"body is not valid JSON: {exc}") from None
+    return decode_json_document(doc)
+
+
+def decode_json_document(doc) -> DecodedRequest:
+    """Decode an already parsed OTLP/JSON document (hex IDs); raise BadRequest on a wrong shape."""
     if not isinstance(doc, dict):
         raise BadRequest(f"OTLP/JSON body must be an object, got {type(doc).__name__}")
     try:

@@ -9,6 +9,7 @@ import sys
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from meritlens.collector._http import json_default
 from meritlens.collector._store import QueryResult
@@ -30,9 +31,11 @@ def render(result: QueryResult, fmt: str, out=None) -> None:
         out.write(buffer.getvalue())
     else:
         table = Table(show_lines=False)
-        for column in result.columns:
-            table.add_column(column)
+        for index, column in enumerate(result.columns):
+            numeric = any(v is not None for v in (r[index] for r in result.rows)) and all(
+                v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in (r[index] for r in result.rows))
+            table.add_column(column, justify="right" if numeric else "left")
         for row in result.rows:
-            table.add_row(*("NULL" if v is None else str(v) for v in row))
+            table.add_row(*(Text("NULL", style="dim") if v is None else Text(str(v)) for v in row))
         Console(file=out, width=max(120, Console().width)).print(table)
         out.write(f"{len(result.rows)} row{'s' if len(result.rows) != 1 else ''}\n")

@@ -12,6 +12,7 @@ from aiohttp import web
 
 from meritlens.collector import _grpc
 from meritlens.collector._auth import BearerToken
+from meritlens.collector._dashboard import Dashboard
 from meritlens.collector._http import HttpReceiver
 from meritlens.collector._ingest import InflightBudget, Ingest
 from meritlens.collector._normalize import NormalizeOptions, check_target_fallback
@@ -48,6 +49,11 @@ class Collector:
             normalize_options=normalize_options(settings),
         )
         self.token = BearerToken(settings.token)
+        self.readiness = None  # the dashboard's ReadinessProvider, from `serve --profile`
+        if settings.profiles:
+            from meritlens.collector._profiles_view import ProfileReadiness
+
+            self.readiness = ProfileReadiness.load(self.store, settings.profiles)
         self._runner: web.AppRunner | None = None
         self._http: HttpReceiver | None = None
         self._grpc_server = None
@@ -72,8 +78,10 @@ class Collector:
             self.ingest, self.store, max_body_bytes=s.max_body_bytes, token=self.token,
             sql_max_rows=s.sql_max_rows, sql_timeout_s=s.sql_timeout_s,
         )
+        app = self._http.app()
+        Dashboard(self.store, readiness=self.readiness).install(app)
         self._runner = web.AppRunner(
-            self._http.app(), auto_decompress=False, access_log=None, shutdown_timeout=s.shutdown_timeout_s,
+            app, auto_decompress=False, access_log=None, shutdown_timeout=s.shutdown_timeout_s,
         )
         await self._runner.setup()
         ssl_context = None

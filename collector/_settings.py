@@ -66,6 +66,17 @@ GRPC_TRACE_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 class SettingsError(ValueError):
     """A setting is invalid; the message names it and says why."""
 
+# The dashboard page, the read-only JSON endpoints it reads, and the Arrow export endpoint
+# (collector/_dashboard.py).
+DASHBOARD_PATH = "/"
+API_TARGETS_PATH = "/api/dashboard/targets"
+API_WINDOWS_PATH = "/api/dashboard/windows"
+API_TASKS_PATH = "/api/dashboard/tasks"
+API_PROFILES_PATH = "/api/dashboard/profiles"
+API_ARROW_PATH = "/api/arrow"
+ARROW_STREAM_MEDIA_TYPE = "application/vnd.apache.arrow.stream"
+ARROW_ROW_COUNT_HEADER = "X-Meritlens-Row-Count"
+
 
 def address_file(db: str) -> str:
     """Where a running collector writes its URL, so that commands given only --db can find it."""
@@ -190,6 +201,9 @@ class ServerSettings:
     shutdown_timeout_s: float = field(
         default_factory=lambda: _env_float(ENV_SHUTDOWN_TIMEOUT, DEFAULT_SHUTDOWN_TIMEOUT_S)
     )
+
+    profiles: tuple[str, ...] = ()
+    """Task profiles (TOML files, or directories of them) the dashboard checks readiness against."""
 
     @property
     def tls(self) -> bool:

@@ -102,9 +102,11 @@ class SpanStore:
             self._con = None
 
     # --- writing ---------------------------------------------------------------------------------
-    def write(self, table: pa.Table) -> WriteResult:
+    def write(self, table: pa.Table, *, refresh_windows: bool = True) -> WriteResult:
         """Insert span rows, ignoring any (trace_id, span_id) already stored; commit; then
-        recompute the windows of the keys the rows touch. Returns once both are durable."""
+        recompute the windows of the keys the rows touch. Returns once both are durable.
+
+        A bulk loader may pass ``refresh_windows=False`` and call `refresh_windows` once at the end."""
         received_at = pa.array(
             [_dt.datetime.now(_dt.timezone.utc)] * table.num_rows, type=pa.timestamp("us", tz="UTC")
         )
@@ -122,9 +124,15 @@ class SpanStore:
             finally:
                 con.unregister("_incoming")
             keys = touched_keys(table)
-            if keys:
+            if keys and refresh_windows:
                 self._refresh(keys)
         return WriteResult(received=table.num_rows, inserted=int(inserted))
+
+    def refresh_windows(self, keys: set[tuple[str, str]]) -> None:
+        """Recompute the windows of the given (target_id, scope) keys."""
+        if keys:
+            with self._write_lock:
+                self._refresh(keys)
 
     def refresh_all_windows(self) -> int:
         """Recompute every window from the stored spans (at start-up: windows equal a from-scratch run)."""
@@ -184,6 +192,37 @@ class SpanStore:
             return QueryResult(result.columns, result.types, result.rows, result.truncated)
         finally:
             cursor.close()
+
+    def query_arrow(self, sql: str, *, batch_rows: int = 65_536) -> "ArrowQuery":
+        """Run one read-only statement and stream its result as Arrow record batches.
+
+        Use as a context manager; the reader's batches hold at most ``batch_rows`` rows."""
+        check_read_only(sql)
+        with self._reader_lock:
+            cursor = self._reader.cursor()
+        try:
+            reader = cursor.sql(sql).to_arrow_reader(batch_rows)
+        except BaseException:
+            cursor.close()
+            raise
+        return ArrowQuery(reader, cursor)
+
+
+class ArrowQuery:
+    """A streaming read-only result: ``.reader`` is a pyarrow RecordBatchReader."""
+
+    def __init__(self, reader: pa.RecordBatchReader, cursor: duckdb.DuckDBPyConnection):
+        self.reader = reader
+        self._cursor = cursor
+
+    def close(self) -> None:
+        self._cursor.close()
+
+    def __enter__(self) -> "ArrowQuery":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def _rollback(con: duckdb.DuckDBPyConnection) -> None:

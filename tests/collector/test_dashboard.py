@@ -1,0 +1,314 @@
+"""The dashboard at `/`: its JSON endpoints, and the page itself in real headless Chromium."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from meritlens.analytics._windows import PLUGIN_ONLY_METRICS, SPAN_WINDOW_METRICS
+from meritlens.instrumentation import conventions as c
+from tests.browser import DevToolsPage, dump_dom, parse_dom, screenshot, squash
+from tests.conftest import CollectorProcess, run_cli
+from tests.otlp_builders import make_request, make_span
+
+T0 = 1_700_000_000 * 10**9
+TARGET = "support-bot/answer"
+XSS_TARGET = """<img src=x onerror="document.body.dataset.pwned=1">'&"</b>\\'--"""
+
+
+def _post(collector, spans) -> None:
+    r = httpx.post(collector.traces_url, content=make_request(spans).SerializeToString(),
+                   headers={"Content-Type": "application/x-protobuf"})
+    assert r.status_code == 200, r.text
+
+
+def _known_spans(collector) -> None:
+    """Five tasks of TARGET: latencies 1..5 s, costs $0.01..$0.04 and one task with an unpriced
+    call; 100 input tokens each. Tasks 1 and 2 are in assessment a1. One span of XSS_TARGET."""
+    spans = []
+    for i, seconds in enumerate((1.0, 2.0, 3.0, 4.0)):
+        attrs = {c.TARGET_ID: TARGET, c.GEN_AI_OPERATION_NAME: "chat", c.GEN_AI_USAGE_INPUT_TOKENS: 100,
+                 c.COST_USD: round(0.01 * (i + 1), 2)}
+        if i < 2:
+            attrs[c.ASSESSMENT_ID] = "a1"
+        spans.append(make_span(attrs, start_ns=T0 + i * 60 * 10**9, duration_s=seconds))
+    # Task 5: two calls 5 s apart end to end; the second is not priced, so the task has no cost.
+    trace = bytes.fromhex("ab" * 16)
+    base = {c.TARGET_ID: TARGET, c.TASK_ID: "task-5", c.GEN_AI_OPERATION_NAME: "chat", c.GEN_AI_USAGE_INPUT_TOKENS: 50}
+    spans.append(make_span({**base, c.COST_USD: 0.5}, trace_id=trace, start_ns=T0 + 300 * 10**9, duration_s=2.0))
+    spans.append(make_span(base, trace_id=trace, start_ns=T0 + 303 * 10**9, duration_s=2.0))
+    spans.append(make_span({c.TARGET_ID: XSS_TARGET, c.GEN_AI_USAGE_INPUT_TOKENS: 7}, start_ns=T0, duration_s=0.25))
+    _post(collector, spans)
+
+
+def _get(collector, path: str, **params) -> httpx.Response:
+    return httpx.get(collector.url + path, params=params)
+
+
+def test_json_endpoints_give_targets_windows_and_per_task_samples(collector):
+    _known_spans(collector)
+    targets = _get(collector, "/api/dashboard/targets").json()
+    assert targets["db"] == "meritlens.duckdb" and targets["readiness_profiles"] is False
+    by_id = {t["target_id"]: t for t in targets["targets"]}
+    assert set(by_id) == {TARGET, XSS_TARGET}
+    assert (by_id[TARGET]["spans"], by_id[TARGET]["tasks"], by_id[TARGET]["scopes"]) == (6, 5, ["all", "a1"])
+
+    windows = _get(collector, "/api/dashboard/windows", target=TARGET, scope="all").json()["windows"]
+    w = {row["metric"]: row for row in windows}
+    assert (w["input_tokens"]["value"], w["input_tokens"]["sample_count"]) == (500.0, 5)
+    assert w["total_task_cost"]["value"] == pytest.approx(0.10) and w["total_task_cost"]["sample_count"] == 4
+    assert w["end_to_end_latency"]["p50"] == pytest.approx(3.0) and w["end_to_end_latency"]["p95"] == pytest.approx(4.8)
+    assert w["output_tokens"]["state"] == "not_configured" and w["output_tokens"]["value"] is None
+    assert w["input_tokens"]["metric_info"]["group"] == "cost_and_resources"
+    not_stored = {m["metric"] for m in _get(collector, "/api/dashboard/windows", target=TARGET).json()["not_stored"]}
+    assert not_stored == set(PLUGIN_ONLY_METRICS)  # catalogue metrics only a plugin could have stored
+    scoped = _get(collector, "/api/dashboard/windows", target=TARGET, scope="a1").json()["windows"]
+    assert {r["metric"]: r["value"] for r in scoped}["input_tokens"] == 200.0
+
+    tasks = _get(collector, "/api/dashboard/tasks", target=TARGET).json()
+    assert (tasks["total_tasks"], tasks["truncated"]) == (5, False)
+    by_task = {t["task_key"]: t for t in tasks["tasks"]}
+    assert by_task["task-5"]["end_to_end_latency"] == pytest.approx(5.0)
+    assert by_task["task-5"]["total_task_cost"] is None  # an unpriced call: no cost, never 0
+    assert by_task["task-5"]["span_count"] == 2
+    assert sorted(t["end_to_end_latency"] for t in tasks["tasks"]) == pytest.approx([1, 2, 3, 4, 5])
+    limited = _get(collector, "/api/dashboard/tasks", target=TARGET, limit="2").json()
+    assert (len(limited["tasks"]), limited["truncated"], limited["tasks"][0]["task_key"]) == (2, True, "task-5")
+
+    xss = _get(collector, "/api/dashboard/windows", target=XSS_TARGET).json()["windows"]
+    assert {r["target_id"] for r in xss} == {XSS_TARGET}  # quoted as a SQL literal, quotes and all
+    assert len(xss) == len(SPAN_WINDOW_METRICS)
+    assert _get(collector, "/api/dashboard/tasks", target=XSS_TARGET).json()["total_tasks"] == 1
+    assert _get(collector, "/api/dashboard/profiles", target=TARGET).json() == {
+        "target_id": TARGET, "profiles_loaded": 0, "reports": [], "recorded": []}
+
+
+def test_endpoints_refuse_bad_requests_with_a_message(collector):
+    for path, params, needle in (
+        ("/api/dashboard/tasks", {}, "give the target"),
+        ("/api/dashboard/tasks", {"target": "x", "limit": "0"}, "limit must be an integer"),
+        ("/api/dashboard/tasks", {"target": "x", "limit": "lots"}, "limit must be an integer"),
+        ("/api/dashboard/profiles", {}, "give the target"),
+        ("/api/arrow", {"table": "pg_catalog"}, "table must be one of spans, windows"),
+    ):
+        r = _get(collector, path, **params)
+        assert r.status_code == 400 and needle in r.json()["error"], (path, r.text)
+    assert _get(collector, "/static/../_store.py").status_code == 404
+    assert _get(collector, "/static/secret.txt").status_code == 404
+    page = _get(collector, "/")
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    assert _get(collector, "/static/dashboard.js").headers["content-type"].startswith("text/javascript")
+
+
+def test_the_page_shows_the_windows_plots_and_escapes_target_ids(collector, tmp_path):
+    _known_spans(collector)
+    html = dump_dom(collector.url + "/?refresh=0", tmp_path / "chromium")
+    dom = parse_dom(html)
+    section = dom.find("section", data_target=TARGET)
+
+    def row(metric: str):
+        return section.find("tr", data_metric=metric)
+
+    assert row("input_tokens").attrs["data-state"] == "measured"
+    assert squash(row("input_tokens").find("td", class_="value").text) == "500 tokens"
+    assert row("input_tokens").find("td", data_samples="5")
+    assert squash(row("total_task_cost").find("td", class_="value").text) == "$0.1000"
+    assert row("total_task_cost").find("td", data_samples="4")
+    latency = row("end_to_end_latency").find("td", class_="value")
+    assert latency.find("span", class_="val").text == "4.80 s"
+    assert latency.find("span", class_="spread").text == "p50 3.00 s · p95 4.80 s"
+    assert row("output_tokens").attrs["data-state"] == "not_configured"
+    assert squash(row("output_tokens").find("td", class_="value").text) == "—"  # missing is not 0
+    assert row("output_tokens").find("span", class_="state").text == "not configured"
+    # Every catalogue metric is shown: those without a stored window as not configured.
+    table = section.find("table", class_="windows")
+    stored = {r.attrs["data-metric"] for r in table.find_all("tr", data_metric=True)}
+    not_stored = {c.attrs["data-metric"]: c for c in table.find_all("span", class_="chip")}
+    assert len(stored) + len(not_stored) == 23 and not stored & set(not_stored)
+    assert not_stored["consistency"].attrs["data-state"] == "not_configured"
+    assert "state-not_configured" in not_stored["consistency"].attrs["class"]
+    assert row("task_quality").attrs["data-state"] == "not_configured"  # stored, nothing fed it
+
+    histogram = section.find("svg", data_plot="latency")
+    assert histogram.attrs["data-n"] == "5"
+    labels = {t.attrs["data-marker"]: t.text for t in histogram.find_all("text", class_="marker-label")}
+    assert labels == {"p50": "p50 3.00 s", "p95": "p95 4.80 s"}
+    bars = histogram.find_all("rect", class_="bar")
+    assert sum(int(b.find("title").text.split()[0]) for b in bars) == 5
+
+    cost = section.find("svg", data_plot="cost")
+    assert cost.attrs["data-n"] == "4" and len(cost.find_all("rect", class_="bar")) == 4
+    assert cost.find("text", data_marker="mean").text.endswith("mean $0.0250")
+    caption = squash(cost.parent.find("div", class_="caption").text)
+    assert caption.startswith("4 priced tasks · total $0.1000")
+    assert "1 task without a complete price" in caption
+    assert section.find("p", data_readiness="no-profile")
+    assert [o.text for o in section.find("select").find_all("option")] == ["all spans", "assessment a1"]
+
+    # A target id full of markup is shown as text and never runs.
+    evil = dom.find("section", data_target=XSS_TARGET)
+    assert evil.find("h2", class_="target-id").text == XSS_TARGET
+    assert any(a.text == XSS_TARGET for a in dom.find("nav").find_all("a"))
+    assert dom.find_all("img") == []
+    assert "data-pwned" not in html and "<img" not in html
+    assert evil.find("tr", data_metric="end_to_end_latency").attrs["data-state"] == "insufficient_evidence"
+
+    width, height = screenshot(collector.url + "/?refresh=0", tmp_path / "dashboard.png", tmp_path / "chromium")
+    assert (width, height) == (1280, 900)
+    assert (tmp_path / "dashboard.png").stat().st_size > 20_000  # a rendered page, not a blank one
+
+
+def test_the_page_refreshes_itself_and_switches_scope(collector, tmp_path):
+    _known_spans(collector)
+    value = ("(document.querySelector('section[data-target=\"support-bot/answer\"] "
+             "tr[data-metric=\"input_tokens\"] td.value') || {}).textContent")
+    with DevToolsPage(tmp_path / "chromium") as page:
+        page.navigate(collector.url + "/?refresh=1")
+        assert page.wait_for(f"{value} === '500 tokens' && {value}")
+        _post(collector, [make_span({c.TARGET_ID: TARGET, c.GEN_AI_USAGE_INPUT_TOKENS: 100}, start_ns=T0)])
+        assert page.wait_for(f"{value} === '600 tokens'", timeout=10)
+        assert page.evaluate("document.getElementById('updated').textContent").startswith("updated ")
+
+        page.evaluate("""(() => { const s = document.querySelector('section[data-target="support-bot/answer"] select');
+                                  s.value = 'a1'; s.dispatchEvent(new Event('change')); })()""")
+        page.wait_for("document.querySelector('section[data-target=\"support-bot/answer\"]').dataset.scope === 'a1'")
+        assert page.wait_for(f"{value} === '200 tokens'")
+        assert page.evaluate("document.querySelector('section[data-target=\"support-bot/answer\"] "
+                             "svg[data-plot=\"latency\"]').dataset.n") == "2"
+        # Turning auto-refresh off stops the updates.
+        page.evaluate("document.getElementById('auto-refresh').click()")
+        page.evaluate("new Promise(r => setTimeout(r, 1500))")  # let a refresh already under way finish
+        _post(collector, [make_span({c.TARGET_ID: TARGET, c.ASSESSMENT_ID: "a1", c.GEN_AI_USAGE_INPUT_TOKENS: 1},
+                                    start_ns=T0)])
+        page.evaluate("new Promise(r => setTimeout(r, 2500))")
+        assert page.evaluate(value) == "200 tokens"
+        assert page.exceptions == []
+
+
+def test_an_empty_collector_says_how_to_send_spans(collector, tmp_path):
+    dom = parse_dom(dump_dom(collector.url + "/?refresh=0", tmp_path / "chromium"))
+    message = squash(dom.find("p", id="no-targets").text)
+    assert "No target has sent application spans yet" in message and collector.url in message
+    assert dom.find("div", id="banner").attrs.get("hidden") is not None
+
+
+def test_the_page_says_when_the_collector_is_unreachable(collector, tmp_path):
+    url = collector.url
+    with DevToolsPage(tmp_path / "chromium") as page:
+        page.navigate(url + "/?refresh=1")
+        page.wait_for("document.getElementById('updated').textContent.startsWith('updated')")
+        collector.stop()
+        banner = page.wait_for("!document.getElementById('banner').hidden && document.getElementById('banner').textContent")
+        assert banner.startswith("Could not load data from the collector")
+        assert page.evaluate("document.getElementById('updated').textContent") == "update failed"
+
+
+PROFILE = """
+target = "support-bot/answer"
+description = "answer quality at a known cost"
+
+[metrics.input_tokens]
+direction = "lower"
+strategy = "representative_task_set"
+cases = 5
+repetitions = 1
+aggregation = "sum"
+min_samples = 5
+rationale = "every task of the set"
+
+[metrics.total_task_cost]
+direction = "lower"
+strategy = "representative_task_set"
+cases = 5
+repetitions = 1
+aggregation = "sum"
+min_samples = 5
+rationale = "budget"
+
+[metrics.end_to_end_latency]
+direction = "lower"
+strategy = "representative_task_set"
+cases = 5
+repetitions = 1
+aggregation = "percentile"
+min_samples = 5
+rationale = "p95 over the set"
+
+[metrics.task_success]
+direction = "higher"
+strategy = "representative_task_set"
+cases = 5
+repetitions = 1
+aggregation = "rate"
+min_samples = 5
+rationale = "graded outcomes"
+"""
+
+
+def _profiles(tmp_path):
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    (folder / "support.toml").write_text(PROFILE)
+    (folder / "newcomer.toml").write_text(PROFILE.replace(TARGET, "new-bot/answer"))
+    return folder
+
+
+def test_readiness_against_the_profiles_serve_loaded(tmp_path):
+    collector = CollectorProcess(tmp_path / "meritlens.duckdb", ("--profile", str(_profiles(tmp_path)))).start()
+    try:
+        _known_spans(collector)
+        document = _get(collector, "/api/dashboard/profiles", target=TARGET).json()
+        assert document["profiles_loaded"] == 2
+        [report] = document["reports"]
+        assert report["profile"] == "support" and report["target"] == TARGET
+        assert report["covered"] == ["input_tokens", "total_task_cost", "end_to_end_latency"]
+        assert report["missing"] == ["task_success"]
+        assert (report["ready"], report["baseline_ready"]) == (False, False)
+        assert "total_task_cost: 4 of 5 samples" in report["shortfalls"]
+        # The profile's target without spans is listed, with nothing covered.
+        targets = {t["target_id"]: t for t in _get(collector, "/api/dashboard/targets").json()["targets"]}
+        assert targets["new-bot/answer"]["spans"] == 0
+        assert _get(collector, "/api/dashboard/profiles", target="new-bot/answer").json()["reports"][0]["covered"] == []
+
+        dom = parse_dom(dump_dom(collector.url + "/?refresh=0", tmp_path / "chromium"))
+        panel = dom.find("section", data_target=TARGET).find("div", class_="readiness")
+        profile = panel.find("div", data_profile="support")
+        assert profile.find("span", data_verdict="coverage").text == "coverage not ready"
+        assert profile.find("span", data_verdict="baseline").text == "baseline not ready"
+        chips = {li.attrs["data-metric"]: (li.attrs["data-coverage"], li.text) for li in profile.find_all("li", data_metric=True)}
+        assert chips == {
+            "input_tokens": ("covered", "✓ input_tokens 5/5"),
+            "total_task_cost": ("short", "◐ total_task_cost 4/5"),
+            "end_to_end_latency": ("covered", "✓ end_to_end_latency 5/5"),
+            "task_success": ("missing", "✗ task_success 0/5"),
+        }
+        assert "total_task_cost: 4 of 5 samples" in [li.text for li in profile.find("ul", class_="problems").find_all("li")]
+        newcomer = dom.find("section", data_target="new-bot/answer")
+        assert newcomer.find("div", data_profile="newcomer").find("span", data_verdict="coverage").text == "coverage not ready"
+        assert newcomer.find("p", data_plot="latency").text == "No task has a latency yet."
+        screenshot(collector.url + "/?refresh=0", tmp_path / "readiness.png", tmp_path / "chromium", size=(1280, 1400))
+    finally:
+        collector.stop()
+
+
+def test_the_last_recorded_check_shows_without_a_profile(collector, tmp_path):
+    _known_spans(collector)
+    profile = _profiles(tmp_path) / "support.toml"
+    proc = run_cli("readiness", "--profile", str(profile), "--db", str(collector.db), check=False)
+    assert proc.returncode == 1  # not ready; the check is recorded by the collector
+    [recorded] = _get(collector, "/api/dashboard/profiles", target=TARGET).json()["recorded"]
+    assert (recorded["scope"], recorded["ready"], recorded["missing"]) == ("all", False, ["task_success"])
+    dom = parse_dom(dump_dom(collector.url + "/?refresh=0", tmp_path / "chromium"))
+    panel = dom.find("section", data_target=TARGET).find("div", data_readiness="recorded")
+    assert panel.find("span", data_verdict="coverage").text == "coverage not ready"
+    assert "last recorded check, scope all" in squash(panel.find("div", class_="caption").text)
+
+
+def test_serve_refuses_a_bad_profile_naming_the_problem(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(PROFILE.replace('aggregation = "sum"\nmin_samples = 5\nrationale = "budget"',
+                                   'aggregation = "mean"\nmin_samples = 5\nrationale = "budget"'))
+    proc = run_cli("serve", "--db", str(tmp_path / "x.duckdb"), "--http-port", "0", "--profile", str(bad), check=False)
+    assert proc.returncode == 2
+    assert "bad.toml" in proc.stderr and "total_task_cost" in proc.stderr and "Traceback" not in proc.stderr
