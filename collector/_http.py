@@ -15,6 +15,7 @@ from aiohttp import web
 
 from meritlens.collector import _otlp
 from meritlens.collector._evidence import add_readiness_route
+from meritlens.collector._experiment_io import add_experiment_routes
 from meritlens.collector._normalize import normalize
 from meritlens.collector._pipeline import IngestPipeline, Overloaded
 from meritlens.collector._settings import HEALTH_PATH, SQL_PATH, TRACES_PATH
@@ -84,7 +85,8 @@ def _status_response(media_type: str, status: int, message: str, headers: dict |
 
 
 class HttpReceiver:
-    """Routes: POST /v1/traces (OTLP), POST /api/sql (read-only SQL), POST /api/readiness, GET /healthz."""
+    """Routes: POST /v1/traces (OTLP), POST /api/sql (read-only SQL), POST /api/readiness,
+    POST /api/experiments, GET /healthz."""
 
     def __init__(self, store: SpanStore, pipeline: IngestPipeline, *, max_body_bytes: int):
         self._store = store
@@ -97,6 +99,7 @@ class HttpReceiver:
         app.router.add_route("*", SQL_PATH, self.sql)
         app.router.add_get(HEALTH_PATH, self.health)
         add_readiness_route(app, self._store)
+        add_experiment_routes(app, self._store)
         return app
 
     async def health(self, request: web.Request) -> web.Response:

@@ -24,6 +24,8 @@ DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_HTTP_PORT}"
 TRACES_PATH = "/v1/traces"
 SQL_PATH = "/api/sql"
 READINESS_PATH = "/api/readiness"
+EXPERIMENTS_PATH = "/api/experiments"
+"""POST an experiment manifest {"manifest": {...}} to create or update it."""
 HEALTH_PATH = "/healthz"
 
 

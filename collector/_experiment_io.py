@@ -1,0 +1,185 @@
+"""Storing experiment manifests: inside the collector (POST /api/experiments) or on a free DuckDB file.
+
+A write is validated by the same code on both paths (``validate_manifest`` then the store's
+``write_experiment``, which refuses updates that rewrite the past). When a collector holds the
+file, writes go through it; otherwise the file is opened read-write (created if it is not there).
+Reads go through ``reader``: one read-only connection (or the collector) for a whole command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as _dt
+import functools
+import json
+import os
+import urllib.error
+import urllib.request
+from typing import Callable, Iterator, Sequence
+
+import duckdb
+from aiohttp import web
+
+from meritlens.analytics._experiments import (
+    ExperimentError,
+    ExperimentManifest,
+    finish_arm,
+    load_experiment,
+    start_arm,
+    validate_manifest,
+)
+from meritlens.collector._query import QueryError, _collector_url, _is_lock_conflict, query_url
+from meritlens.collector._settings import DEFAULT_URL, ENV_URL, EXPERIMENTS_PATH
+from meritlens.collector._store import QueryResult, SpanStore
+
+
+class ExperimentConflict(ExperimentError):
+    """The store refused the write: it would rewrite what the stored manifest already records."""
+
+
+# --- inside the collector -------------------------------------------------------------------------
+def add_experiment_routes(app: web.Application, store: SpanStore) -> None:
+    """POST /api/experiments {"manifest": {...}, "create": false} -> {"manifest": {...as stored}}; 400 invalid,
+    409 conflict (an update rewriting the past, or "create" of an existing experiment)."""
+
+    async def experiments(request: web.Request) -> web.Response:
+        if request.method != "POST":
+            return web.json_response({"error": f'use POST with {{"manifest": {{...}}}} on {EXPERIMENTS_PATH}'},
+                                     status=405)
+        try:
+            payload = await request.json()
+            if not isinstance(payload, dict) or not isinstance(payload.get("manifest"), dict):
+                raise TypeError
+            create = payload.get("create", False)
+            if not isinstance(create, bool):
+                raise TypeError
+        except (ValueError, TypeError):
+            return web.json_response({"error": 'body must be a JSON object {"manifest": {...}, "create": false}'},
+                                     status=400)
+        try:
+            manifest = validate_manifest(payload["manifest"])
+        except ExperimentError as exc:
+            return web.json_response({"error": str(exc), "problems": exc.problems}, status=400)
+        try:
+            stored = await asyncio.get_running_loop().run_in_executor(
+                None, functools.partial(store.write_experiment, manifest, create=create)
+            )
+        except ExperimentError as exc:
+            return web.json_response({"error": str(exc), "problems": exc.problems}, status=409)
+        return web.json_response({"manifest": stored.to_json()})
+
+    app.router.add_route("*", EXPERIMENTS_PATH, experiments)
+
+
+# --- from a command or a program --------------------------------------------------------------------
+def _post(url: str, manifest: ExperimentManifest, create: bool, timeout: float = 60.0) -> ExperimentManifest:
+    body = json.dumps({"manifest": manifest.model_dump(mode="json"), "create": create}).encode()
+    request = urllib.request.Request(url.rstrip("/") + EXPERIMENTS_PATH, data=body,
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return validate_manifest(json.loads(response.read())["manifest"])
+    except urllib.error.HTTPError as exc:
+        try:
+            payload = json.loads(exc.read())
+        except ValueError:
+            payload = {}
+        problems = payload.get("problems") or [payload.get("error") or str(exc)]
+        error = ExperimentConflict if exc.code == 409 else ExperimentError
+        raise error(problems, manifest.experiment_id) from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise QueryError(f"no collector reachable at {url} ({reason})") from None
+
+
+def save_experiment(manifest: ExperimentManifest, *, db: str, url: str | None = None,
+                    create: bool = False) -> ExperimentManifest:
+    """Create or update ``manifest``: through the collector at ``url``; else in ``db`` (created if
+    missing) when no process holds it; else through the collector holding it (the URL it wrote beside
+    the file). Returns the manifest as stored. Raises ExperimentError (ExperimentConflict for an
+    update that rewrites the past, or with ``create`` when it exists) or QueryError (nothing reachable)."""
+    if url:
+        return _post(url, manifest, create)
+    store = SpanStore(db)
+    try:
+        store.start()
+    except duckdb.Error as exc:
+        if not _is_lock_conflict(exc):
+            raise QueryError(f"cannot open {db}: {exc}") from None
+    else:
+        try:
+            return store.write_experiment(manifest, create=create)
+        finally:
+            store.shutdown()
+    holder = _collector_url(db)
+    if holder is None:
+        raise QueryError(f"{db} is held by another process and no collector address is beside it; pass --url")
+    return _post(holder, manifest, create)
+
+
+@contextlib.contextmanager
+def reader(*, db: str, url: str | None = None) -> Iterator[Callable[[str], QueryResult]]:
+    """One read-only query function for a whole command (SQL in, ``columns``/``rows`` out): through the
+    collector at ``url``; else on ``db`` opened once, read-only, when no process holds it; else through
+    the collector holding it (the URL beside the file, $MERITLENS_URL, or the default)."""
+    if url:
+        yield functools.partial(_through, url=url)
+        return
+    if os.path.exists(db):
+        store = SpanStore(db, read_only=True)
+        try:
+            store.start()
+        except duckdb.Error as exc:
+            if not _is_lock_conflict(exc):
+                raise QueryError(f"cannot open {db}: {exc}") from None
+        else:
+            try:
+                yield functools.partial(_on_store, store)
+            finally:
+                store.shutdown()
+            return
+    fallback = _collector_url(db) or os.environ.get(ENV_URL) or DEFAULT_URL
+    yield functools.partial(_through, url=fallback, missing=None if os.path.exists(db) else db)
+
+
+def _on_store(store: SpanStore, sql: str) -> QueryResult:
+    try:
+        return store.query(sql)
+    except ValueError as exc:
+        raise QueryError(f"query refused: {exc}") from None
+    except duckdb.Error as exc:
+        raise QueryError(str(exc).splitlines()[0]) from None
+
+
+def _through(sql: str, *, url: str, missing: str | None = None) -> QueryResult:
+    try:
+        return query_url(sql, url)
+    except QueryError as exc:
+        if missing is not None and "no collector reachable" in str(exc):
+            raise QueryError(f"no database at {missing} and {exc}") from None
+        raise
+
+
+def load(experiment_id: str, *, db: str, url: str | None = None) -> ExperimentManifest:
+    """The stored manifest of ``experiment_id``."""
+    with reader(db=db, url=url) as query:
+        return load_experiment(query, experiment_id)
+
+
+def start(experiment_id: str, arm: str, *, db: str, url: str | None = None,
+          at: _dt.datetime | None = None) -> ExperimentManifest:
+    """Open the arm's execution window (now, or ``at``) and store it."""
+    return save_experiment(start_arm(load(experiment_id, db=db, url=url), arm, at=at), db=db, url=url)
+
+
+def finish(experiment_id: str, arm: str, *, db: str, url: str | None = None, at: _dt.datetime | None = None,
+           response_models: Sequence[str] = ()) -> ExperimentManifest:
+    """Close the arm's execution window (now, or ``at``), record its model identity (as its spans
+    report it, unless given) and store it."""
+    with reader(db=db, url=url) as query:
+        manifest = load_experiment(query, experiment_id)
+        finished = finish_arm(manifest, arm, query, at=at, response_models=response_models)
+    return save_experiment(finished, db=db, url=url)
+
+
