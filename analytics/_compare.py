@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Sequence
 
@@ -462,7 +462,13 @@ class _Calculator:
             return ArmValue(state=ResultState.NOT_COMPARABLE, reason=why_not, **base)
         if not data.samples:
             state = data.window.state
-            detail = f"its window is {state}" if state else "no window is stored"
+            if state is None:
+                detail = "no window is stored"
+            elif data.window.evidence_digest is not None:
+                detail = (f"its window is {state}, from evidence other than span samples (a plugin's or "
+                          "evaluator's); without per-sample values no interval can be given")
+            else:
+                detail = f"its window is {state}"
             return ArmValue(state=ResultState.NOT_CONFIGURED, reason=f"no samples of {rule.metric} ({detail})", **base)
         clusters = _clusters(data.samples, self.manifest.case_order)
         samples = _arm_samples(clusters, statistic)
@@ -672,7 +678,7 @@ def _challenger_result(calc: _Calculator, rule: MetricRule, baseline: str, name:
 
 
 # --- text -------------------------------------------------------------------------------------------
-def _num(value: float | None, unit: str = "") -> str:
+def _num(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value:.4g}"

@@ -58,6 +58,11 @@ class ExperimentNotFound(LookupError):
     """No experiment of that id is stored."""
 
 
+def _utc(value: _dt.datetime | None) -> _dt.datetime | None:
+    """Times are kept in UTC, so that a manifest read back (in any time zone) has the same digest."""
+    return value.astimezone(_dt.timezone.utc) if value is not None else None
+
+
 def shuffled_case_order(cases: Iterable[str], seed: int) -> tuple[str, ...]:
     """The case order ``seed`` produces (``SHUFFLE_METHOD``): independent of the order cases are given in."""
     return tuple(sorted(cases, key=lambda case: (hashlib.sha256(f"{seed}:{case}".encode()).hexdigest(), case)))
@@ -80,6 +85,11 @@ class Arm(BaseModel):
     started_at: AwareDatetime | None = None
     finished_at: AwareDatetime | None = None
     description: str | None = None
+
+    @field_validator("started_at", "finished_at")
+    @classmethod
+    def _in_utc(cls, value: _dt.datetime | None) -> _dt.datetime | None:
+        return _utc(value)
 
     @model_validator(mode="after")
     def _check(self) -> "Arm":
@@ -120,6 +130,11 @@ class ExperimentManifest(BaseModel):
     description: str | None = None
     created_at: AwareDatetime | None = None
     updated_at: AwareDatetime | None = None
+
+    @field_validator("created_at", "updated_at")
+    @classmethod
+    def _in_utc(cls, value: _dt.datetime | None) -> _dt.datetime | None:
+        return _utc(value)
 
     @field_validator("profile")
     @classmethod
@@ -652,7 +667,7 @@ def save_manifest(manifest: ExperimentManifest, query, execute, *, create: bool 
                                f"`meritlens experiment show {manifest.experiment_id}`"], manifest.experiment_id)
     if stored is not None:
         check_update(stored, manifest)
-    final = manifest.model_copy(update={"created_at": stored.created_at if stored else now, "updated_at": now})
+    final = manifest.model_copy(update={"created_at": _utc(stored.created_at) if stored else now, "updated_at": now})
     for sql, params in upsert_experiment_statements(final):
         execute(sql, params)
     return final

@@ -23,9 +23,8 @@ from decide_support import (
     running_collector,
     send_with_sdk,
 )
-from meritlens.analytics._compare import recompute_interval
-from meritlens.analytics._experiments import Arm, ExperimentManifest, load_experiment
-from meritlens.collector._experiment_io import finish, reader, save_experiment
+from meritlens.analytics import Arm, ExperimentManifest, load_experiment, recompute_interval
+from meritlens.collector import finish_arm, reader, save_experiment
 
 EXPERIMENT = "bakeoff"
 
@@ -64,7 +63,7 @@ def experiment(tmp_path_factory):
                 finished[arm.name] = meritlens("experiment", "finish", EXPERIMENT, arm.name, "--db", str(db),
                                                "--at", end.isoformat())
             else:
-                finish(EXPERIMENT, arm.name, db=str(db), at=end)
+                finish_arm(EXPERIMENT, arm.name, db=str(db), at=end)
         yield {"db": db, "url": url, "root": root, "case_order": case_order, "finished": finished}
 
 
@@ -274,8 +273,8 @@ def test_arms_whose_spans_break_the_manifest_are_refused(experiment):
                                  started_at=arm_window(11)[0], response_models=("o3-mini-2025-01-31",)))
     save_experiment(stored, db=db, url=url)
     send_with_sdk(url, leaky_tasks + arm_tasks(swapped, 11, order))
-    finish("audit", "leaky", db=db, url=url, at=arm_window(10)[1])
-    finish("audit", "swapped", db=db, url=url, at=arm_window(11)[1])
+    finish_arm("audit", "leaky", db=db, url=url, at=arm_window(10)[1])
+    finish_arm("audit", "swapped", db=db, url=url, at=arm_window(11)[1])
 
     result = meritlens("compare", "--experiment", "audit", "--db", db, "--format", "json")
     assert result.returncode == 1
