@@ -26,7 +26,8 @@ DEFAULT_CONFIDENCE = 0.95
 DEFAULT_RESAMPLES = 2000
 MAX_UNDEFINED_SHARE = 0.05
 """An interval is not given when the statistic is undefined (e.g. no success) in more resamples than this."""
-_CHUNK_CELLS = 4_000_000
+_CHUNK_CELLS = 2_000_000
+"""Resamples are evaluated in blocks of about this many matrix cells, to bound memory."""
 _NORMAL = NormalDist()
 
 
@@ -92,6 +93,10 @@ class ArmSamples:
 
     def _weighted_quantile(self, weights: np.ndarray, q: float) -> np.ndarray:
         """quantile_cont(q) of the multiset where each sample appears as often as its cluster was drawn."""
+        rows = max(1, _CHUNK_CELLS // max(self.flat.size, 1))
+        if weights.shape[0] > rows:
+            return np.concatenate([self._weighted_quantile(weights[i:i + rows], q)
+                                   for i in range(0, weights.shape[0], rows)])
         w = weights[:, self._sorted_owner]  # m x n, in sorted value order
         cumulative = np.cumsum(w, axis=1)
         total = cumulative[:, -1] if cumulative.shape[1] else np.zeros(weights.shape[0])
@@ -163,10 +168,15 @@ def _draw_weights(rng: np.random.Generator, k: int, m: int) -> np.ndarray:
 def _jackknife_acceleration(sizes: Sequence[int], statistic: GroupStatistic) -> float:
     """The BCa acceleration from leave-one-cluster-out estimates in every group (empirical influence)."""
     numerator = denominator = 0.0
+    block = max(1, _CHUNK_CELLS // max(sum(sizes), 1))
     for g, k in enumerate(sizes):
-        weights = [np.ones((k, size)) for size in sizes]
-        weights[g] = 1.0 - np.eye(k)
-        leave_one_out = statistic(weights)
+        parts = []
+        for first in range(0, k, block):
+            m = min(block, k - first)
+            weights = [np.ones((m, size)) for size in sizes]
+            weights[g][np.arange(m), first + np.arange(m)] = 0.0
+            parts.append(statistic(weights))
+        leave_one_out = np.concatenate(parts)
         if not np.all(np.isfinite(leave_one_out)):
             return 0.0
         influence = (k - 1) * (leave_one_out.mean() - leave_one_out)

@@ -507,8 +507,8 @@ class _Calculator:
             return None, {"state": ResultState.NOT_CONFIGURED,
                           "reason": f"no samples of {rule.metric} in arm(s) {empty}"}
         b_cases = {s.case_id for s in b.samples if s.case_id is not None}
-        common = [case for case in self.manifest.case_order if case in b_cases
-                  and any(s.case_id == case for s in c.samples)]
+        c_cases = {s.case_id for s in c.samples if s.case_id is not None}
+        common = [case for case in self.manifest.case_order if case in b_cases and case in c_cases]
         scale = self._scale(statistic)
         if len(common) >= 2:
             shared = set(common)

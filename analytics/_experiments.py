@@ -558,6 +558,9 @@ def check_arm(manifest: ExperimentManifest, arm: Arm, query) -> ArmCheck:
     elif observed["spans"]:
         warnings.append(f"{label}: no span reports a response model (gen_ai.response.model); "
                         "the model identity is unverified")
+    if len(reported) > 1:
+        warnings.append(f"{label}: its spans report {len(reported)} response models {list(reported)}; "
+                        "the arm mixes model identities")
     if arm.request_model is not None:
         other = [m for m in observed["request_models"] if m != arm.request_model]
         if other:

@@ -29,7 +29,7 @@ from meritlens.analytics._experiments import (
     start_arm,
     validate_manifest,
 )
-from meritlens.collector._query import QueryError, _collector_url, _is_lock_conflict, query_url
+from meritlens.collector._query import QueryError, _collector_url, _is_lock_conflict, run_query
 from meritlens.collector._settings import DEFAULT_URL, ENV_URL, EXPERIMENTS_PATH
 from meritlens.collector._store import QueryResult, SpanStore
 
@@ -154,7 +154,7 @@ def _on_store(store: SpanStore, sql: str) -> QueryResult:
 
 def _through(sql: str, *, url: str, missing: str | None = None) -> QueryResult:
     try:
-        return query_url(sql, url)
+        return run_query(sql, db=missing or "", url=url)
     except QueryError as exc:
         if missing is not None and "no collector reachable" in str(exc):
             raise QueryError(f"no database at {missing} and {exc}") from None
