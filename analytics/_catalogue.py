@@ -142,7 +142,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     _m("hallucination_rate", "1 when a task's output is judged to contain unsupported claims.",
        _Q, _PR, "ratio", _LO, False, _A.RATE, (_A.RATE, _A.MEAN), _TASK, _O),
     _m("reasoning_efficiency", "Reasoning tokens spent per successful task (all tasks' tokens / successes).",
-       _Q, _CN, "tokens", _LO, False, _A.MEAN, (_A.MEAN, _A.SINGLE_VALUE), _TASK, _D),
+       _Q, _CN, "tokens", _LO, False, _A.MEAN, (_A.MEAN,), _TASK, _D),
     _m("recovery_ability", "Of the tasks that hit an error or a retry, 1 when the task still succeeded.",
        _Q, _PR, "ratio", _H, True, _A.RATE, (_A.RATE,), _TASK, _D),
     _m("context_handling", "Score for using long or multi-turn context correctly.",

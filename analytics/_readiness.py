@@ -43,7 +43,7 @@ class MetricReadiness(BaseModel):
     """'span window' (the processor computes it), 'plugin or evaluator' (only they can)."""
     live: bool
     """A finite value exists for the target (in any scope)."""
-    state: WindowState
+    state: str
     """State of the window in the checked scope (`not_configured` when none is stored)."""
     aggregation: str
     """The profile's aggregation."""
@@ -156,12 +156,12 @@ def check_readiness(
         gaps: list[str] = []
         if window is None:
             gaps.append(f"no window in scope {scope!r} (not_configured: no {collector} has produced one)")
-            value, state = None, WindowState.NOT_CONFIGURED
+            value, state = None, WindowState.NOT_CONFIGURED.value
         else:
-            state = WindowState(window.state)
+            state = window.state
             value = window.value_as(plan.aggregation)
-            if state is not WindowState.MEASURED:
-                gaps.append(f"state is {state.value}, not measured")
+            if state != WindowState.MEASURED.value:
+                gaps.append(f"state is {state}, not measured")
             if window.finite_value is None:
                 gaps.append("no finite value")
             elif value is None:
@@ -234,7 +234,7 @@ def format_report(report: CoverageReport) -> str:
     ]
     lines += [f"  - {shortfall}" for shortfall in report.shortfalls]
     rows = [
-        [m.metric, m.collector, "yes" if m.live else "no", m.state.value,
+        [m.metric, m.collector, "yes" if m.live else "no", m.state,
          "-" if m.value is None else f"{m.value:.6g}", f"{m.sample_count}/{m.min_samples}",
          m.evidence_digest[:12] if m.evidence_digest else "-"]
         for m in report.metrics

@@ -227,7 +227,6 @@ _TASK_INTERNALS = (
     "max(end_unix_nano) AS end_ns",
     "min(end_time) AS first_end",
     "max(end_time) AS last_end",
-    "list(trace_id || ':' || span_id) AS span_keys",
 )
 
 
@@ -266,7 +265,9 @@ FROM flagged GROUP BY target_id, task_key"""
 
 # --- window definitions ---------------------------------------------------------------------------
 _COUNTED = "count({v}) > 0"
-"""The default test that a metric's sources were observed: it has a sample."""
+"""By default a metric's sources were observed when it has a sample."""
+_NEVER = "false"
+
 
 @dataclass(frozen=True)
 class WindowDefinition:
@@ -282,7 +283,7 @@ class WindowDefinition:
     configured_sql: str = _COUNTED
     """Aggregate over the rows: the metric's sources were observed (else `not_configured`).
     ``{v}`` stands for the sample column in this and the next two fragments."""
-    not_applicable_sql: str = "false"
+    not_applicable_sql: str = _NEVER
     """Aggregate over the rows: the metric does not apply to this target (e.g. it never uses tools)."""
     value_sql: str | None = None
     """Aggregate giving the value when it is not the plain aggregation of the samples ``{v}``."""
@@ -372,12 +373,15 @@ def _value_sql(aggregation: Aggregation) -> str:
     }[aggregation]
 
 
-# Columns of a sample row that the definitions' fragments may read besides `v`.
-_TASK_ROW_COLUMNS = ("first_end", "last_end", "span_keys", "start_ns", "end_ns", "outcome_success",
-                     "cost_usd", "reasoning_tokens", "NULL::BIGINT AS tool_calls", "NULL::BOOLEAN AS is_call")
-_CALL_ROW_COLUMNS = ("end_time AS first_end", "end_time AS last_end", "[trace_id || ':' || span_id] AS span_keys",
-                     "start_unix_nano AS start_ns", "end_unix_nano AS end_ns", "NULL::BOOLEAN AS outcome_success",
-                     "NULL::DOUBLE AS cost_usd", "NULL::BIGINT AS reasoning_tokens", "tool_calls", "is_call")
+# Columns of a sample row besides `v`: its unit and key (a task key, or a call's `trace_id:span_id`),
+# its span end times, and what the definitions' fragments read.
+_TASK_ROW_COLUMNS = ("'task' AS unit", "task_key AS sample_key", "first_end", "last_end", "start_ns", "end_ns",
+                     "outcome_success", "cost_usd", "reasoning_tokens", "NULL::BIGINT AS tool_calls",
+                     "NULL::BOOLEAN AS is_call")
+_CALL_ROW_COLUMNS = ("'call' AS unit", "trace_id || ':' || span_id AS sample_key", "end_time AS first_end",
+                     "end_time AS last_end", "start_unix_nano AS start_ns", "end_unix_nano AS end_ns",
+                     "NULL::BOOLEAN AS outcome_success", "NULL::DOUBLE AS cost_usd", "NULL::BIGINT AS reasoning_tokens",
+                     "tool_calls", "is_call")
 
 
 def _samples_sql(unit: SampleUnit, rows: str, columns: tuple[str, ...]) -> str:
@@ -391,10 +395,10 @@ def _samples_sql(unit: SampleUnit, rows: str, columns: tuple[str, ...]) -> str:
     )
 
 
-def _by_metric(fragment: Callable[[WindowDefinition], str | None], default: str) -> str:
-    """CASE over the metric choosing each definition's aggregate fragment (``default`` when None)."""
-    whens = [f"WHEN '{d.metric}' THEN {f.format(v='v')}" for d in WINDOW_DEFINITIONS if (f := fragment(d))]
-    return f"CASE metric {' '.join(whens)} ELSE {default} END" if whens else default
+def _by_metric(fragment: Callable[[WindowDefinition], str], default: str) -> str:
+    """CASE over the metric choosing each definition's aggregate fragment, ``default`` for the rest."""
+    whens = [f"WHEN '{d.metric}' THEN {f.format(v='v')}" for d in WINDOW_DEFINITIONS if (f := fragment(d)) != default]
+    return f"CASE metric {' '.join(whens)} ELSE {default.format(v='v')} END" if whens else default.format(v="v")
 
 
 def refresh_windows_sql(touched_table: str, db_name: str) -> str:
@@ -435,11 +439,35 @@ measures AS (
     avg(v) AS mean, min(v) AS lo, max(v) AS hi, quantile_cont(v, [0.5, 0.9, 0.95, 0.99]) AS q,
     min(first_end) FILTER (WHERE v IS NOT NULL) AS first_end,
     max(last_end) FILTER (WHERE v IS NOT NULL) AS last_end,
-    sha256(array_to_string(list_sort(flatten(list(span_keys) FILTER (WHERE v IS NOT NULL))), chr(10))) AS digest,
-    {_by_metric(lambda d: d.configured_sql if d.configured_sql != _COUNTED else None, "count(v) > 0")} AS configured,
-    {_by_metric(lambda d: d.not_applicable_sql if d.not_applicable_sql != "false" else None, "false")}
-      AS not_applicable
+    any_value(unit) AS sample_unit,
+    -- which samples fed the window, as a fingerprint: windows with equal ones share a digest
+    sum(hash(sample_key)) FILTER (WHERE v IS NOT NULL) AS key_sum,
+    bit_xor(hash(sample_key)) FILTER (WHERE v IS NOT NULL) AS key_xor,
+    {_by_metric(lambda d: d.configured_sql, _COUNTED)} AS configured,
+    {_by_metric(lambda d: d.not_applicable_sql, _NEVER)} AS not_applicable
   FROM samples GROUP BY target_id, scope, metric
+),
+sample_sets AS (  -- windows fed by the same samples share one digest, computed once
+  SELECT target_id, scope, sample_unit, n, key_sum, key_xor, min(metric) AS representative
+  FROM measures WHERE n > 0 GROUP BY target_id, scope, sample_unit, n, key_sum, key_xor
+),
+fed_by AS (  -- the spans behind each set's samples: a task's spans, or the call itself
+  SELECT s.target_id, s.scope, s.metric, coalesce(f.trace_id || ':' || f.span_id, s.sample_key) AS span_key
+  FROM samples s
+  JOIN sample_sets r ON r.target_id = s.target_id AND r.scope = s.scope AND r.representative = s.metric
+  LEFT JOIN scoped f ON s.unit = 'task' AND f.target_id = s.target_id AND f.scope = s.scope
+    AND f.task_key = s.sample_key
+  WHERE s.v IS NOT NULL
+),
+set_digests AS (
+  SELECT target_id, scope, metric, sha256(string_agg(span_key, chr(10) ORDER BY span_key)) AS digest
+  FROM fed_by GROUP BY target_id, scope, metric
+),
+digests AS (
+  SELECT m.target_id, m.scope, m.metric, d.digest
+  FROM measures m
+  JOIN sample_sets r USING (target_id, scope, sample_unit, n, key_sum, key_xor)
+  JOIN set_digests d ON d.target_id = r.target_id AND d.scope = r.scope AND d.metric = r.representative
 ),
 defs(metric, aggregation, unit, min_samples, summarizes) AS (VALUES {definitions}),
 computed AS (
@@ -447,10 +475,11 @@ computed AS (
     coalesce(m.n, 0) AS n, CASE WHEN isfinite(m.value) THEN m.value END AS value,
     CASE WHEN d.summarizes THEN m.mean END AS mean, CASE WHEN d.summarizes THEN m.lo END AS lo,
     CASE WHEN d.summarizes THEN m.hi END AS hi, CASE WHEN d.summarizes THEN m.q END AS q,
-    m.first_end, m.last_end, m.digest, m.configured, m.not_applicable,
+    m.first_end, m.last_end, g.digest, m.configured, m.not_applicable,
     {uri} AS uri
   FROM {touched_table} k CROSS JOIN defs d
   LEFT JOIN measures m ON m.target_id = k.target_id AND m.scope = k.scope AND m.metric = d.metric
+  LEFT JOIN digests g ON g.target_id = k.target_id AND g.scope = k.scope AND g.metric = d.metric
 )
 SELECT c.target_id, c.metric, c.scope, c.aggregation, c.value, c.unit, c.n AS sample_count,
   CASE WHEN c.value IS NOT NULL AND c.n >= c.min_samples THEN '{WindowState.MEASURED.value}'

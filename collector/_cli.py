@@ -14,7 +14,9 @@ from meritlens.collector._settings import (
     ENV_HOST,
     ENV_HTTP_PORT,
     ENV_MAX_BODY_BYTES,
+    ENV_TARGET_FALLBACK,
     ENV_URL,
+    DEFAULT_TARGET_FALLBACK,
     ServerSettings,
 )
 
@@ -50,11 +52,20 @@ def cli(ctx: click.Context, debug: bool) -> None:
               help=f"OTLP/gRPC port (env {ENV_GRPC_PORT}).")
 @click.option("--max-body-bytes", envvar=ENV_MAX_BODY_BYTES, type=int, default=20 * 1024 * 1024, show_default=True,
               help=f"Largest request body after decompression (env {ENV_MAX_BODY_BYTES}).")
-def serve(db: str, host: str, http_port: int, grpc_port: int, max_body_bytes: int) -> None:
+@click.option("--target-fallback", envvar=ENV_TARGET_FALLBACK, default=DEFAULT_TARGET_FALLBACK, show_default=True,
+              help="Target ID for LLM-call spans that carry none, from {service.name}, {model}, {provider}, "
+                   f"{{scope}}; 'none' turns it off (env {ENV_TARGET_FALLBACK}).")
+def serve(db: str, host: str, http_port: int, grpc_port: int, max_body_bytes: int, target_fallback: str) -> None:
     """Receive OTLP spans, store them in DuckDB and keep the metric windows current."""
-    from meritlens.collector._server import serve as run
+    from meritlens.collector._server import normalize_options, serve as run
 
-    run(ServerSettings(db=db, host=host, http_port=http_port, grpc_port=grpc_port, max_body_bytes=max_body_bytes))
+    settings = ServerSettings(db=db, host=host, http_port=http_port, grpc_port=grpc_port,
+                              max_body_bytes=max_body_bytes, target_fallback=target_fallback)
+    try:
+        normalize_options(settings)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--target-fallback") from None
+    run(settings)
 
 
 @cli.command()

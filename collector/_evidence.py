@@ -9,19 +9,14 @@ opens the file itself.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import urllib.error
-import urllib.request
 
-import duckdb
 from aiohttp import web
 
 from meritlens.analytics._profiles import ProfileError, TaskProfile, profile_from_dict
 from meritlens.analytics._readiness import CoverageReport, check_readiness
 from meritlens.analytics._windows import SCOPE_ALL
-from meritlens.collector._query import QueryError, _collector_url, _is_lock_conflict
-from meritlens.collector._settings import DEFAULT_URL, ENV_URL, READINESS_PATH
+from meritlens.collector._query import on_file_or_collector, post_json
+from meritlens.collector._settings import READINESS_PATH
 from meritlens.collector._store import SpanStore
 
 
@@ -64,49 +59,18 @@ def add_readiness_route(app: web.Application, store: SpanStore) -> None:
 
 
 # --- from the command line ------------------------------------------------------------------------
-def readiness_through(url: str, profile: TaskProfile, *, target: str | None, scope: str,
-                      timeout: float = 60.0) -> CoverageReport:
+def readiness_through(url: str, profile: TaskProfile, *, target: str | None, scope: str) -> CoverageReport:
     """Ask the collector at ``url`` to check and record readiness."""
-    body = json.dumps({"profile": profile.to_dict(), "target": target, "scope": scope}).encode()
-    request = urllib.request.Request(
-        url.rstrip("/") + READINESS_PATH, data=body, headers={"Content-Type": "application/json"}, method="POST"
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return CoverageReport.model_validate(json.loads(response.read()))
-    except urllib.error.HTTPError as exc:
-        try:
-            message = json.loads(exc.read()).get("error") or str(exc)
-        except ValueError:
-            message = str(exc)
-        raise QueryError(f"the collector at {url} refused the check: {message}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise QueryError(f"no collector reachable at {url} ({reason})") from None
+    body = post_json(url, READINESS_PATH, {"profile": profile.to_dict(), "target": target, "scope": scope})
+    return CoverageReport.model_validate(body)
 
 
 def check_readiness_at(profile: TaskProfile, *, target: str | None, scope: str, db: str,
                        url: str | None) -> CoverageReport:
     """Check and record readiness: through ``url``; else on ``db`` when no process holds it; else
     through the collector holding it (the URL beside the file, $MERITLENS_URL, or the default)."""
-    if url:
-        return readiness_through(url, profile, target=target, scope=scope)
-    if os.path.exists(db):
-        store = SpanStore(db)
-        try:
-            store.start()
-        except duckdb.Error as exc:
-            if not _is_lock_conflict(exc):
-                raise QueryError(f"cannot open {db}: {exc}") from None
-        else:
-            try:
-                return check_and_record(store, profile, target=target, scope=scope)
-            finally:
-                store.shutdown()
-    fallback = _collector_url(db) or os.environ.get(ENV_URL) or DEFAULT_URL
-    try:
-        return readiness_through(fallback, profile, target=target, scope=scope)
-    except QueryError as exc:
-        if os.path.exists(db):
-            raise
-        raise QueryError(f"no database at {db} and {exc}") from None
+    return on_file_or_collector(
+        db, url, read_only=False,
+        on_file=lambda store: check_and_record(store, profile, target=target, scope=scope),
+        through_collector=lambda collector_url: readiness_through(collector_url, profile, target=target, scope=scope),
+    )

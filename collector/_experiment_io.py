@@ -2,7 +2,7 @@
 
 A write is validated by the same code on both paths (``validate_manifest`` then the store's
 ``write_experiment``, which refuses updates that rewrite the past). When a collector holds the
-file, writes go through it; otherwise the file is opened read-write (created if it is not there).
+file, writes go through it; otherwise the file is opened read-write.
 Reads go through ``reader``: one read-only connection (or the collector) for a whole command.
 """
 
@@ -29,7 +29,14 @@ from meritlens.analytics._experiments import (
     start_arm,
     validate_manifest,
 )
-from meritlens.collector._query import QueryError, _collector_url, _is_lock_conflict, run_query
+from meritlens.collector._query import (
+    QueryError,
+    _collector_url,
+    _is_lock_conflict,
+    _query_store,
+    on_file_or_collector,
+    query_url,
+)
 from meritlens.collector._settings import DEFAULT_URL, ENV_URL, EXPERIMENTS_PATH
 from meritlens.collector._store import QueryResult, SpanStore
 
@@ -95,34 +102,22 @@ def _post(url: str, manifest: ExperimentManifest, create: bool, timeout: float =
 
 def save_experiment(manifest: ExperimentManifest, *, db: str, url: str | None = None,
                     create: bool = False) -> ExperimentManifest:
-    """Create or update ``manifest``: through the collector at ``url``; else in ``db`` (created if
-    missing) when no process holds it; else through the collector holding it (the URL it wrote beside
-    the file). Returns the manifest as stored. Raises ExperimentError (ExperimentConflict for an
-    update that rewrites the past, or with ``create`` when it exists) or QueryError (nothing reachable)."""
-    if url:
-        return _post(url, manifest, create)
-    store = SpanStore(db)
-    try:
-        store.start()
-    except duckdb.Error as exc:
-        if not _is_lock_conflict(exc):
-            raise QueryError(f"cannot open {db}: {exc}") from None
-    else:
-        try:
-            return store.write_experiment(manifest, create=create)
-        finally:
-            store.shutdown()
-    holder = _collector_url(db)
-    if holder is None:
-        raise QueryError(f"{db} is held by another process and no collector address is beside it; pass --url")
-    return _post(holder, manifest, create)
+    """Create or update ``manifest`` where the queries of ``db``/``url`` go (``on_file_or_collector``):
+    through the collector at ``url``; else in ``db`` when no process holds it; else through the
+    collector holding it. Returns the manifest as stored. Raises ExperimentError (ExperimentConflict
+    for an update that rewrites the past, or with ``create`` when it exists) or QueryError."""
+    return on_file_or_collector(
+        db, url, read_only=False,
+        on_file=lambda store: store.write_experiment(manifest, create=create),
+        through_collector=lambda collector_url: _post(collector_url, manifest, create),
+    )
 
 
 @contextlib.contextmanager
 def reader(*, db: str, url: str | None = None) -> Iterator[Callable[[str], QueryResult]]:
-    """One read-only query function for a whole command (SQL in, ``columns``/``rows`` out): through the
-    collector at ``url``; else on ``db`` opened once, read-only, when no process holds it; else through
-    the collector holding it (the URL beside the file, $MERITLENS_URL, or the default)."""
+    """One read-only query function for a whole command (SQL in, ``columns``/``rows`` out), chosen
+    as ``on_file_or_collector`` chooses, but kept open: the collector at ``url``; else ``db`` opened
+    once, read-only, when no process holds it; else the collector holding it."""
     if url:
         yield functools.partial(_through, url=url)
         return
@@ -135,7 +130,7 @@ def reader(*, db: str, url: str | None = None) -> Iterator[Callable[[str], Query
                 raise QueryError(f"cannot open {db}: {exc}") from None
         else:
             try:
-                yield functools.partial(_on_store, store)
+                yield functools.partial(_query_store, store)
             finally:
                 store.shutdown()
             return
@@ -143,18 +138,9 @@ def reader(*, db: str, url: str | None = None) -> Iterator[Callable[[str], Query
     yield functools.partial(_through, url=fallback, missing=None if os.path.exists(db) else db)
 
 
-def _on_store(store: SpanStore, sql: str) -> QueryResult:
-    try:
-        return store.query(sql)
-    except ValueError as exc:
-        raise QueryError(f"query refused: {exc}") from None
-    except duckdb.Error as exc:
-        raise QueryError(str(exc).splitlines()[0]) from None
-
-
 def _through(sql: str, *, url: str, missing: str | None = None) -> QueryResult:
     try:
-        return run_query(sql, db=missing or "", url=url)
+        return query_url(sql, url)
     except QueryError as exc:
         if missing is not None and "no collector reachable" in str(exc):
             raise QueryError(f"no database at {missing} and {exc}") from None

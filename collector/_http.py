@@ -16,7 +16,7 @@ from aiohttp import web
 from meritlens.collector import _otlp
 from meritlens.collector._evidence import add_readiness_route
 from meritlens.collector._experiment_io import add_experiment_routes
-from meritlens.collector._normalize import normalize
+from meritlens.collector._normalize import NormalizeOptions, normalize
 from meritlens.collector._pipeline import IngestPipeline, Overloaded
 from meritlens.collector._settings import HEALTH_PATH, SQL_PATH, TRACES_PATH
 from meritlens.collector._sqlguard import QueryRefused
@@ -88,7 +88,9 @@ class HttpReceiver:
     """Routes: POST /v1/traces (OTLP), POST /api/sql (read-only SQL), POST /api/readiness,
     POST /api/experiments, GET /healthz."""
 
-    def __init__(self, store: SpanStore, pipeline: IngestPipeline, *, max_body_bytes: int):
+    def __init__(self, store: SpanStore, pipeline: IngestPipeline, *, max_body_bytes: int,
+                 normalize_options: NormalizeOptions = NormalizeOptions()):
+        self._normalize_options = normalize_options
         self._store = store
         self._pipeline = pipeline
         self._max_body_bytes = max_body_bytes
@@ -130,7 +132,7 @@ class HttpReceiver:
             decoded = _otlp.decode(body, media_type)
         except _otlp.BadRequest as exc:
             return _status_response(reply_type, 400, str(exc))
-        batch = normalize(decoded.request, decoded.refusals)
+        batch = normalize(decoded.request, decoded.refusals, self._normalize_options)
         if batch.size:
             try:
                 await self._pipeline.submit(batch.to_arrow())

@@ -10,51 +10,81 @@ refused one by one, with the reason.
 from __future__ import annotations
 
 import base64
-import json
 import math
+import re
 from dataclasses import dataclass, field
+from typing import Callable
 
+import orjson
 import pyarrow as pa
 
 from meritlens.analytics._schema import SPAN_COLUMN_NAMES
+from meritlens.collector._settings import DEFAULT_TARGET_FALLBACK
 from meritlens.instrumentation import conventions as c
 
 # Kinds of promoted value.
 STR, COUNT, NONNEG_FLOAT, FLOAT, BOOL = "str", "count", "nonneg_float", "float", "bool"
 
-# column -> (kind, attribute keys in priority order). The first key present with a valid value wins.
-PROMOTED: dict[str, tuple[str, tuple[str, ...]]] = {
+# Where each typed column comes from: the one table of convention mappings. For every column, the
+# sources in priority order: our names and the current GenAI names first, then the deprecated GenAI
+# names, OpenInference and OpenLLMetry. A source is an attribute key, or (key, {value: column value})
+# when the column is derived from another convention's vocabulary; derived sources are kept in
+# `attributes` too, since the mapping cannot be inverted. Token counts follow the GenAI rule
+# (input includes cached tokens, output includes reasoning) in every convention listed here.
+_OPENINFERENCE_OPERATIONS = {"LLM": "chat", "EMBEDDING": "embeddings", "TOOL": "execute_tool", "AGENT": "invoke_agent"}
+_OPENLLMETRY_OPERATIONS = {"chat": "chat", "completion": "text_completion", "embedding": "embeddings"}
+PROMOTED: dict[str, tuple[str, tuple]] = {
     "target_id": (STR, (c.TARGET_ID,)),
     "role": (STR, (c.ROLE,)),
     "task_id": (STR, (c.TASK_ID,)),
     "case_id": (STR, (c.CASE_ID,)),
     "run_id": (STR, (c.RUN_ID,)),
     "assessment_id": (STR, (c.ASSESSMENT_ID,)),
-    "operation": (STR, (c.GEN_AI_OPERATION_NAME,)),
-    "provider": (STR, (c.GEN_AI_PROVIDER_NAME, c.GEN_AI_SYSTEM_DEPRECATED)),
+    "operation": (STR, (c.GEN_AI_OPERATION_NAME,
+                        (c.OPENINFERENCE_SPAN_KIND, _OPENINFERENCE_OPERATIONS),
+                        (c.OPENLLMETRY_REQUEST_TYPE, _OPENLLMETRY_OPERATIONS))),
+    "provider": (STR, (c.GEN_AI_PROVIDER_NAME, c.GEN_AI_SYSTEM_DEPRECATED, c.OPENINFERENCE_PROVIDER,
+                       c.OPENINFERENCE_SYSTEM)),
     "request_model": (STR, (c.GEN_AI_REQUEST_MODEL,)),
-    "response_model": (STR, (c.GEN_AI_RESPONSE_MODEL,)),
-    "input_tokens": (COUNT, (c.GEN_AI_USAGE_INPUT_TOKENS, c.GEN_AI_USAGE_PROMPT_TOKENS_DEPRECATED)),
-    "output_tokens": (COUNT, (c.GEN_AI_USAGE_OUTPUT_TOKENS, c.GEN_AI_USAGE_COMPLETION_TOKENS_DEPRECATED)),
-    "cache_read_tokens": (COUNT, (c.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,)),
-    "cache_creation_tokens": (COUNT, (c.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS,)),
-    "reasoning_tokens": (COUNT, (c.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,)),
+    "response_model": (STR, (c.GEN_AI_RESPONSE_MODEL, c.OPENINFERENCE_MODEL_NAME)),
+    "input_tokens": (COUNT, (c.GEN_AI_USAGE_INPUT_TOKENS, c.GEN_AI_USAGE_PROMPT_TOKENS_DEPRECATED,
+                             c.OPENINFERENCE_TOKENS_PROMPT, c.OPENLLMETRY_USAGE_PROMPT_TOKENS)),
+    "output_tokens": (COUNT, (c.GEN_AI_USAGE_OUTPUT_TOKENS, c.GEN_AI_USAGE_COMPLETION_TOKENS_DEPRECATED,
+                              c.OPENINFERENCE_TOKENS_COMPLETION, c.OPENLLMETRY_USAGE_COMPLETION_TOKENS)),
+    "cache_read_tokens": (COUNT, (c.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, c.OPENLLMETRY_USAGE_CACHE_READ,
+                                  c.OPENINFERENCE_TOKENS_CACHE_READ)),
+    "cache_creation_tokens": (COUNT, (c.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS, c.OPENLLMETRY_USAGE_CACHE_CREATION,
+                                      c.OPENINFERENCE_TOKENS_CACHE_WRITE)),
+    "reasoning_tokens": (COUNT, (c.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, c.OPENLLMETRY_USAGE_REASONING,
+                                 c.OPENINFERENCE_TOKENS_REASONING)),
     "cost_usd": (NONNEG_FLOAT, (c.COST_USD,)),
     "ttft_s": (NONNEG_FLOAT, (c.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK,)),
     "retries": (COUNT, (c.RETRIES,)),
     "tool_calls": (COUNT, (c.TOOL_CALLS,)),
     "agent_step": (COUNT, (c.AGENT_STEP,)),
-    "tool_name": (STR, (c.GEN_AI_TOOL_NAME,)),
+    "tool_name": (STR, (c.GEN_AI_TOOL_NAME, c.OPENINFERENCE_TOOL_NAME)),
     "outcome_success": (BOOL, (c.OUTCOME_SUCCESS,)),
     "quality_score": (FLOAT, (c.QUALITY_SCORE,)),
     "human_intervention": (BOOL, (c.HUMAN_INTERVENTION,)),
     "error_type": (STR, (c.ERROR_TYPE,)),
 }
-_KEY_TO_COLUMN: dict[str, tuple[str, str, int]] = {
-    key: (column, kind, rank)
-    for column, (kind, keys) in PROMOTED.items()
-    for rank, key in enumerate(keys)
-}
+# Events whose first occurrence marks the first streamed chunk, for spans without a TTFT attribute.
+FIRST_CHUNK_EVENTS = frozenset({c.OPENINFERENCE_FIRST_TOKEN_EVENT, c.OPENLLMETRY_CHUNK_EVENT})
+
+
+@dataclass(frozen=True)
+class _Source:
+    column: str
+    kind: str
+    rank: int
+    values: dict | None  # a vocabulary map for derived sources
+
+
+_KEY_TO_SOURCE: dict[str, _Source] = {}
+for _column, (_kind, _sources) in PROMOTED.items():
+    for _rank, _source in enumerate(_sources):
+        _key, _values = (_source, None) if isinstance(_source, str) else _source
+        _KEY_TO_SOURCE[_key] = _Source(_column, _kind, _rank, _values)
 # Columns that may also come from the resource when the span does not carry them.
 _FROM_RESOURCE = ("target_id", "role", "assessment_id", "run_id")
 _ROLE_VALUES = frozenset(c.ROLES)
@@ -62,9 +92,10 @@ _ROLE_VALUES = frozenset(c.ROLES)
 _INT64_MAX = 2**63 - 1
 
 
-def any_value(v):
+def any_value(v, kind: str | None = None):
     """An OTLP AnyValue as a JSON-ready Python value (bytes as base64, non-finite floats as text)."""
-    kind = v.WhichOneof("value")
+    if kind is None:
+        kind = v.WhichOneof("value")
     if kind == "string_value":
         return v.string_value
     if kind == "int_value":
@@ -83,9 +114,8 @@ def any_value(v):
     return None
 
 
-def _typed(kind: str, v):
+def _typed(kind: str, v, which: str | None):
     """The attribute's value if it is a valid value of ``kind``, else None."""
-    which = v.WhichOneof("value")
     if kind == STR:
         return v.string_value if which == "string_value" else None
     if kind == BOOL:
@@ -158,30 +188,118 @@ def _span_problem(span) -> str | None:
 
 
 def _promote(attributes, into: dict) -> dict:
-    """Fill ``into`` (column -> (rank, value)) from promoted keys; return the remaining attributes."""
+    """Fill ``into`` (column -> (rank, value, key, AnyValue)) from the mapped keys; return the
+    attributes that are not held in a typed column (unmapped, invalid, outranked or derived)."""
     rest = {}
     for kv in attributes:
         key = kv.key
-        hit = _KEY_TO_COLUMN.get(key)
-        if hit is not None:
-            column, kind, rank = hit
-            value = _typed(kind, kv.value)
-            if column == "role" and value not in _ROLE_VALUES:
+        v = kv.value
+        which = v.WhichOneof("value")
+        source = _KEY_TO_SOURCE.get(key)
+        if source is not None:
+            value = _typed(source.kind, v, which)
+            if source.values is not None:
+                value = source.values.get(value)
+            elif source.column == "role" and value not in _ROLE_VALUES:
                 value = None
             if value is not None:
-                held = into.get(column)
-                if held is None or rank < held[0]:
-                    into[column] = (rank, value)
-                continue
-        rest[key] = any_value(kv.value)
+                held = into.get(source.column)
+                if held is None or source.rank < held[0]:
+                    into[source.column] = (source.rank, value, key, v)
+                    if held is not None and held[2] not in rest:
+                        rest[held[2]] = any_value(held[3])
+                    if source.values is None:
+                        continue
+        rest[key] = v.string_value if which == "string_value" else any_value(v, which)
     return rest
 
 
 def _dumps(obj) -> str | None:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False) if obj else None
+    return orjson.dumps(obj).decode() if obj else None
 
 
-def normalize(request, refusals: dict[tuple[int, int, int], str] | None = None) -> SpanBatch:
+PriceFunction = Callable[..., "float | None"]
+"""price(provider, model, input_tokens, output_tokens, cache_read_tokens, cache_creation_tokens,
+reasoning_tokens) -> USD or None when the model has no price."""
+
+@dataclass(frozen=True)
+class NormalizeOptions:
+    """How the collector fills what a span did not say.
+
+    target_fallback: a template for spans of LLM calls that carry no target ID, with the fields
+    ``{service.name}``, ``{model}`` (request model, else response model), ``{provider}`` and
+    ``{scope}``; None turns the fallback off. A span missing a field of the template gets no target.
+    price: prices spans that carry tokens but no cost (None: never price in the collector).
+    """
+
+    target_fallback: str | None = DEFAULT_TARGET_FALLBACK
+    price: PriceFunction | None = None
+
+
+_TEMPLATE_FIELD = re.compile(r"\{([^{}]+)\}")
+
+
+def _fallback_target(template: str, values: dict, service_name, scope_name) -> str | None:
+    model = values.get("request_model") or values.get("response_model")
+    if model is None and values.get("input_tokens") is None and values.get("output_tokens") is None:
+        return None  # not an LLM call: task roots, HTTP and tool spans get no invented target
+    fields = {"service.name": service_name, "model": model, "provider": values.get("provider"), "scope": scope_name}
+    missing = False
+
+    def field(match: re.Match) -> str:
+        nonlocal missing
+        value = fields.get(match.group(1))
+        if value is None:
+            missing = True
+            return ""
+        return value
+
+    target = _TEMPLATE_FIELD.sub(field, template)
+    return None if missing else target
+
+
+def _first_chunk_seconds(span) -> float | None:
+    for event in span.events:
+        if event.name in FIRST_CHUNK_EVENTS and event.time_unix_nano >= span.start_time_unix_nano:
+            return (event.time_unix_nano - span.start_time_unix_nano) / 1e9
+    return None
+
+
+def _price(price: PriceFunction, values: dict) -> float | None:
+    model = values.get("response_model") or values.get("request_model")
+    if model is None or (values.get("input_tokens") is None and values.get("output_tokens") is None):
+        return None
+    try:
+        cost = price(
+            values.get("provider"), model, values.get("input_tokens"), values.get("output_tokens"),
+            values.get("cache_read_tokens"), values.get("cache_creation_tokens"), values.get("reasoning_tokens"),
+        )
+    except Exception:  # noqa: BLE001 - a price lookup failure leaves the cost unknown
+        return None
+    return cost if cost is not None and math.isfinite(cost) and cost >= 0 else None
+
+
+TARGET_FALLBACK_FIELDS = ("service.name", "model", "provider", "scope")
+
+
+def check_target_fallback(template: str) -> str:
+    """Return ``template`` if every ``{field}`` in it is known; raise ValueError naming the others."""
+    unknown = [f for f in _TEMPLATE_FIELD.findall(template) if f not in TARGET_FALLBACK_FIELDS]
+    if unknown:
+        raise ValueError(
+            f"target fallback {template!r} uses unknown field(s) {', '.join(unknown)};"
+            f" known: {', '.join(TARGET_FALLBACK_FIELDS)}"
+        )
+    if not _TEMPLATE_FIELD.search(template):
+        raise ValueError(f"target fallback {template!r} names no field; known: {', '.join(TARGET_FALLBACK_FIELDS)}")
+    return template
+
+
+_DEFAULT_OPTIONS = NormalizeOptions()
+
+
+def normalize(request, refusals: dict[tuple[int, int, int], str] | None = None,
+              options: NormalizeOptions = _DEFAULT_OPTIONS) -> SpanBatch:
     """Normalize an ExportTraceServiceRequest into a SpanBatch."""
     batch = SpanBatch()
     cols = batch.columns
@@ -205,13 +323,22 @@ def normalize(request, refusals: dict[tuple[int, int, int], str] | None = None) 
                 for column in _FROM_RESOURCE:
                     if column not in found and column in resource_promoted:
                         found[column] = resource_promoted[column]
-                for column in promoted_columns:
-                    hit = found.get(column)
-                    cols[column].append(hit[1] if hit is not None else None)
-                if "role" not in found and c.ROLE not in rest:
+                values = {column: hit[1] for column, hit in found.items()}
+                if "role" not in values and c.ROLE not in rest:
                     # No role given: the target's own call. A role given but invalid stays NULL
                     # (kept in attributes), so a mistyped orchestration span is never counted.
-                    cols["role"][-1] = c.ROLE_APPLICATION
+                    values["role"] = c.ROLE_APPLICATION
+                if "ttft_s" not in values and span.events:
+                    values["ttft_s"] = _first_chunk_seconds(span)
+                if "target_id" not in values and options.target_fallback:
+                    values["target_id"] = _fallback_target(options.target_fallback, values, service_name, scope_name)
+                if "cost_usd" not in values and options.price is not None and c.COST_USD not in rest:
+                    cost = _price(options.price, values)
+                    if cost is not None:
+                        values["cost_usd"] = cost
+                        rest[c.COST_PRICED_BY] = "collector"
+                for column in promoted_columns:
+                    cols[column].append(values.get(column))
                 start, end = span.start_time_unix_nano, span.end_time_unix_nano
                 cols["trace_id"].append(span.trace_id.hex())
                 cols["span_id"].append(span.span_id.hex())

@@ -6,11 +6,15 @@ import json
 import os
 import urllib.error
 import urllib.request
+from typing import Callable, TypeVar
 
 import duckdb
 
 from meritlens.collector._settings import DEFAULT_URL, ENV_URL, SQL_PATH, address_file
 from meritlens.collector._store import QueryResult, SpanStore
+
+
+T = TypeVar("T")
 
 
 class QueryError(RuntimeError):
@@ -26,10 +30,30 @@ def run_query(sql: str, *, db: str, url: str | None = None) -> QueryResult:
     """Run ``sql`` read-only. With ``url`` go through that collector; otherwise open ``db`` read-only,
     and fall back to the collector holding it (the URL it wrote beside the file, else $MERITLENS_URL,
     else http://127.0.0.1:4318) when another process holds the file or it is not here."""
+    return on_file_or_collector(
+        db, url, read_only=True, on_file=lambda store: _query_store(store, sql),
+        through_collector=lambda collector_url: query_url(sql, collector_url),
+    )
+
+
+def _query_store(store: SpanStore, sql: str) -> QueryResult:
+    try:
+        return store.query(sql)
+    except ValueError as exc:
+        raise QueryError(f"query refused: {exc}") from None
+    except duckdb.Error as exc:
+        raise QueryError(str(exc).splitlines()[0]) from None
+
+
+def on_file_or_collector(db: str, url: str | None, *, read_only: bool, on_file: Callable[[SpanStore], T],
+                         through_collector: Callable[[str], T]) -> T:
+    """``through_collector(url)`` when a URL is given; else ``on_file`` with the DuckDB file opened
+    (read-only or not) when no other process holds it; else ``through_collector`` with the collector
+    holding it (the URL it wrote beside the file, else $MERITLENS_URL, else the default URL)."""
     if url:
-        return query_url(sql, url)
+        return through_collector(url)
     if os.path.exists(db):
-        store = SpanStore(db, read_only=True)
+        store = SpanStore(db, read_only=read_only)
         try:
             store.start()
         except duckdb.Error as exc:
@@ -37,16 +61,12 @@ def run_query(sql: str, *, db: str, url: str | None = None) -> QueryResult:
                 raise QueryError(f"cannot open {db}: {exc}") from None
         else:
             try:
-                return store.query(sql)
-            except ValueError as exc:
-                raise QueryError(f"query refused: {exc}") from None
-            except duckdb.Error as exc:
-                raise QueryError(str(exc).splitlines()[0]) from None
+                return on_file(store)
             finally:
                 store.shutdown()
     fallback = _collector_url(db) or os.environ.get(ENV_URL) or DEFAULT_URL
     try:
-        return query_url(sql, fallback)
+        return through_collector(fallback)
     except QueryError as exc:
         if os.path.exists(db):
             raise
@@ -62,15 +82,22 @@ def _collector_url(db: str) -> str | None:
 
 
 def query_url(sql: str, url: str, *, timeout: float = 60.0) -> QueryResult:
+    body = post_json(url, SQL_PATH, {"sql": sql}, timeout=timeout)
+    return QueryResult(body["columns"], body.get("types", []), [tuple(r) for r in body["rows"]])
+
+
+def post_json(url: str, path: str, payload: dict, *, timeout: float = 60.0) -> dict:
+    """POST ``payload`` as JSON to a collector's ``path``; return the JSON reply, or raise QueryError
+    with the collector's error message (or why it could not be reached)."""
     request = urllib.request.Request(
-        url.rstrip("/") + SQL_PATH,
-        data=json.dumps({"sql": sql}).encode(),
+        url.rstrip("/") + path,
+        data=json.dumps(payload).encode(),
         headers={"Content-Type": "application/json"},
         method="POST",
     )
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            body = json.loads(response.read())
+            return json.loads(response.read())
     except urllib.error.HTTPError as exc:
         try:
             message = json.loads(exc.read()).get("error") or str(exc)
@@ -80,4 +107,3 @@ def query_url(sql: str, url: str, *, timeout: float = 60.0) -> QueryResult:
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise QueryError(f"no collector reachable at {url} ({reason})") from None
-    return QueryResult(body["columns"], body.get("types", []), [tuple(r) for r in body["rows"]])

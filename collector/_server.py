@@ -10,11 +10,20 @@ import signal
 from aiohttp import web
 
 from meritlens.collector._http import HttpReceiver
+from meritlens.collector._normalize import NormalizeOptions, check_target_fallback
 from meritlens.collector._pipeline import IngestPipeline
-from meritlens.collector._settings import ServerSettings, address_file
+from meritlens.collector._settings import TARGET_FALLBACK_OFF, ServerSettings, address_file
 from meritlens.collector._store import SpanStore
 
 log = logging.getLogger("meritlens.collector")
+
+
+def normalize_options(settings: ServerSettings) -> NormalizeOptions:
+    """The normalizer's options from the server settings (raises ValueError on a bad template)."""
+    fallback = settings.target_fallback
+    if fallback.strip().lower() == TARGET_FALLBACK_OFF:
+        return NormalizeOptions(target_fallback=None)
+    return NormalizeOptions(target_fallback=check_target_fallback(fallback))
 
 
 class Collector:
@@ -32,7 +41,8 @@ class Collector:
         rebuilt = self.store.refresh_all_windows()
         log.info("opened %s; recomputed windows of %d keys", self.settings.db, rebuilt)
         self.pipeline.start()
-        receiver = HttpReceiver(self.store, self.pipeline, max_body_bytes=self.settings.max_body_bytes)
+        receiver = HttpReceiver(self.store, self.pipeline, max_body_bytes=self.settings.max_body_bytes,
+                                normalize_options=normalize_options(self.settings))
         self._runner = web.AppRunner(receiver.app(), auto_decompress=False, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.settings.host, self.settings.http_port)

@@ -12,6 +12,7 @@ ENV_GRPC_PORT = "MERITLENS_GRPC_PORT"
 ENV_MAX_BODY_BYTES = "MERITLENS_MAX_BODY_BYTES"
 ENV_MAX_PENDING_BATCHES = "MERITLENS_MAX_PENDING_BATCHES"
 ENV_URL = "MERITLENS_URL"
+ENV_TARGET_FALLBACK = "MERITLENS_TARGET_FALLBACK"
 
 DEFAULT_DB = "meritlens.duckdb"
 DEFAULT_HOST = "127.0.0.1"
@@ -20,6 +21,8 @@ DEFAULT_GRPC_PORT = 4317
 DEFAULT_MAX_BODY_BYTES = 20 * 1024 * 1024
 DEFAULT_MAX_PENDING_BATCHES = 64
 DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_HTTP_PORT}"
+DEFAULT_TARGET_FALLBACK = "{service.name}/{model}"
+TARGET_FALLBACK_OFF = "none"
 
 TRACES_PATH = "/v1/traces"
 SQL_PATH = "/api/sql"
@@ -53,6 +56,10 @@ class ServerSettings:
     http_port: int = field(default_factory=lambda: _env_int(ENV_HTTP_PORT, DEFAULT_HTTP_PORT))
     grpc_port: int = field(default_factory=lambda: _env_int(ENV_GRPC_PORT, DEFAULT_GRPC_PORT))
     max_body_bytes: int = field(default_factory=lambda: _env_int(ENV_MAX_BODY_BYTES, DEFAULT_MAX_BODY_BYTES))
+    target_fallback: str = field(
+        default_factory=lambda: os.environ.get(ENV_TARGET_FALLBACK) or DEFAULT_TARGET_FALLBACK
+    )
+    """Template naming the target of LLM-call spans that carry none; "none" turns it off."""
     max_pending_batches: int = field(
         default_factory=lambda: _env_int(ENV_MAX_PENDING_BATCHES, DEFAULT_MAX_PENDING_BATCHES)
     )

@@ -1,38 +1,19 @@
-"""Shared helpers of the evidence tests: OTLP/JSON spans, a real collector process, the CLI."""
+"""Shared helpers of the evidence tests: spans described per task, a real collector, the CLI."""
 
 from __future__ import annotations
 
 import contextlib
-import json
-import math
-import os
-import signal
-import socket
 import subprocess
-import sys
-import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
+
 from meritlens.instrumentation import conventions as c
+from tests.conftest import CollectorProcess, run_cli
+from tests.otlp_builders import make_request, make_span
 
-MERITLENS = str(Path(sys.executable).with_name("meritlens"))
 T0 = 1_700_000_000_000_000_000  # ns
-
-
-def attribute(key: str, value) -> dict:
-    if isinstance(value, bool):
-        v = {"boolValue": value}
-    elif isinstance(value, int):
-        v = {"intValue": str(value)}
-    elif isinstance(value, float):
-        # OTLP/JSON spells non-finite doubles as strings
-        v = {"doubleValue": value if math.isfinite(value) else {math.inf: "Infinity", -math.inf: "-Infinity"}.get(
-            value, "NaN")}
-    else:
-        v = {"stringValue": str(value)}
-    return {"key": key, "value": v}
 
 
 @dataclass
@@ -47,30 +28,21 @@ class Span:
     status_code: int = 0
     kind: int = 1
 
-    def to_otlp(self) -> dict:
-        out = {
-            "traceId": self.trace_id,
-            "spanId": self.span_id,
-            "name": self.name,
-            "kind": self.kind,
-            "startTimeUnixNano": str(self.start_ns),
-            "endTimeUnixNano": str(self.end_ns),
-            "attributes": [attribute(k, v) for k, v in self.attributes.items() if v is not None],
-            "status": {"code": self.status_code},
-        }
-        if self.parent_span_id:
-            out["parentSpanId"] = self.parent_span_id
-        return out
+    def to_proto(self):
+        """The span as an OTLP protobuf message (attributes whose value is None are left out)."""
+        span = make_span({k: v for k, v in self.attributes.items() if v is not None},
+                         trace_id=bytes.fromhex(self.trace_id), span_id=bytes.fromhex(self.span_id),
+                         start_ns=self.start_ns, duration_s=(self.end_ns - self.start_ns) / 1e9, name=self.name,
+                         parent_span_id=bytes.fromhex(self.parent_span_id) if self.parent_span_id else b"")
+        span.end_time_unix_nano = self.end_ns
+        span.kind = self.kind
+        span.status.code = self.status_code
+        return span
 
 
 def export_body(spans: list[Span], service: str = "support-bot") -> bytes:
-    """An OTLP/JSON ExportTraceServiceRequest holding ``spans``."""
-    return json.dumps({
-        "resourceSpans": [{
-            "resource": {"attributes": [attribute(c.SERVICE_NAME, service)]},
-            "scopeSpans": [{"scope": {"name": "tests"}, "spans": [s.to_otlp() for s in spans]}],
-        }]
-    }).encode()
+    """An OTLP protobuf ExportTraceServiceRequest holding ``spans``."""
+    return make_request([s.to_proto() for s in spans], {c.SERVICE_NAME: service}).SerializeToString()
 
 
 class Ids:
@@ -89,67 +61,34 @@ class Ids:
 
 
 # --- a real collector ---------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def running_collector(db: Path):
-    """Start `meritlens serve` on free loopback ports; yield its URL; stop it with SIGTERM."""
-    port = free_port()
-    process = subprocess.Popen(
-        [MERITLENS, "serve", "--db", str(db), "--http-port", str(port), "--grpc-port", str(free_port())],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    url = f"http://127.0.0.1:{port}"
+    """A real `meritlens serve` on free loopback ports (see tests/conftest.py); yields its URL."""
+    process = CollectorProcess(Path(db)).start()
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/healthz", timeout=1) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                out, err = process.communicate(timeout=5) if process.poll() is not None else ("", "")
-                raise RuntimeError(f"collector did not start (exit {process.poll()}): {err}")
-            time.sleep(0.05)
-        yield url
+        yield process.url
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        process.stop()
 
 
-def post_spans(url: str, spans: list[Span]) -> dict:
-    request = urllib.request.Request(
-        url + "/v1/traces", data=export_body(spans), headers={"Content-Type": "application/json"}, method="POST"
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        assert response.status == 200
-        return json.loads(response.read() or b"{}")
+def post_spans(url: str, spans: list[Span]) -> None:
+    response = httpx.post(url + "/v1/traces", content=export_body(spans),
+                          headers={"Content-Type": "application/x-protobuf"}, timeout=30)
+    assert response.status_code == 200, response.text
 
 
-def meritlens(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """Run the real `meritlens` command line."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MERITLENS_")}
-    return subprocess.run([MERITLENS, *args], capture_output=True, text=True, timeout=120, cwd=cwd, env=env)
+def meritlens(*args: str) -> subprocess.CompletedProcess:
+    """Run the real `meritlens` command line; the caller checks the exit status."""
+    return run_cli(*args, check=False)
 
 
 # --- writing straight into a store (for the property test) ---------------------------------------
 def store_spans(store, spans: list[Span]) -> None:
     """Decode and normalize ``spans`` exactly as the receiver does, then write them to ``store``."""
     from meritlens.collector._normalize import normalize
-    from meritlens.collector._otlp import JSON, decode
+    from meritlens.collector._otlp import PROTOBUF, decode
 
-    batch = normalize(decode(export_body(spans), JSON).request)
+    batch = normalize(decode(export_body(spans), PROTOBUF).request)
     assert not batch.refused, batch.refused
     store.write(batch.to_arrow())
 
@@ -169,6 +108,7 @@ class CallSpec:
     tool_calls: int | None = 0
     duration: float = 0.8
     error: bool = False
+    model: str = "gpt-4o-mini"
     wrapped: bool = False
     """Inside an @observe-style wrapper span (operation chat, no usage) of the application."""
     start_ns: int = 0
@@ -224,10 +164,10 @@ class TaskSpec:
                 parent = wrapper
             span_id = ids.span()
             call.key = f"{trace_of_call}:{span_id}"
-            out.append(Span(trace_of_call, span_id, "chat gpt-4o-mini", cursor, end, {
+            out.append(Span(trace_of_call, span_id, f"chat {call.model}", cursor, end, {
                 **common,
                 c.GEN_AI_OPERATION_NAME: c.OP_CHAT,
-                c.GEN_AI_REQUEST_MODEL: "gpt-4o-mini",
+                c.GEN_AI_REQUEST_MODEL: call.model,
                 c.GEN_AI_USAGE_INPUT_TOKENS: call.input_tokens,
                 c.GEN_AI_USAGE_OUTPUT_TOKENS: call.output_tokens,
                 c.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: call.reasoning_tokens,
@@ -372,10 +312,11 @@ def support_bot_dataset() -> list[TaskSpec]:
             split_traces=i == 2,
             judge=i % 3 == 0,
         ))
-    for i in range(6):  # a challenger: 6 tickets, one call on an unpriced model
+    for i in range(6):  # a challenger: 6 tickets, one call on a model no price table knows
         tasks.append(TaskSpec(
             bot, start=100 + i * 3.0, task_id=f"challenger-ticket-{i}", assessment="challenger-1",
             calls=[CallSpec(input_tokens=800, output_tokens=150, cost=None if i == 4 else 0.001,
+                            model="in-house-llm" if i == 4 else "gpt-4o-mini",
                             ttft=0.2, retries=None if i == 5 else 0, tool_calls=0, duration=0.5 + 0.1 * i)],
             success=i != 2, quality=0.7 + 0.02 * i, intervention=False, steps=1, judge=True,
         ))

@@ -15,11 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from evidence_helpers import S, T0, Ids, Span, store_spans
 from meritlens.analytics import METRICS, SPAN_WINDOW_METRICS, Window
 from meritlens.analytics._schema import WINDOW_COLUMN_NAMES
 from meritlens.collector._store import SpanStore
 from meritlens.instrumentation import conventions as c
+from tests.analytics.evidence_helpers import S, T0, Ids, Span, store_spans
 
 _targets = itertools.count()
 

@@ -10,24 +10,21 @@ import random
 
 import pytest
 
-from evidence_helpers import (
+from meritlens.analytics import CATALOGUE, METRICS, SPAN_WINDOW_METRICS, WindowState
+from meritlens.analytics._catalogue import REPEATED_RUN_AGGREGATIONS
+from meritlens.analytics._windows import list_windows_sql
+from meritlens.collector._query import run_query
+from tests.analytics.evidence_helpers import (
     S,
     CallSpec,
     Ids,
-    Span,
     TaskSpec,
-    T0,
     expected_windows,
     meritlens,
     post_spans,
     running_collector,
     support_bot_dataset,
 )
-from meritlens.analytics import CATALOGUE, METRICS, SPAN_WINDOW_METRICS, WindowState
-from meritlens.analytics._catalogue import REPEATED_RUN_AGGREGATIONS
-from meritlens.analytics._windows import list_windows_sql
-from meritlens.collector._query import run_query
-from meritlens.instrumentation import conventions as c
 
 BOT = "support-bot/answer"
 
@@ -272,3 +269,25 @@ def test_tasks_view_has_one_row_per_task(collector, dataset):
     assert wrapped["input_tokens"] == 910 + 1200 and wrapped["cost_usd"] == pytest.approx(0.0021 + 0.003)
     unpriced = next(r for r in rows if r["task_key"] == "challenger-ticket-4")
     assert unpriced["cost_usd"] is None
+
+
+def test_rule_every_window_states_its_aggregation_explicitly(collector):
+    db, _ = collector
+    rows = windows_json(db)
+    assert rows and all(r["aggregation"] in {a.value for a in METRICS[r["metric"]].allowed_aggregations}
+                        for r in rows)
+
+
+def test_rule_assessment_windows_lie_inside_the_assessment_execution(collector, dataset):
+    """A challenger's windows hold only its own spans: they start and end inside its execution."""
+    db, _ = collector
+    tasks, _ = dataset
+    for scope in ("baseline-1", "challenger-1"):
+        own = in_scope(tasks, BOT, scope)
+        start = dt.datetime.fromtimestamp(min(t.start_ns for t in own) / 1e9, dt.timezone.utc)
+        end = dt.datetime.fromtimestamp(max(t.end_ns for t in own) / 1e9, dt.timezone.utc)
+        for window in windows_json(db, "--target", BOT, "--scope", scope):
+            if window["first_span_time"] is None:
+                continue
+            assert start <= dt.datetime.fromisoformat(window["first_span_time"]) <= end, window["metric"]
+            assert start <= dt.datetime.fromisoformat(window["last_span_time"]) <= end, window["metric"]

@@ -7,11 +7,8 @@ import contextlib
 import datetime as dt
 import json
 import os
-import signal
-import socket
 import subprocess
-import sys
-import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,48 +16,19 @@ from pathlib import Path
 import numpy as np
 
 from meritlens.instrumentation import conventions as c
+from tests.conftest import MERITLENS, CollectorProcess
 
-MERITLENS = str(Path(sys.executable).with_name("meritlens"))
 TARGET = "support-bot/answer"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager
 def running_collector(db: Path):
-    """`meritlens serve` on free loopback ports; yields its URL; SIGTERM at the end."""
-    port = free_port()
-    log = open(db.with_suffix(".log"), "ab")
-    process = subprocess.Popen(
-        [MERITLENS, "serve", "--db", str(db), "--http-port", str(port), "--grpc-port", str(free_port())],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
+    """`meritlens serve` on free loopback ports (the shared CollectorProcess); yields its URL."""
+    process = CollectorProcess(db).start()
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/healthz", timeout=1) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"collector did not start: {db.with_suffix('.log').read_text()}")
-            time.sleep(0.05)
-        yield url
+        yield process.url
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+        process.stop()
 
 
 def meritlens(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:

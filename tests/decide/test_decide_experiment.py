@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from decide_support import (
+from tests.decide.decide_support import (
     ARMS,
     CASES,
     PROFILE_TOML,

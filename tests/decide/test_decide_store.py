@@ -9,7 +9,17 @@ import urllib.request
 
 import pytest
 
-from decide_support import ARMS, TARGET, arm_tasks, arm_window, meritlens, post_json, running_collector, send_with_sdk
+from tests.conftest import free_port
+from tests.decide.decide_support import (
+    ARMS,
+    TARGET,
+    arm_tasks,
+    arm_window,
+    meritlens,
+    post_json,
+    running_collector,
+    send_with_sdk,
+)
 from meritlens.analytics._experiments import Arm, ExperimentManifest
 
 CASES = [f"ticket-{i:03d}" for i in range(30)]
@@ -81,19 +91,30 @@ def test_the_experiment_lifecycle_on_a_file_no_collector_holds(tmp_path):
 def test_an_unfinished_arm_is_refused_and_finishing_needs_spans(tmp_path):
     db = tmp_path / "open.duckdb"
     args = ("--db", str(db))
-    assert meritlens("experiment", "create", "open", *args, "--target", TARGET, "--revision", "r",
-                     "--case", "a", "--case", "b", "--seed", "1").returncode == 0
-    for name in ("one", "two"):
-        assert meritlens("experiment", "arm", "open", name, *args, "--assessment", f"open-{name}").returncode == 0
-    started = meritlens("experiment", "start", "open", "one", *args)
-    assert started.returncode == 0 and "run its cases with meritlens.assessment.id = 'open-one'" in started.stdout
-    empty = meritlens("experiment", "finish", "open", "one", *args)
-    assert empty.returncode == 2 and "no application spans of target" in empty.stderr
-    compared = meritlens("compare", "--experiment", "open", *args, "--format", "json")
+    with running_collector(db):  # the commands find it through the address it wrote beside the file
+        assert meritlens("experiment", "create", "open", *args, "--target", TARGET, "--revision", "r",
+                         "--case", "a", "--case", "b", "--seed", "1").returncode == 0
+        for name in ("one", "two"):
+            assert meritlens("experiment", "arm", "open", name, *args, "--assessment", f"open-{name}").returncode == 0
+        started = meritlens("experiment", "start", "open", "one", *args)
+        assert started.returncode == 0 and "run its cases with meritlens.assessment.id = 'open-one'" in started.stdout
+        empty = meritlens("experiment", "finish", "open", "one", *args)
+        assert empty.returncode == 2 and "no application spans of target" in empty.stderr
+        compared = meritlens("compare", "--experiment", "open", *args, "--format", "json")
     assert compared.returncode == 1
     problems = {c["arm"]: c["problems"] for c in json.loads(compared.stdout)["arms"]}
     assert "has not finished" in problems["one"][0]
     assert "never started" in problems["two"][0]
+
+
+def test_nothing_is_written_when_neither_the_file_nor_a_collector_is_there(tmp_path):
+    dead = f"http://127.0.0.1:{free_port()}"
+    created = meritlens("experiment", "create", "lost", "--db", str(tmp_path / "none.duckdb"), "--url", dead,
+                        "--target", TARGET, "--revision", "r", "--case", "a", "--seed", "1")
+    assert created.returncode == 2 and f"no collector reachable at {dead}" in created.stderr
+    shown = meritlens("experiment", "show", "lost", "--db", str(tmp_path / "none.duckdb"), "--url", dead)
+    assert shown.returncode == 2 and "no collector reachable" in shown.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def _manifest(experiment_id: str = "posted") -> ExperimentManifest:
