@@ -544,7 +544,7 @@ scoped AS (SELECT * FROM flagged{scope_filter}),
 tasks AS (
   SELECT target_id, task_key,
     {_task_columns_sql()},
-    {", ".join(_TASK_INTERNALS)}
+    list(trace_id || ':' || span_id) AS span_keys
   FROM scoped GROUP BY target_id, task_key
 )"""
     if definition.spec.sample_unit is SampleUnit.TASK:
