@@ -44,6 +44,19 @@ from meritlens.analytics._profiles import (
     profile_from_dict,
 )
 from meritlens.analytics._readiness import CoverageReport, MetricReadiness, QueryFunction, check_readiness
+from meritlens.analytics._evaluate import EvaluationError, EvaluationResult, evaluate
+from meritlens.analytics._judge import FakeJudge, Judge, JudgeCall, JudgeError, JudgeReply, JudgeSession
+from meritlens.analytics._metric import (
+    Measurement,
+    Metric,
+    MetricOptions,
+    OptionError,
+    ScopeEvidence,
+    SpanRow,
+    TaskRecord,
+)
+from meritlens.analytics._registry import BUILTIN_METRICS, ENTRY_POINT_GROUP, MetricRegistry, load_registry
+from meritlens.analytics._sidecar import KeyedObservation, read_sidecar, sidecar_path, write_sidecar
 from meritlens.analytics._windows import (
     PLUGIN_ONLY_METRICS,
     SCOPE_ALL,
@@ -75,7 +88,31 @@ __all__ = [
     "plot_frontier",
     "recompute_interval",
     "shuffled_case_order",
+    "BUILTIN_METRICS",
     "CATALOGUE",
+    "ENTRY_POINT_GROUP",
+    "EvaluationError",
+    "EvaluationResult",
+    "FakeJudge",
+    "Judge",
+    "JudgeCall",
+    "JudgeError",
+    "JudgeReply",
+    "JudgeSession",
+    "KeyedObservation",
+    "Measurement",
+    "Metric",
+    "MetricOptions",
+    "MetricRegistry",
+    "OptionError",
+    "ScopeEvidence",
+    "SpanRow",
+    "TaskRecord",
+    "evaluate",
+    "load_registry",
+    "read_sidecar",
+    "sidecar_path",
+    "write_sidecar",
     "METRIC_IDS",
     "METRICS",
     "PLUGIN_ONLY_METRICS",

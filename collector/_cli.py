@@ -9,15 +9,43 @@ import click
 
 from meritlens.collector._settings import (
     DEFAULT_DB,
+    DEFAULT_GRPC_MAX_CONCURRENT_RPCS,
+    DEFAULT_GRPC_PORT,
+    DEFAULT_HOST,
+    DEFAULT_HTTP_PORT,
+    DEFAULT_MAX_ATTRIBUTES,
+    DEFAULT_MAX_PENDING_BATCHES,
+    DEFAULT_MAX_SPANS_PER_REQUEST,
+    DEFAULT_SHUTDOWN_TIMEOUT_S,
+    DEFAULT_SQL_MAX_ROWS,
+    DEFAULT_SQL_TIMEOUT_S,
     ENV_DB,
+    ENV_GRPC_MAX_CONCURRENT_RPCS,
     ENV_GRPC_PORT,
     ENV_HOST,
     ENV_HTTP_PORT,
+    ENV_MAX_ATTRIBUTE_BYTES,
+    ENV_MAX_ATTRIBUTES,
     ENV_MAX_BODY_BYTES,
+    ENV_MAX_INFLIGHT_BYTES,
+    ENV_MAX_PENDING_BATCHES,
+    ENV_MAX_SPANS_PER_REQUEST,
+    ENV_SHUTDOWN_TIMEOUT,
+    ENV_SQL_MAX_ROWS,
+    ENV_SQL_TIMEOUT,
+    ENV_TLS_CA,
+    ENV_TLS_CERT,
+    ENV_TLS_KEY,
+    ENV_TOKEN,
+    ENV_TOKEN_FILE,
     ENV_TARGET_FALLBACK,
+    ENV_TOKEN,
     ENV_URL,
     DEFAULT_TARGET_FALLBACK,
     ServerSettings,
+    SettingsError,
+    parse_bytes,
+    resolve_token,
 )
 
 _db_option = click.option(
@@ -43,24 +71,79 @@ def cli(ctx: click.Context, debug: bool) -> None:
     )
 
 
+def _size(ctx, param, value):
+    if value is None:
+        return None
+    try:
+        return parse_bytes(value, "--" + param.name.replace("_", "-"))
+    except SettingsError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 @cli.command()
-@_db_option
-@click.option("--host", envvar=ENV_HOST, default="127.0.0.1", show_default=True, help=f"Bind address (env {ENV_HOST}).")
-@click.option("--http-port", envvar=ENV_HTTP_PORT, type=int, default=4318, show_default=True,
-              help=f"OTLP/HTTP port; 0 picks a free one (env {ENV_HTTP_PORT}).")
-@click.option("--grpc-port", envvar=ENV_GRPC_PORT, type=int, default=4317, show_default=True,
-              help=f"OTLP/gRPC port (env {ENV_GRPC_PORT}).")
-@click.option("--max-body-bytes", envvar=ENV_MAX_BODY_BYTES, type=int, default=20 * 1024 * 1024, show_default=True,
-              help=f"Largest request body after decompression (env {ENV_MAX_BODY_BYTES}).")
-@click.option("--target-fallback", envvar=ENV_TARGET_FALLBACK, default=DEFAULT_TARGET_FALLBACK, show_default=True,
+@click.option("--db", default=None, help=f"DuckDB file [env {ENV_DB}; default {DEFAULT_DB}].")
+@click.option("--host", default=None,
+              help=f"Bind address of both receivers [env {ENV_HOST}; default {DEFAULT_HOST}]. "
+                   "A non-loopback address without a token logs a warning.")
+@click.option("--http-port", type=int, default=None,
+              help=f"OTLP/HTTP and SQL port; 0 picks a free one [env {ENV_HTTP_PORT}; default {DEFAULT_HTTP_PORT}].")
+@click.option("--grpc-port", type=int, default=None,
+              help=f"OTLP/gRPC port; 0 picks a free one [env {ENV_GRPC_PORT}; default {DEFAULT_GRPC_PORT}].")
+@click.option("--no-grpc", is_flag=True, help="Do not start the OTLP/gRPC receiver.")
+@click.option("--token", default=None,
+              help=f"Bearer token every endpoint requires [env {ENV_TOKEN}]; prefer --token-file.")
+@click.option("--token-file", type=click.Path(dir_okay=False), default=None,
+              help=f"File whose first line is the bearer token [env {ENV_TOKEN_FILE}].")
+@click.option("--tls-cert", type=click.Path(dir_okay=False), default=None,
+              help=f"PEM certificate (chain) for HTTPS and gRPC TLS [env {ENV_TLS_CERT}].")
+@click.option("--tls-key", type=click.Path(dir_okay=False), default=None,
+              help=f"PEM private key of --tls-cert [env {ENV_TLS_KEY}].")
+@click.option("--max-body-bytes", callback=_size, default=None,
+              help=f"Largest request after decompression, e.g. 20MiB [env {ENV_MAX_BODY_BYTES}; default 20MiB].")
+@click.option("--max-inflight-bytes", callback=_size, default=None,
+              help="Memory budget of requests being processed (bodies plus an estimate per span); over it "
+                   f"requests get 503/UNAVAILABLE [env {ENV_MAX_INFLIGHT_BYTES}; default 128MiB].")
+@click.option("--max-pending-batches", type=int, default=None,
+              help=f"Batches waiting for the writer [env {ENV_MAX_PENDING_BATCHES}; default "
+                   f"{DEFAULT_MAX_PENDING_BATCHES}].")
+@click.option("--max-spans-per-request", type=int, default=None,
+              help=f"[env {ENV_MAX_SPANS_PER_REQUEST}; default {DEFAULT_MAX_SPANS_PER_REQUEST}].")
+@click.option("--max-attributes", type=int, default=None,
+              help="Attributes per span, event, link or resource; a span over it is refused "
+                   f"[env {ENV_MAX_ATTRIBUTES}; default {DEFAULT_MAX_ATTRIBUTES}].")
+@click.option("--max-attribute-bytes", callback=_size, default=None,
+              help="Longest string/bytes value, key or name; a span over it is refused "
+                   f"[env {ENV_MAX_ATTRIBUTE_BYTES}; default 1MiB].")
+@click.option("--grpc-max-concurrent-rpcs", type=int, default=None,
+              help=f"[env {ENV_GRPC_MAX_CONCURRENT_RPCS}; default {DEFAULT_GRPC_MAX_CONCURRENT_RPCS}].")
+@click.option("--sql-timeout", "sql_timeout_s", type=float, default=None,
+              help="Seconds before a SQL query is interrupted "
+                   f"[env {ENV_SQL_TIMEOUT}; default {DEFAULT_SQL_TIMEOUT_S:g}].")
+@click.option("--sql-max-rows", type=int, default=None,
+              help=f"Rows a SQL response holds at most [env {ENV_SQL_MAX_ROWS}; default {DEFAULT_SQL_MAX_ROWS}].")
+@click.option("--target-fallback", default=None,
               help="Target ID for LLM-call spans that carry none, from {service.name}, {model}, {provider}, "
-                   f"{{scope}}; 'none' turns it off (env {ENV_TARGET_FALLBACK}).")
-def serve(db: str, host: str, http_port: int, grpc_port: int, max_body_bytes: int, target_fallback: str) -> None:
-    """Receive OTLP spans, store them in DuckDB and keep the metric windows current."""
+                   f"{{scope}}; 'none' turns it off [env {ENV_TARGET_FALLBACK}; default {DEFAULT_TARGET_FALLBACK}].")
+@click.option("--shutdown-timeout", "shutdown_timeout_s", type=float, default=None,
+              help="Seconds SIGTERM waits for in-flight requests "
+                   f"[env {ENV_SHUTDOWN_TIMEOUT}; default {DEFAULT_SHUTDOWN_TIMEOUT_S:g}].")
+def serve(token: str | None, token_file: str | None, no_grpc: bool, **options) -> None:
+    """Receive OTLP spans, store them in DuckDB and keep the metric windows current.
+
+    Every option also reads the environment variable named in its help; see docs/collector.md.
+    """
     from meritlens.collector._server import normalize_options, serve as run
 
-    settings = ServerSettings(db=db, host=host, http_port=http_port, grpc_port=grpc_port,
-                              max_body_bytes=max_body_bytes, target_fallback=target_fallback)
+    given = {name: value for name, value in options.items() if value is not None}
+    try:
+        if token is not None or token_file is not None:
+            given["token"] = resolve_token(token, token_file)
+        if no_grpc:
+            given["grpc_port"] = None
+        settings = ServerSettings(**given)
+        settings.validate()
+    except SettingsError as exc:
+        raise click.UsageError(str(exc)) from None
     try:
         normalize_options(settings)
     except ValueError as exc:
@@ -68,21 +151,34 @@ def serve(db: str, host: str, http_port: int, grpc_port: int, max_body_bytes: in
     run(settings)
 
 
+def client_options(command):
+    """--token, --token-file and --tls-ca: how a command talks to a collector that asks for them."""
+    command = click.option("--tls-ca", type=click.Path(dir_okay=False), default=None,
+                           help=f"CA file to trust for an https collector [env {ENV_TLS_CA}].")(command)
+    command = click.option("--token-file", type=click.Path(dir_okay=False), default=None,
+                           help=f"File holding the collector's bearer token [env {ENV_TOKEN_FILE}].")(command)
+    return click.option("--token", default=None, help=f"The collector's bearer token [env {ENV_TOKEN}].")(command)
+
+
 @cli.command()
 @click.argument("query")
 @_db_option
 @_url_option
+@client_options
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
-def sql(query: str, db: str, url: str | None, fmt: str) -> None:
+def sql(query: str, db: str, url: str | None, token: str | None, token_file: str | None, tls_ca: str | None,
+        fmt: str) -> None:
     """Run a read-only SQL QUERY over `spans` and `windows`."""
     from meritlens.collector._output import render
     from meritlens.collector._query import QueryError, run_query
 
     try:
-        result = run_query(query, db=db, url=url)
-    except QueryError as exc:
+        result = run_query(query, db=db, url=url, token=resolve_token(token, token_file), ca_file=tls_ca)
+    except (QueryError, SettingsError) as exc:
         raise click.ClickException(str(exc)) from None
     render(result, fmt)
+    if result.truncated:
+        click.echo(f"note: only the first {len(result.rows)} rows are shown (the collector's row limit)", err=True)
 
 
 # --- evidence: windows, profile check, readiness ------------------------------------------------------
@@ -196,6 +292,180 @@ def readiness(profile_path: str, target: str | None, scope: str, baseline: bool,
         raise _UsageFailure(str(exc)) from None
     click.echo(report_json(report) if fmt == "json" else format_report(report))
     sys.exit(0 if (report.baseline_ready if baseline else report.ready) else 1)
+# --- metric plugins: `meritlens evaluate` and `meritlens metrics` ---------------------------------------
+def _parse_judge(spec: str | None, base_url: str | None):
+    """None without --judge; else the judge named by ``fake[:MODEL]``, ``openai:MODEL`` or ``anthropic:MODEL``."""
+    if spec is None:
+        if base_url is not None:
+            raise click.BadParameter("--judge-base-url needs --judge", param_hint="--judge-base-url")
+        return None
+    from meritlens.analytics._judge import JudgeError, judge_from_spec
+
+    try:
+        return judge_from_spec(spec, base_url=base_url)
+    except JudgeError as exc:
+        raise click.BadParameter(str(exc), param_hint="--judge") from None
+
+
+def _parse_options(pairs: tuple[str, ...]) -> dict[str, str]:
+    options: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--option")
+        options[key.strip()] = value
+    return options
+
+
+@cli.command()
+@click.option("--target", required=True, help="The target ID whose spans are evaluated.")
+@click.option("--scope", default="all", show_default=True, help="'all', or an assessment id.")
+@click.option("--metrics", "metric_list", default=None,
+              help="Comma-separated metric names (default: every registered metric; see `meritlens metrics`).")
+@_db_option
+@_url_option
+@click.option("--token", envvar=ENV_TOKEN, default=None, help=f"Bearer token of the collector (env {ENV_TOKEN}).")
+@click.option("--run-dir", type=click.Path(file_okay=False), default=None,
+              help="Directory for sidecars and evaluation.json [default: ./meritlens-runs/<target>/<scope>/].")
+@click.option("--schema", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="JSON Schema file for structured_output_reliability (a task's meritlens.output.schema wins).")
+@click.option("--step-threshold", type=click.IntRange(min=0), default=None,
+              help="long_horizon_performance counts tasks with more steps than this [default: 10].")
+@click.option("--judge", "judge_spec", default=None, metavar="KIND:MODEL",
+              help="Judge for judge-driven metrics: openai:MODEL, anthropic:MODEL (exact, pinned model ids; "
+                   "keys from OPENAI_API_KEY / ANTHROPIC_API_KEY), or fake[:MODEL] for dry runs.")
+@click.option("--judge-base-url", default=None, help="Base URL of an OpenAI- or Anthropic-compatible API.")
+@click.option("--judge-replicas", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Judge calls per task; their scores are averaged.")
+@click.option("--option", "extra", multiple=True, metavar="KEY=VALUE", help="A metric option (repeatable).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def evaluate(target, scope, metric_list, db, url, token, run_dir, schema, step_threshold, judge_spec,
+             judge_base_url, judge_replicas, extra, fmt) -> None:
+    """Run metric plugins on TARGET's spans in SCOPE and store each result as a window.
+
+    A re-run replaces the windows of the metrics it ran and keeps the others. Exits 1 when a
+    metric failed (the others are still stored).
+    """
+    import json as _json
+    from pathlib import Path
+
+    from meritlens.analytics import EvaluationError, MetricOptions, evaluate as run_evaluation, load_registry
+    from meritlens.analytics._evaluate import default_run_dir
+    from meritlens.collector._evaluation import open_evaluation_store
+    from meritlens.collector._http import json_default
+
+    registry = load_registry()
+    try:
+        metrics = registry.resolve(metric_list.split(",") if metric_list else registry.names)
+    except KeyError as exc:
+        raise click.BadParameter(exc.args[0], param_hint="--metrics") from None
+    if not metrics:
+        raise click.BadParameter("no metric named", param_hint="--metrics")
+    options = _parse_options(extra)
+    if schema is not None:
+        options["schema"] = schema
+    if step_threshold is not None:
+        options["step_threshold"] = str(step_threshold)
+    judge = _parse_judge(judge_spec, judge_base_url)
+    directory = Path(run_dir) if run_dir else default_run_dir(target, scope)
+    try:
+        store = open_evaluation_store(db, url=url, token=token)
+        try:
+            result = run_evaluation(
+                store, target_id=target, scope=scope, metrics=metrics, run_dir=directory,
+                options=MetricOptions(options), judge=judge, judge_replicas=judge_replicas,
+            )
+        finally:
+            store.close()
+    except EvaluationError as exc:
+        raise click.ClickException(str(exc)) from None
+    if fmt == "json":
+        rows = []
+        for outcome in result.outcomes:
+            base = {"metric": outcome.metric, "status": outcome.status, "error": outcome.error,
+                    "reason": outcome.reason}
+            for window in outcome.windows:
+                rows.append({**base, "window": window.metric, "state": window.state, "value": window.value,
+                             "unit": window.unit, "sample_count": window.sample_count,
+                             "evidence_digest": window.evidence_digest})
+            if not outcome.windows:
+                rows.append(base)
+        click.echo(_json.dumps({"target": target, "scope": scope, "run_dir": str(directory), "results": rows},
+                               default=json_default, indent=2))
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"{target} / {scope}: {result.span_count} spans, {result.task_count} tasks")
+        for column in ("metric", "status", "value", "unit", "samples", "summary"):
+            table.add_column(column)
+        for outcome in result.outcomes:
+            if outcome.status == "failed":
+                table.add_row(outcome.metric, "failed", "", "", "", outcome.error or "")
+            elif outcome.status == "not_applicable":
+                table.add_row(outcome.metric, "not_applicable", "", "", "", outcome.reason or "does not apply")
+            for measurement, window in zip(outcome.measurements, outcome.windows):
+                table.add_row(window.metric, window.state, f"{window.value:.4g}", window.unit,
+                              str(window.sample_count), measurement.summary)
+        Console(width=160).print(table)
+        click.echo(f"run directory: {directory}")
+    if result.failed:
+        click.echo(f"{len(result.failed)} metric(s) failed: {', '.join(o.metric for o in result.failed)}", err=True)
+        sys.exit(1)
+
+
+@cli.command()
+@click.argument("metric")
+@click.option("--target", default=None, help="With --scope, finds the default run directory.")
+@click.option("--scope", default="all", show_default=True)
+@click.option("--run-dir", type=click.Path(file_okay=False, exists=True), default=None,
+              help="The run directory holding the sidecar [default: ./meritlens-runs/<target>/<scope>/].")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def observations(metric, target, scope, run_dir, fmt) -> None:
+    """Print the keyed observations METRIC wrote to its sidecar (malformed rows are skipped and logged)."""
+    import json as _json
+    from pathlib import Path
+
+    from meritlens.analytics import load_registry
+    from meritlens.analytics._evaluate import default_run_dir
+
+    registry = load_registry()
+    try:
+        [metric_class] = registry.resolve([metric])
+    except KeyError as exc:
+        raise click.BadParameter(exc.args[0], param_hint="METRIC") from None
+    if run_dir is None and target is None:
+        raise click.UsageError("give --run-dir, or --target (and --scope) to use the default run directory")
+    directory = Path(run_dir) if run_dir else default_run_dir(target, scope)
+    found = metric_class().read_keyed_observations(directory)
+    if fmt == "json":
+        click.echo(_json.dumps([{"keys": o.keys, "value": o.value} for o in found], indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    key_names = sorted({k for o in found for k in o.keys})
+    table = Table(title=f"{metric} observations in {directory}")
+    for column in [*(f"key.{k}" for k in key_names), "value"]:
+        table.add_column(column)
+    for o in found:
+        table.add_row(*(o.keys.get(k, "") for k in key_names), f"{o.value:.6g}")
+    Console(width=160).print(table)
+    click.echo(f"{len(found)} observation{'s' if len(found) != 1 else ''}")
+
+
+@cli.command(name="metrics")
+def list_metrics() -> None:
+    """List the metrics `meritlens evaluate` can run, and installed plugins that were refused."""
+    from meritlens.analytics import load_registry
+
+    registry = load_registry()
+    for name, cls in registry.metrics.items():
+        origin = "built-in" if registry.is_builtin(name) else f"plugin {registry.plugins[name]}"
+        doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
+        click.echo(f"{name}\t{origin}\t{doc}")
+    for refused in registry.refused:
+        click.echo(f"refused: {refused.entry_point} = {refused.value}: {refused.reason}", err=True)
 
 
 # --- decide: experiments, comparison, frontier ---------------------------------------------------------
@@ -233,6 +503,15 @@ def _read_cases(cases: tuple[str, ...], cases_file: str | None) -> list[str]:
 
 def _experiment_failure(exc: Exception) -> click.ClickException:
     return _UsageFailure(str(exc))
+
+
+def _client(token: str | None, token_file: str | None, tls_ca: str | None) -> dict:
+    """How to talk to a collector: its bearer token (given, from a file, else from the environment)
+    and the CA file of an https one."""
+    try:
+        return {"token": resolve_token(token, token_file), "ca_file": tls_ca}
+    except SettingsError as exc:
+        raise _UsageFailure(str(exc)) from None
 
 
 def _print_manifest(manifest, checks=None, fmt: str = "text") -> None:
@@ -283,9 +562,10 @@ def experiment() -> None:
 @click.option("--description", default=None)
 @_db_option
 @_url_option
+@client_options
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def experiment_create(experiment_id, target, revision, cases, cases_file, seed, repetitions, profile_path,
-                      description, db, url, fmt) -> None:
+                      description, db, url, token, token_file, tls_ca, fmt) -> None:
     """Create EXPERIMENT_ID and print the case order its seed produced."""
     from meritlens.analytics._experiments import ExperimentError, ExperimentManifest
     from meritlens.analytics._profiles import ProfileError, load_profile
@@ -301,7 +581,7 @@ def experiment_create(experiment_id, target, revision, cases, cases_file, seed, 
     except (ProfileError, ExperimentError) as exc:
         raise _experiment_failure(exc) from None
     try:
-        stored = save_experiment(manifest, db=db, url=url, create=True)
+        stored = save_experiment(manifest, db=db, url=url, create=True, **_client(token, token_file, tls_ca))
     except (ExperimentError, QueryError) as exc:
         raise _experiment_failure(exc) from None
     _print_manifest(stored, fmt=fmt)
@@ -321,15 +601,17 @@ def experiment_create(experiment_id, target, revision, cases, cases_file, seed, 
 @click.option("--description", default=None)
 @_db_option
 @_url_option
+@client_options
 def experiment_arm(experiment_id, arm_name, assessment, target, request_model, response_models, started_at,
-                   finished_at, baseline, description, db, url) -> None:
+                   finished_at, baseline, description, db, url, token, token_file, tls_ca) -> None:
     """Add the arm ARM_NAME to EXPERIMENT_ID, or update it (what already happened cannot change)."""
     from meritlens.analytics._experiments import Arm, ExperimentError, ExperimentNotFound
     from meritlens.collector._experiment_io import load, save_experiment
     from meritlens.collector._query import QueryError
 
     try:
-        manifest = load(experiment_id, db=db, url=url)
+        client = _client(token, token_file, tls_ca)
+        manifest = load(experiment_id, db=db, url=url, **client)
         fields = dict(name=arm_name, assessment_id=assessment, target_id=target, request_model=request_model,
                       response_models=tuple(response_models), started_at=started_at, finished_at=finished_at,
                       description=description)
@@ -345,7 +627,7 @@ def experiment_arm(experiment_id, arm_name, assessment, target, request_model, r
         except ValidationError as exc:
             raise ExperimentError([e["msg"].removeprefix("Value error, ") for e in exc.errors()],
                                   experiment_id) from None
-        stored = save_experiment(manifest.with_arm(arm, baseline=baseline), db=db, url=url)
+        stored = save_experiment(manifest.with_arm(arm, baseline=baseline), db=db, url=url, **client)
     except (ExperimentError, ExperimentNotFound, QueryError) as exc:
         raise _experiment_failure(exc) from None
     _print_manifest(stored)
@@ -357,14 +639,15 @@ def experiment_arm(experiment_id, arm_name, assessment, target, request_model, r
 @click.option("--at", callback=_iso_time, default=None, help="Start time (ISO 8601); default now.")
 @_db_option
 @_url_option
-def experiment_start(experiment_id, arm_name, at, db, url) -> None:
+@client_options
+def experiment_start(experiment_id, arm_name, at, db, url, token, token_file, tls_ca) -> None:
     """Open the execution window of ARM_NAME (now): run the arm's cases after this."""
     from meritlens.analytics._experiments import ExperimentError, ExperimentNotFound
     from meritlens.collector._experiment_io import start
     from meritlens.collector._query import QueryError
 
     try:
-        stored = start(experiment_id, arm_name, db=db, url=url, at=at)
+        stored = start(experiment_id, arm_name, db=db, url=url, at=at, **_client(token, token_file, tls_ca))
     except (ExperimentError, ExperimentNotFound, QueryError) as exc:
         raise _experiment_failure(exc) from None
     arm = stored.arm(arm_name)
@@ -381,7 +664,8 @@ def experiment_start(experiment_id, arm_name, at, db, url) -> None:
               help="Record this model identity instead of the ones the spans report (repeatable).")
 @_db_option
 @_url_option
-def experiment_finish(experiment_id, arm_name, at, response_models, db, url) -> None:
+@client_options
+def experiment_finish(experiment_id, arm_name, at, response_models, db, url, token, token_file, tls_ca) -> None:
     """Close the execution window of ARM_NAME (now) and record the model identity its spans report.
     Prints the arm's check; exits 1 when its spans break the manifest."""
     from meritlens.analytics._experiments import ExperimentError, ExperimentNotFound, check_arm
@@ -389,8 +673,9 @@ def experiment_finish(experiment_id, arm_name, at, response_models, db, url) -> 
     from meritlens.collector._query import QueryError
 
     try:
-        stored = finish(experiment_id, arm_name, db=db, url=url, at=at, response_models=response_models)
-        with reader(db=db, url=url) as query:
+        client = _client(token, token_file, tls_ca)
+        stored = finish(experiment_id, arm_name, db=db, url=url, at=at, response_models=response_models, **client)
+        with reader(db=db, url=url, **client) as query:
             check = check_arm(stored, stored.arm(arm_name), query)
     except (ExperimentError, ExperimentNotFound, QueryError) as exc:
         raise _experiment_failure(exc) from None
@@ -402,15 +687,16 @@ def experiment_finish(experiment_id, arm_name, at, response_models, db, url) -> 
 @click.argument("experiment_id")
 @_db_option
 @_url_option
+@client_options
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def experiment_show(experiment_id, db, url, fmt) -> None:
+def experiment_show(experiment_id, db, url, token, token_file, tls_ca, fmt) -> None:
     """Print the manifest of EXPERIMENT_ID and check every arm's spans against it."""
     from meritlens.analytics._experiments import ExperimentError, ExperimentNotFound, check_arm, load_experiment
     from meritlens.collector._experiment_io import reader
     from meritlens.collector._query import QueryError
 
     try:
-        with reader(db=db, url=url) as query:
+        with reader(db=db, url=url, **_client(token, token_file, tls_ca)) as query:
             manifest = load_experiment(query, experiment_id)
             checks = [check_arm(manifest, arm, query) for arm in manifest.arms]
     except (ExperimentError, ExperimentNotFound, QueryError) as exc:
@@ -421,15 +707,17 @@ def experiment_show(experiment_id, db, url, fmt) -> None:
 @experiment.command("list")
 @_db_option
 @_url_option
+@client_options
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
-def experiment_list(db, url, fmt) -> None:
+def experiment_list(db, url, token, token_file, tls_ca, fmt) -> None:
     """List the stored experiments."""
     from meritlens.analytics._experiments import list_experiments_sql
     from meritlens.collector._output import render
     from meritlens.collector._query import QueryError, run_query
 
     try:
-        result = run_query(list_experiments_sql(), db=db, url=url)
+        client = _client(token, token_file, tls_ca)
+        result = run_query(list_experiments_sql(), db=db, url=url, ca_file=client["ca_file"], token=client["token"])
     except QueryError as exc:
         if "does not exist" in str(exc):
             raise _UsageFailure("no experiments are stored in this database yet") from None
@@ -443,7 +731,7 @@ _resamples_option = click.option("--resamples", type=click.IntRange(min=100), de
                                  help="Bootstrap resamples per interval.")
 
 
-def _decide(experiment_id: str, profile_path: str | None, db: str, url: str | None, run):
+def _decide(experiment_id: str, profile_path: str | None, db: str, url: str | None, client: dict, run):
     """Load the profile and the manifest, then ``run(manifest, profile, query)`` on one reader."""
     from meritlens.analytics._compare import ComparisonError
     from meritlens.analytics._experiments import ExperimentNotFound, load_experiment
@@ -453,7 +741,7 @@ def _decide(experiment_id: str, profile_path: str | None, db: str, url: str | No
 
     try:
         profile = load_profile(profile_path) if profile_path else None
-        with reader(db=db, url=url) as query:
+        with reader(db=db, url=url, **client) as query:
             manifest = load_experiment(query, experiment_id)
             return run(manifest, profile, query)
     except (ProfileError, ExperimentNotFound, ComparisonError, QueryError) as exc:
@@ -477,9 +765,11 @@ def _write_text(path: str, text: str) -> None:
 @_resamples_option
 @_db_option
 @_url_option
+@client_options
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--output", type=click.Path(dir_okay=False), default=None, help="Also write the JSON result here.")
-def compare(experiment_id, baseline, profile_path, seed, resamples, db, url, fmt, output) -> None:
+def compare(experiment_id, baseline, profile_path, seed, resamples, db, url, token, token_file, tls_ca, fmt,
+            output) -> None:
     """Compare the baseline arm with every challenger on each required metric: value, difference,
     95% interval, tolerance, constraint, and a verdict only on enough evidence. Exit 0 compared,
     1 when an arm's spans break the manifest (it is refused), 2 on a usage error."""
@@ -488,7 +778,7 @@ def compare(experiment_id, baseline, profile_path, seed, resamples, db, url, fmt
     from meritlens.analytics._compare import compare as run_compare, format_comparison
     from meritlens.collector._http import json_default
 
-    result = _decide(experiment_id, profile_path, db, url, lambda manifest, profile, query: run_compare(
+    result = _decide(experiment_id, profile_path, db, url, _client(token, token_file, tls_ca), lambda manifest, profile, query: run_compare(
         manifest, query, baseline=baseline, profile=profile, profile_source=profile_path, seed=seed,
         resamples=resamples))
     document = json.dumps(result.to_json(), indent=2, default=json_default)
@@ -515,9 +805,10 @@ def compare(experiment_id, baseline, profile_path, seed, resamples, db, url, fmt
               help="Write the JSON result here.")
 @_db_option
 @_url_option
+@client_options
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def frontier(experiment_id, x_metric, y_metric, z_metric, profile_path, seed, resamples, plot_path, json_path, db,
-             url, fmt) -> None:
+             url, token, token_file, tls_ca, fmt) -> None:
     """The Pareto-optimal arms over two or three metrics, with their intervals; dominated arms and by
     whom. Exit 0, or 1 when an arm's spans break the manifest (it is left out), 2 on a usage error."""
     import json
@@ -529,7 +820,7 @@ def frontier(experiment_id, x_metric, y_metric, z_metric, profile_path, seed, re
     if plot_path is not None and not plot_path.lower().endswith(PLOT_SUFFIXES):
         raise _UsageFailure(f"--plot must end in {' or '.join(PLOT_SUFFIXES)}, got {plot_path!r}")
     axes = [m for m in (x_metric, y_metric, z_metric) if m is not None]
-    result = _decide(experiment_id, profile_path, db, url, lambda manifest, profile, query: run_frontier(
+    result = _decide(experiment_id, profile_path, db, url, _client(token, token_file, tls_ca), lambda manifest, profile, query: run_frontier(
         manifest, query, axes, profile=profile, profile_source=profile_path, seed=seed, resamples=resamples))
     document = result.to_json()
     if plot_path is not None:

@@ -12,10 +12,7 @@ import asyncio
 import contextlib
 import datetime as _dt
 import functools
-import json
 import os
-import urllib.error
-import urllib.request
 from typing import Callable, Iterator, Sequence
 
 import duckdb
@@ -30,11 +27,13 @@ from meritlens.analytics._experiments import (
     validate_manifest,
 )
 from meritlens.collector._query import (
+    CollectorRefused,
     QueryError,
     _collector_url,
     _is_lock_conflict,
     _query_store,
     on_file_or_collector,
+    post_json,
     query_url,
 )
 from meritlens.collector._settings import DEFAULT_URL, ENV_URL, EXPERIMENTS_PATH
@@ -80,46 +79,40 @@ def add_experiment_routes(app: web.Application, store: SpanStore) -> None:
 
 
 # --- from a command or a program --------------------------------------------------------------------
-def _post(url: str, manifest: ExperimentManifest, create: bool, timeout: float = 60.0) -> ExperimentManifest:
-    body = json.dumps({"manifest": manifest.model_dump(mode="json"), "create": create}).encode()
-    request = urllib.request.Request(url.rstrip("/") + EXPERIMENTS_PATH, data=body,
-                                     headers={"Content-Type": "application/json"}, method="POST")
+def _post(url: str, manifest: ExperimentManifest, create: bool, *, token: str | None,
+          ca_file: str | None) -> ExperimentManifest:
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return validate_manifest(json.loads(response.read())["manifest"])
-    except urllib.error.HTTPError as exc:
-        try:
-            payload = json.loads(exc.read())
-        except ValueError:
-            payload = {}
-        problems = payload.get("problems") or [payload.get("error") or str(exc)]
-        error = ExperimentConflict if exc.code == 409 else ExperimentError
+        reply = post_json(url, EXPERIMENTS_PATH, {"manifest": manifest.model_dump(mode="json"), "create": create},
+                          token=token, ca_file=ca_file)
+    except CollectorRefused as exc:
+        problems = exc.payload.get("problems") or [str(exc)]
+        error = ExperimentConflict if exc.status == 409 else ExperimentError
         raise error(problems, manifest.experiment_id) from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise QueryError(f"no collector reachable at {url} ({reason})") from None
+    return validate_manifest(reply["manifest"])
 
 
-def save_experiment(manifest: ExperimentManifest, *, db: str, url: str | None = None,
-                    create: bool = False) -> ExperimentManifest:
+def save_experiment(manifest: ExperimentManifest, *, db: str, url: str | None = None, create: bool = False,
+                    token: str | None = None, ca_file: str | None = None) -> ExperimentManifest:
     """Create or update ``manifest`` where the queries of ``db``/``url`` go (``on_file_or_collector``):
     through the collector at ``url``; else in ``db`` when no process holds it; else through the
-    collector holding it. Returns the manifest as stored. Raises ExperimentError (ExperimentConflict
-    for an update that rewrites the past, or with ``create`` when it exists) or QueryError."""
+    collector holding it (sent ``token``, default $MERITLENS_TOKEN; https verified against
+    ``ca_file``). Returns the manifest as stored. Raises ExperimentError (ExperimentConflict for an
+    update that rewrites the past, or with ``create`` when it exists) or QueryError."""
     return on_file_or_collector(
         db, url, read_only=False,
         on_file=lambda store: store.write_experiment(manifest, create=create),
-        through_collector=lambda collector_url: _post(collector_url, manifest, create),
+        through_collector=lambda collector_url: _post(collector_url, manifest, create, token=token, ca_file=ca_file),
     )
 
 
 @contextlib.contextmanager
-def reader(*, db: str, url: str | None = None) -> Iterator[Callable[[str], QueryResult]]:
+def reader(*, db: str, url: str | None = None, token: str | None = None,
+           ca_file: str | None = None) -> Iterator[Callable[[str], QueryResult]]:
     """One read-only query function for a whole command (SQL in, ``columns``/``rows`` out), chosen
     as ``on_file_or_collector`` chooses, but kept open: the collector at ``url``; else ``db`` opened
     once, read-only, when no process holds it; else the collector holding it."""
     if url:
-        yield functools.partial(_through, url=url)
+        yield functools.partial(_through, url=url, token=token, ca_file=ca_file)
         return
     if os.path.exists(db):
         store = SpanStore(db, read_only=True)
@@ -135,37 +128,39 @@ def reader(*, db: str, url: str | None = None) -> Iterator[Callable[[str], Query
                 store.shutdown()
             return
     fallback = _collector_url(db) or os.environ.get(ENV_URL) or DEFAULT_URL
-    yield functools.partial(_through, url=fallback, missing=None if os.path.exists(db) else db)
+    yield functools.partial(_through, url=fallback, token=token, ca_file=ca_file,
+                            missing=None if os.path.exists(db) else db)
 
 
-def _through(sql: str, *, url: str, missing: str | None = None) -> QueryResult:
+def _through(sql: str, *, url: str, token: str | None, ca_file: str | None, missing: str | None = None) -> QueryResult:
     try:
-        return query_url(sql, url)
+        return query_url(sql, url, token=token, ca_file=ca_file)
     except QueryError as exc:
         if missing is not None and "no collector reachable" in str(exc):
             raise QueryError(f"no database at {missing} and {exc}") from None
         raise
 
 
-def load(experiment_id: str, *, db: str, url: str | None = None) -> ExperimentManifest:
+def load(experiment_id: str, *, db: str, url: str | None = None, token: str | None = None,
+         ca_file: str | None = None) -> ExperimentManifest:
     """The stored manifest of ``experiment_id``."""
-    with reader(db=db, url=url) as query:
+    with reader(db=db, url=url, token=token, ca_file=ca_file) as query:
         return load_experiment(query, experiment_id)
 
 
-def start(experiment_id: str, arm: str, *, db: str, url: str | None = None,
-          at: _dt.datetime | None = None) -> ExperimentManifest:
+def start(experiment_id: str, arm: str, *, db: str, url: str | None = None, at: _dt.datetime | None = None,
+          token: str | None = None, ca_file: str | None = None) -> ExperimentManifest:
     """Open the arm's execution window (now, or ``at``) and store it."""
-    return save_experiment(start_arm(load(experiment_id, db=db, url=url), arm, at=at), db=db, url=url)
+    manifest = load(experiment_id, db=db, url=url, token=token, ca_file=ca_file)
+    return save_experiment(start_arm(manifest, arm, at=at), db=db, url=url, token=token, ca_file=ca_file)
 
 
 def finish(experiment_id: str, arm: str, *, db: str, url: str | None = None, at: _dt.datetime | None = None,
-           response_models: Sequence[str] = ()) -> ExperimentManifest:
+           response_models: Sequence[str] = (), token: str | None = None,
+           ca_file: str | None = None) -> ExperimentManifest:
     """Close the arm's execution window (now, or ``at``), record its model identity (as its spans
     report it, unless given) and store it."""
-    with reader(db=db, url=url) as query:
+    with reader(db=db, url=url, token=token, ca_file=ca_file) as query:
         manifest = load_experiment(query, experiment_id)
         finished = finish_arm(manifest, arm, query, at=at, response_models=response_models)
-    return save_experiment(finished, db=db, url=url)
-
-
+    return save_experiment(finished, db=db, url=url, token=token, ca_file=ca_file)

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import urllib.error
 import urllib.request
 from typing import Callable, TypeVar
 
 import duckdb
 
-from meritlens.collector._settings import DEFAULT_URL, ENV_URL, SQL_PATH, address_file
+from meritlens.collector._auth import authorization_header
+from meritlens.collector._settings import (
+    DEFAULT_URL, ENV_TLS_CA, ENV_URL, SQL_PATH, SettingsError, address_file, resolve_token,
+)
 from meritlens.collector._store import QueryResult, SpanStore
 
 
@@ -21,18 +25,32 @@ class QueryError(RuntimeError):
     """The query could not be run; the message says why."""
 
 
+class CollectorRefused(QueryError):
+    """The collector answered with an HTTP error: ``status`` and its JSON ``payload`` (``{}`` if none)."""
+
+    def __init__(self, message: str, status: int, payload: dict):
+        super().__init__(message)
+        self.status = status
+        self.payload = payload
+
+
 def _is_lock_conflict(exc: duckdb.Error) -> bool:
     text = str(exc).lower()
     return "lock" in text and ("conflicting" in text or "could not set" in text)
 
 
-def run_query(sql: str, *, db: str, url: str | None = None) -> QueryResult:
+def run_query(
+    sql: str, *, db: str, url: str | None = None, token: str | None = None, ca_file: str | None = None,
+) -> QueryResult:
     """Run ``sql`` read-only. With ``url`` go through that collector; otherwise open ``db`` read-only,
     and fall back to the collector holding it (the URL it wrote beside the file, else $MERITLENS_URL,
-    else http://127.0.0.1:4318) when another process holds the file or it is not here."""
+    else http://127.0.0.1:4318) when another process holds the file or it is not here.
+
+    A collector is sent ``token`` (default: $MERITLENS_TOKEN or the file $MERITLENS_TOKEN_FILE) and
+    an https collector is verified against ``ca_file`` (default: $MERITLENS_TLS_CA, else the system CAs)."""
     return on_file_or_collector(
         db, url, read_only=True, on_file=lambda store: _query_store(store, sql),
-        through_collector=lambda collector_url: query_url(sql, collector_url),
+        through_collector=lambda collector_url: query_url(sql, collector_url, token=token, ca_file=ca_file),
     )
 
 
@@ -81,29 +99,53 @@ def _collector_url(db: str) -> str | None:
         return None
 
 
-def query_url(sql: str, url: str, *, timeout: float = 60.0) -> QueryResult:
-    body = post_json(url, SQL_PATH, {"sql": sql}, timeout=timeout)
-    return QueryResult(body["columns"], body.get("types", []), [tuple(r) for r in body["rows"]])
+def query_url(
+    sql: str, url: str, *, token: str | None = None, ca_file: str | None = None, timeout: float = 60.0,
+) -> QueryResult:
+    """Run ``sql`` through the collector at ``url`` (POST /api/sql)."""
+    body = post_json(url, SQL_PATH, {"sql": sql}, token=token, ca_file=ca_file, timeout=timeout)
+    return QueryResult(
+        body["columns"], body.get("types", []), [tuple(r) for r in body["rows"]], bool(body.get("truncated")),
+    )
 
 
-def post_json(url: str, path: str, payload: dict, *, timeout: float = 60.0) -> dict:
+def post_json(
+    url: str, path: str, payload: dict, *, token: str | None = None, ca_file: str | None = None,
+    timeout: float = 60.0,
+) -> dict:
     """POST ``payload`` as JSON to a collector's ``path``; return the JSON reply, or raise QueryError
-    with the collector's error message (or why it could not be reached)."""
+    with the collector's error message (or why it could not be reached).
+
+    Sends ``token`` as a bearer token (default: $MERITLENS_TOKEN or the file $MERITLENS_TOKEN_FILE);
+    verifies an https collector against ``ca_file`` (default: $MERITLENS_TLS_CA, else the system CAs)."""
+    if token is None:
+        try:
+            token = resolve_token()
+        except SettingsError as exc:
+            raise QueryError(str(exc)) from None
     request = urllib.request.Request(
         url.rstrip("/") + path,
         data=json.dumps(payload).encode(),
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", **authorization_header(token)},
         method="POST",
     )
+    context = None
+    if url.lower().startswith("https:"):
+        ca_file = ca_file or os.environ.get(ENV_TLS_CA) or None
+        try:
+            context = ssl.create_default_context(cafile=ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise QueryError(f"cannot use CA file {ca_file}: {exc}") from None
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
             return json.loads(response.read())
     except urllib.error.HTTPError as exc:
         try:
-            message = json.loads(exc.read()).get("error") or str(exc)
+            payload = json.loads(exc.read())
         except ValueError:
-            message = str(exc)
-        raise QueryError(message) from None
+            payload = {}
+        payload = payload if isinstance(payload, dict) else {}
+        raise CollectorRefused(payload.get("error") or str(exc), exc.code, payload) from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise QueryError(f"no collector reachable at {url} ({reason})") from None

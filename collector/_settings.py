@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 from dataclasses import dataclass, field
 
 ENV_DB = "MERITLENS_DB"
@@ -11,7 +13,21 @@ ENV_HTTP_PORT = "MERITLENS_HTTP_PORT"
 ENV_GRPC_PORT = "MERITLENS_GRPC_PORT"
 ENV_MAX_BODY_BYTES = "MERITLENS_MAX_BODY_BYTES"
 ENV_MAX_PENDING_BATCHES = "MERITLENS_MAX_PENDING_BATCHES"
+ENV_MAX_INFLIGHT_BYTES = "MERITLENS_MAX_INFLIGHT_BYTES"
+ENV_MAX_SPANS_PER_REQUEST = "MERITLENS_MAX_SPANS_PER_REQUEST"
+ENV_MAX_ATTRIBUTES = "MERITLENS_MAX_ATTRIBUTES"
+ENV_MAX_ATTRIBUTE_BYTES = "MERITLENS_MAX_ATTRIBUTE_BYTES"
+ENV_GRPC_MAX_CONCURRENT_RPCS = "MERITLENS_GRPC_MAX_CONCURRENT_RPCS"
+ENV_TOKEN = "MERITLENS_TOKEN"
+ENV_TOKEN_FILE = "MERITLENS_TOKEN_FILE"
+ENV_TLS_CERT = "MERITLENS_TLS_CERT"
+ENV_TLS_KEY = "MERITLENS_TLS_KEY"
+ENV_TLS_CA = "MERITLENS_TLS_CA"
+ENV_SQL_TIMEOUT = "MERITLENS_SQL_TIMEOUT"
+ENV_SQL_MAX_ROWS = "MERITLENS_SQL_MAX_ROWS"
+ENV_SHUTDOWN_TIMEOUT = "MERITLENS_SHUTDOWN_TIMEOUT"
 ENV_URL = "MERITLENS_URL"
+ENV_TOKEN = "MERITLENS_TOKEN"
 ENV_TARGET_FALLBACK = "MERITLENS_TARGET_FALLBACK"
 
 DEFAULT_DB = "meritlens.duckdb"
@@ -20,9 +36,23 @@ DEFAULT_HTTP_PORT = 4318
 DEFAULT_GRPC_PORT = 4317
 DEFAULT_MAX_BODY_BYTES = 20 * 1024 * 1024
 DEFAULT_MAX_PENDING_BATCHES = 64
+DEFAULT_MAX_SPANS_PER_REQUEST = 50_000
+DEFAULT_MAX_INFLIGHT_BYTES = 128 * 1024 * 1024
+DEFAULT_MAX_ATTRIBUTES = 1024
+DEFAULT_MAX_ATTRIBUTE_BYTES = 1024 * 1024
+DEFAULT_GRPC_MAX_CONCURRENT_RPCS = 16
+DEFAULT_SQL_TIMEOUT_S = 30.0
+DEFAULT_SQL_MAX_ROWS = 10_000
+DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0
 DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_HTTP_PORT}"
 DEFAULT_TARGET_FALLBACK = "{service.name}/{model}"
 TARGET_FALLBACK_OFF = "none"
+
+SPAN_MEMORY_ESTIMATE_BYTES = 2048
+"""Bytes charged to the in-flight budget for each decoded span, on top of the body: decoded
+protobuf, normalized columns and the Arrow batch together stay below this for small spans."""
+RETRY_AFTER_SECONDS = 1
+"""What an overloaded collector tells clients to wait (HTTP Retry-After, gRPC RetryInfo)."""
 
 TRACES_PATH = "/v1/traces"
 SQL_PATH = "/api/sql"
@@ -30,11 +60,33 @@ READINESS_PATH = "/api/readiness"
 EXPERIMENTS_PATH = "/api/experiments"
 """POST an experiment manifest {"manifest": {...}} to create or update it."""
 HEALTH_PATH = "/healthz"
+WINDOWS_PATH = "/api/windows"
+"""POST evaluated windows {"windows": [...]} (written by `meritlens evaluate` when a collector holds the file)."""
+GRPC_TRACE_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+
+
+class SettingsError(ValueError):
+    """A setting is invalid; the message names it and says why."""
 
 
 def address_file(db: str) -> str:
     """Where a running collector writes its URL, so that commands given only --db can find it."""
     return db + ".collector"
+
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
+_SIZE_FACTORS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+
+
+def parse_bytes(raw: str | int, name: str = "size") -> int:
+    """A byte count: a plain integer or one with a K/M/G suffix (binary: 1K = 1024), e.g. `20MiB`."""
+    if isinstance(raw, int):
+        return raw
+    match = _SIZE.match(raw)
+    if not match:
+        raise SettingsError(f"{name}={raw!r} is not a byte count (e.g. 1048576, 512KiB, 20MiB, 1GiB)")
+    unit = (match.group(2) or "").lower()[:1]
+    return int(match.group(1)) * _SIZE_FACTORS[unit]
 
 
 def _env_int(name: str, default: int) -> int:
@@ -44,7 +96,62 @@ def _env_int(name: str, default: int) -> int:
     try:
         return int(raw)
     except ValueError:
-        raise ValueError(f"{name}={raw!r} is not an integer") from None
+        raise SettingsError(f"{name}={raw!r} is not an integer") from None
+
+
+def _env_bytes(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    return parse_bytes(raw, name)
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r} is not a number") from None
+
+
+def _env_str(name: str) -> str | None:
+    return os.environ.get(name) or None
+
+
+def resolve_token(token: str | None = None, token_file: str | None = None) -> str | None:
+    """The bearer token from an explicit value or a file (first line, whitespace stripped), else
+    from `MERITLENS_TOKEN` / `MERITLENS_TOKEN_FILE`; None when none is configured."""
+    if token is None and token_file is None:
+        token, token_file = _env_str(ENV_TOKEN), _env_str(ENV_TOKEN_FILE)
+    if token and token_file:
+        raise SettingsError("give a token or a token file, not both")
+    if token_file:
+        try:
+            with open(token_file, encoding="utf-8") as fh:
+                token = fh.readline().strip()
+        except OSError as exc:
+            raise SettingsError(f"cannot read token file {token_file}: {exc.strerror or exc}") from None
+        if not token:
+            raise SettingsError(f"token file {token_file} is empty")
+    if token is not None:
+        token = token.strip()
+        if not token:
+            return None
+        if any(ch.isspace() or not ch.isprintable() for ch in token):
+            raise SettingsError("the token must be printable characters without spaces")
+    return token or None
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding ``host`` keeps the collector reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass
@@ -54,8 +161,9 @@ class ServerSettings:
     db: str = field(default_factory=lambda: os.environ.get(ENV_DB) or DEFAULT_DB)
     host: str = field(default_factory=lambda: os.environ.get(ENV_HOST) or DEFAULT_HOST)
     http_port: int = field(default_factory=lambda: _env_int(ENV_HTTP_PORT, DEFAULT_HTTP_PORT))
-    grpc_port: int = field(default_factory=lambda: _env_int(ENV_GRPC_PORT, DEFAULT_GRPC_PORT))
-    max_body_bytes: int = field(default_factory=lambda: _env_int(ENV_MAX_BODY_BYTES, DEFAULT_MAX_BODY_BYTES))
+    grpc_port: int | None = field(default_factory=lambda: _env_int(ENV_GRPC_PORT, DEFAULT_GRPC_PORT))
+    """None (or a negative number) turns the gRPC receiver off; 0 picks a free port."""
+    max_body_bytes: int = field(default_factory=lambda: _env_bytes(ENV_MAX_BODY_BYTES, DEFAULT_MAX_BODY_BYTES))
     target_fallback: str = field(
         default_factory=lambda: os.environ.get(ENV_TARGET_FALLBACK) or DEFAULT_TARGET_FALLBACK
     )
@@ -63,3 +171,71 @@ class ServerSettings:
     max_pending_batches: int = field(
         default_factory=lambda: _env_int(ENV_MAX_PENDING_BATCHES, DEFAULT_MAX_PENDING_BATCHES)
     )
+    max_inflight_bytes: int = field(
+        default_factory=lambda: _env_bytes(ENV_MAX_INFLIGHT_BYTES, DEFAULT_MAX_INFLIGHT_BYTES)
+    )
+    max_spans_per_request: int = field(
+        default_factory=lambda: _env_int(ENV_MAX_SPANS_PER_REQUEST, DEFAULT_MAX_SPANS_PER_REQUEST)
+    )
+    max_attributes: int = field(default_factory=lambda: _env_int(ENV_MAX_ATTRIBUTES, DEFAULT_MAX_ATTRIBUTES))
+    max_attribute_bytes: int = field(
+        default_factory=lambda: _env_bytes(ENV_MAX_ATTRIBUTE_BYTES, DEFAULT_MAX_ATTRIBUTE_BYTES)
+    )
+    grpc_max_concurrent_rpcs: int = field(
+        default_factory=lambda: _env_int(ENV_GRPC_MAX_CONCURRENT_RPCS, DEFAULT_GRPC_MAX_CONCURRENT_RPCS)
+    )
+    token: str | None = field(default_factory=resolve_token)
+    tls_cert: str | None = field(default_factory=lambda: _env_str(ENV_TLS_CERT))
+    tls_key: str | None = field(default_factory=lambda: _env_str(ENV_TLS_KEY))
+    sql_timeout_s: float = field(default_factory=lambda: _env_float(ENV_SQL_TIMEOUT, DEFAULT_SQL_TIMEOUT_S))
+    sql_max_rows: int = field(default_factory=lambda: _env_int(ENV_SQL_MAX_ROWS, DEFAULT_SQL_MAX_ROWS))
+    shutdown_timeout_s: float = field(
+        default_factory=lambda: _env_float(ENV_SHUTDOWN_TIMEOUT, DEFAULT_SHUTDOWN_TIMEOUT_S)
+    )
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_cert)
+
+    @property
+    def grpc_enabled(self) -> bool:
+        return self.grpc_port is not None and self.grpc_port >= 0
+
+    def worst_case_request_bytes(self) -> int:
+        """What one admissible request can charge to the in-flight budget."""
+        return self.max_body_bytes + self.max_spans_per_request * SPAN_MEMORY_ESTIMATE_BYTES
+
+    def validate(self) -> None:
+        """Raise SettingsError naming the first setting that cannot work."""
+        positive = {
+            "max body bytes": self.max_body_bytes,
+            "max pending batches": self.max_pending_batches,
+            "max in-flight bytes": self.max_inflight_bytes,
+            "max spans per request": self.max_spans_per_request,
+            "max attributes": self.max_attributes,
+            "max attribute bytes": self.max_attribute_bytes,
+            "gRPC max concurrent RPCs": self.grpc_max_concurrent_rpcs,
+            "SQL max rows": self.sql_max_rows,
+        }
+        for name, value in positive.items():
+            if value <= 0:
+                raise SettingsError(f"{name} must be positive, got {value}")
+        if self.sql_timeout_s <= 0 or self.shutdown_timeout_s < 0:
+            raise SettingsError("the SQL timeout must be positive and the shutdown timeout not negative")
+        for name, port in (("HTTP port", self.http_port), ("gRPC port", self.grpc_port)):
+            if port is not None and port > 65535:
+                raise SettingsError(f"{name} {port} is not a TCP port")
+        if self.http_port < 0:
+            raise SettingsError(f"HTTP port {self.http_port} is not a TCP port")
+        needed = self.worst_case_request_bytes()
+        if self.max_inflight_bytes < needed:
+            raise SettingsError(
+                f"max in-flight bytes ({self.max_inflight_bytes}) must hold one full request: max body bytes"
+                f" ({self.max_body_bytes}) + max spans per request ({self.max_spans_per_request})"
+                f" x {SPAN_MEMORY_ESTIMATE_BYTES} = {needed}; raise it or lower the other two"
+            )
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise SettingsError("TLS needs both a certificate (--tls-cert) and its key (--tls-key)")
+        for name, path in (("TLS certificate", self.tls_cert), ("TLS key", self.tls_key)):
+            if path and not os.access(path, os.R_OK):
+                raise SettingsError(f"{name} {path} is not a readable file")

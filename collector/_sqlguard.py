@@ -1,17 +1,54 @@
-"""Refusing anything but a single read statement on the SQL endpoint and CLI."""
+"""Read-only SQL for the SQL endpoint and the CLI: what may run, and how it runs.
+
+Three layers, each enough on its own for the common attacks:
+
+1. `check_read_only` parses the text and refuses anything but one SELECT/WITH/EXPLAIN of a read
+   (so INSERT, ATTACH, COPY, INSTALL/LOAD, PRAGMA, SET, CALL and `EXPLAIN ANALYZE <write>` get a
+   clear message);
+2. `run_read_only` runs the statement inside `BEGIN TRANSACTION READ ONLY`, so DuckDB itself
+   refuses any write that slipped through;
+3. the store's database is opened with `enable_external_access = false` and its configuration
+   locked, so file and URL readers (`read_csv('/etc/passwd')`, httpfs), extension loading and
+   settings changes fail inside DuckDB.
+
+`run_read_only` also interrupts a statement that runs past its timeout and returns at most
+``max_rows`` rows, saying when it cut the result.
+"""
 
 from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass
 
 import duckdb
 
 _READ_TYPES = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+_EXPLAIN_PREFIX = re.compile(r"^\s*explain\s+(?:analy[sz]e\s+|\([^)]*\)\s*)?", re.IGNORECASE)
 
 
 class QueryRefused(ValueError):
     """The statement is not a single read; the message says what was refused."""
 
 
+class QueryTimeout(RuntimeError):
+    """The statement ran longer than its timeout and was interrupted."""
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    columns: list[str]
+    types: list[str]
+    rows: list[tuple]
+    truncated: bool
+
+
+def _kind_name(kind) -> str:
+    return str(kind).rsplit(".", 1)[-1]
+
+
 def check_read_only(sql: str) -> None:
+    """Raise QueryRefused unless ``sql`` is exactly one read statement."""
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as exc:
@@ -22,5 +59,62 @@ def check_read_only(sql: str) -> None:
         raise QueryRefused(f"one statement at a time, got {len(statements)}")
     kind = statements[0].type
     if kind not in _READ_TYPES:
-        name = str(kind).rsplit(".", 1)[-1]
-        raise QueryRefused(f"only read statements (SELECT, WITH, EXPLAIN) are allowed, got {name}")
+        raise QueryRefused(f"only read statements (SELECT, WITH, EXPLAIN) are allowed, got {_kind_name(kind)}")
+    if kind == duckdb.StatementType.EXPLAIN:
+        inner = _EXPLAIN_PREFIX.sub("", statements[0].query, count=1)
+        try:
+            inner_statements = duckdb.extract_statements(inner)
+        except duckdb.Error:
+            return  # an EXPLAIN form this check does not know; the read-only transaction still guards it
+        if inner_statements and inner_statements[0].type != duckdb.StatementType.SELECT:
+            raise QueryRefused(
+                f"EXPLAIN of a {_kind_name(inner_statements[0].type)} statement is refused: only reads may be explained"
+            )
+
+
+def run_read_only(
+    cursor: duckdb.DuckDBPyConnection, sql: str, *, max_rows: int | None = None, timeout_s: float | None = None,
+) -> ReadResult:
+    """Run one checked read statement on ``cursor`` (a connection of its own) in a read-only
+    transaction; interrupt it after ``timeout_s``; keep at most ``max_rows`` rows."""
+    check_read_only(sql)
+    timer = None
+    timed_out = threading.Event()
+    if timeout_s is not None:
+        def interrupt() -> None:
+            timed_out.set()
+            cursor.interrupt()
+
+        timer = threading.Timer(timeout_s, interrupt)
+        timer.daemon = True
+    cursor.execute("BEGIN TRANSACTION READ ONLY")
+    try:
+        if timer is not None:
+            timer.start()
+        try:
+            result = cursor.execute(sql)
+            description = result.description or []
+            if max_rows is None:
+                rows = result.fetchall()
+                truncated = False
+            else:
+                rows = result.fetchmany(max_rows + 1)
+                truncated = len(rows) > max_rows
+                rows = rows[:max_rows]
+        except duckdb.Error:
+            if timed_out.is_set():
+                raise QueryTimeout(f"the query ran longer than {timeout_s:g} s and was stopped") from None
+            raise
+    finally:
+        if timer is not None:
+            timer.cancel()
+        try:
+            cursor.execute("ROLLBACK")
+        except duckdb.Error:
+            pass
+    return ReadResult(
+        columns=[d[0] for d in description],
+        types=[str(d[1]) for d in description],
+        rows=rows,
+        truncated=truncated,
+    )

@@ -16,10 +16,10 @@ import duckdb
 import pyarrow as pa
 
 from meritlens.analytics._readiness import CoverageReport, coverage_row, record_coverage_sql
-from meritlens.analytics._schema import SPAN_COLUMN_NAMES, SPANS_TABLE
+from meritlens.analytics._schema import SPAN_COLUMN_NAMES, SPANS_TABLE, WINDOW_COLUMN_NAMES, WINDOWS_TABLE
 from meritlens.analytics._views import STORE_DDL
 from meritlens.analytics._windows import SCOPE_ALL, all_keys_sql, refresh_windows_sql
-from meritlens.collector._sqlguard import check_read_only
+from meritlens.collector._sqlguard import run_read_only
 from meritlens.instrumentation.conventions import ROLE_APPLICATION
 
 log = logging.getLogger("meritlens.collector.store")
@@ -48,6 +48,8 @@ class QueryResult:
     columns: list[str]
     types: list[str]
     rows: list[tuple]
+    truncated: bool = False
+    """True when a row limit cut the result."""
 
 
 def touched_keys(table: pa.Table) -> set[tuple[str, str]]:
@@ -173,18 +175,36 @@ class SpanStore:
         """Append a readiness check to `coverage_checks` (the `coverage` view shows the latest)."""
         with self._write_lock:
             self._con.execute(record_coverage_sql(), coverage_row(report))
+    def write_windows(self, windows: list) -> int:
+        """Insert or replace evaluated windows (`meritlens.analytics.Window`) by (target_id, metric,
+        scope), all in one transaction; return how many were written."""
+        if not windows:
+            return 0
+        rows = [[getattr(w, name) for name in WINDOW_COLUMN_NAMES] for w in windows]
+        with self._write_lock:
+            con = self._con
+            con.execute("BEGIN")
+            try:
+                con.executemany(
+                    f"INSERT OR REPLACE INTO {WINDOWS_TABLE} ({', '.join(WINDOW_COLUMN_NAMES)}) "
+                    f"VALUES ({', '.join('?' for _ in WINDOW_COLUMN_NAMES)})",
+                    rows,
+                )
+                con.execute("COMMIT")
+            except BaseException:
+                _rollback(con)
+                raise
+        return len(windows)
 
     # --- reading ---------------------------------------------------------------------------------
-    def query(self, sql: str) -> QueryResult:
-        """Run one read-only statement; raise ValueError naming what was refused."""
-        check_read_only(sql)
+    def query(self, sql: str, *, max_rows: int | None = None, timeout_s: float | None = None) -> QueryResult:
+        """Run one read-only statement (see `_sqlguard`); raise ValueError naming what was refused,
+        QueryTimeout when it ran past ``timeout_s``; keep at most ``max_rows`` rows."""
         with self._reader_lock:
             cursor = self._reader.cursor()
         try:
-            result = cursor.execute(sql)
-            columns = [d[0] for d in result.description] if result.description else []
-            types = [str(d[1]) for d in result.description] if result.description else []
-            return QueryResult(columns, types, result.fetchall())
+            result = run_read_only(cursor, sql, max_rows=max_rows, timeout_s=timeout_s)
+            return QueryResult(result.columns, result.types, result.rows, result.truncated)
         finally:
             cursor.close()
 

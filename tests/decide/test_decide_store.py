@@ -9,6 +9,7 @@ import urllib.request
 
 import pytest
 
+from tests.collector.collector_proc import CollectorProcess as TokenCollector
 from tests.conftest import free_port
 from tests.decide.decide_support import (
     ARMS,
@@ -182,3 +183,19 @@ def test_the_collector_endpoint_validates_like_the_file(tmp_path):
     after = meritlens("experiment", "show", "posted", "--db", str(db), "--format", "json")
     assert json.loads(after.stdout)["manifest_digest"] == grown.digest
     assert dt.datetime.fromisoformat(json.loads(after.stdout)["updated_at"]) > dt.datetime.fromisoformat(created_at)
+
+
+def test_experiment_commands_send_the_collectors_token(tmp_path):
+    db = tmp_path / "guarded.duckdb"
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret-token\n")
+    with TokenCollector(db, args=("--token-file", str(token_file)), token="s3cret-token"):
+        create = ("experiment", "create", "guarded", "--db", str(db), "--target", TARGET, "--revision", "r",
+                  "--case", "a", "--case", "b", "--seed", "2")
+        refused = meritlens(*create)
+        assert refused.returncode == 2 and "bearer token" in refused.stderr, refused.stderr
+        accepted = meritlens(*create, "--token-file", str(token_file))
+        assert accepted.returncode == 0, accepted.stderr
+        shown = meritlens("experiment", "show", "guarded", "--db", str(db), "--token", "s3cret-token",
+                          "--format", "json")
+        assert shown.returncode == 0 and json.loads(shown.stdout)["experiment_id"] == "guarded"
