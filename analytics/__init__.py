@@ -13,6 +13,27 @@ from meritlens.analytics._catalogue import (
     Source,
     get_metric,
 )
+from meritlens.analytics._compare import (
+    Comparison,
+    ComparisonError,
+    MetricRule,
+    ResultState,
+    Verdict,
+    compare,
+    recompute_interval,
+)
+from meritlens.analytics._experiments import (
+    Arm,
+    ArmCheck,
+    ExperimentError,
+    ExperimentManifest,
+    ExperimentNotFound,
+    check_arm,
+    load_experiment,
+    shuffled_case_order,
+)
+from meritlens.analytics._frontier import Frontier, frontier
+from meritlens.analytics._plots import plot_frontier
 from meritlens.analytics._profiles import (
     MetricPlan,
     ProfileError,
@@ -49,6 +70,24 @@ from meritlens.analytics._windows import (
 )
 
 __all__ = [
+    "Arm",
+    "ArmCheck",
+    "Comparison",
+    "ComparisonError",
+    "ExperimentError",
+    "ExperimentManifest",
+    "ExperimentNotFound",
+    "Frontier",
+    "MetricRule",
+    "ResultState",
+    "Verdict",
+    "check_arm",
+    "compare",
+    "frontier",
+    "load_experiment",
+    "plot_frontier",
+    "recompute_interval",
+    "shuffled_case_order",
     "BUILTIN_METRICS",
     "CATALOGUE",
     "ENTRY_POINT_GROUP",

@@ -1,4 +1,4 @@
-"""The stored tables' columns: the one home of the `spans`, `windows` and `coverage_checks` schemas.
+"""The stored tables' columns: the one home of the `spans`, `windows`, `coverage_checks` and experiment schemas.
 
 The collector writes these columns; every query in analytics reads them.
 """
@@ -18,6 +18,8 @@ class Column:
 SPANS_TABLE = "spans"
 WINDOWS_TABLE = "windows"
 COVERAGE_TABLE = "coverage_checks"
+EXPERIMENTS_TABLE = "experiments"
+EXPERIMENT_ARMS_TABLE = "experiment_arms"
 
 SPAN_COLUMNS: tuple[Column, ...] = (
     Column("trace_id", "VARCHAR NOT NULL", "32 lowercase hex characters"),
@@ -106,6 +108,38 @@ COVERAGE_COLUMNS: tuple[Column, ...] = (
 COVERAGE_COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COVERAGE_COLUMNS)
 
 
+EXPERIMENT_COLUMNS: tuple[Column, ...] = (
+    Column("experiment_id", "VARCHAR NOT NULL", "the experiment's name, unique in the store"),
+    Column("target_id", "VARCHAR NOT NULL", "the application LLM target the arms measure (an arm may override it)"),
+    Column("application_revision", "VARCHAR NOT NULL", "the application revision every arm ran (e.g. a git commit)"),
+    Column("case_set", "VARCHAR[] NOT NULL", "the comparable case ids, as given"),
+    Column("shuffle_seed", "BIGINT NOT NULL", "seed of the case order"),
+    Column("case_order", "VARCHAR[] NOT NULL", "the order the seed produced; arms run the cases in it"),
+    Column("repetitions", "INTEGER NOT NULL", "runs of each case per arm"),
+    Column("baseline_arm", "VARCHAR", "the arm challengers are compared with by default"),
+    Column("profile", "JSON", "the task profile the decision uses (its TOML as JSON), if recorded"),
+    Column("description", "VARCHAR", "free text"),
+    Column("manifest_digest", "VARCHAR NOT NULL", "sha256 hex of the canonical manifest JSON (arms included)"),
+    Column("created_at", "TIMESTAMPTZ NOT NULL", "when the experiment was created"),
+    Column("updated_at", "TIMESTAMPTZ NOT NULL", "when the manifest last changed"),
+)
+EXPERIMENT_COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in EXPERIMENT_COLUMNS)
+
+EXPERIMENT_ARM_COLUMNS: tuple[Column, ...] = (
+    Column("experiment_id", "VARCHAR NOT NULL", "the experiment"),
+    Column("arm", "VARCHAR NOT NULL", "the arm's name"),
+    Column("position", "INTEGER NOT NULL", "order of the arm in the manifest"),
+    Column("assessment_id", "VARCHAR NOT NULL", "meritlens.assessment.id of the arm's spans: its windows' scope"),
+    Column("target_id", "VARCHAR", "target of the arm's spans when it is not the experiment's"),
+    Column("request_model", "VARCHAR", "the model alias the arm requested"),
+    Column("response_models", "VARCHAR[] NOT NULL", "model identities the provider reported (gen_ai.response.model)"),
+    Column("started_at", "TIMESTAMPTZ", "start of the arm's execution window"),
+    Column("finished_at", "TIMESTAMPTZ", "end of the arm's execution window"),
+    Column("description", "VARCHAR", "free text"),
+)
+EXPERIMENT_ARM_COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in EXPERIMENT_ARM_COLUMNS)
+
+
 def create_table_sql(table: str, columns: tuple[Column, ...], primary_key: tuple[str, ...]) -> str:
     body = ",\n  ".join(f"{c.name} {c.sql_type}" for c in columns)
     return f"CREATE TABLE IF NOT EXISTS {table} (\n  {body},\n  PRIMARY KEY ({', '.join(primary_key)})\n)"
@@ -114,3 +148,5 @@ def create_table_sql(table: str, columns: tuple[Column, ...], primary_key: tuple
 SPANS_DDL = create_table_sql(SPANS_TABLE, SPAN_COLUMNS, ("trace_id", "span_id"))
 WINDOWS_DDL = create_table_sql(WINDOWS_TABLE, WINDOW_COLUMNS, ("target_id", "metric", "scope"))
 COVERAGE_DDL = create_table_sql(COVERAGE_TABLE, COVERAGE_COLUMNS, ("target_id", "scope", "checked_at"))
+EXPERIMENTS_DDL = create_table_sql(EXPERIMENTS_TABLE, EXPERIMENT_COLUMNS, ("experiment_id",))
+EXPERIMENT_ARMS_DDL = create_table_sql(EXPERIMENT_ARMS_TABLE, EXPERIMENT_ARM_COLUMNS, ("experiment_id", "arm"))

@@ -9,7 +9,14 @@
 from __future__ import annotations
 
 from meritlens.analytics._catalogue import CATALOGUE
-from meritlens.analytics._schema import COVERAGE_DDL, COVERAGE_TABLE, SPANS_DDL, WINDOWS_DDL
+from meritlens.analytics._schema import (
+    COVERAGE_DDL,
+    COVERAGE_TABLE,
+    EXPERIMENT_ARMS_DDL,
+    EXPERIMENTS_DDL,
+    SPANS_DDL,
+    WINDOWS_DDL,
+)
 from meritlens.analytics._windows import SPAN_WINDOW_METRICS, sql_string, tasks_view_sql
 
 TASKS_VIEW = "tasks"
@@ -50,6 +57,8 @@ STORE_DDL: tuple[str, ...] = (
     SPANS_DDL,
     WINDOWS_DDL,
     COVERAGE_DDL,
+    EXPERIMENTS_DDL,
+    EXPERIMENT_ARMS_DDL,
     tasks_view_sql(TASKS_VIEW),
     COVERAGE_VIEW_DDL,
     CATALOGUE_VIEW_DDL,

@@ -511,6 +511,58 @@ SELECT DISTINCT target_id, assessment_id FROM {SPANS_TABLE}
 """
 
 
+# --- the samples behind a window ---------------------------------------------------------------------
+SAMPLE_COLUMNS = ("sample_key", "task_key", "case_id", "v", "outcome_success", "span_keys")
+"""Columns of ``window_samples_sql``: one row per sample that fed the window."""
+
+
+def sample_statistic(metric: str) -> str | None:
+    """How a window's value is computed from its samples ``v``: 'aggregate' (the aggregation of the
+    samples), 'per_success' (sum of the samples over the successful tasks among them), or None when
+    the value is no function of per-sample values (throughput) or no span window exists."""
+    definition = next((d for d in WINDOW_DEFINITIONS if d.metric == metric), None)
+    if definition is None:
+        return None
+    if definition.value_sql is None:
+        return "aggregate"
+    if definition.value_sql == _PER_SUCCESS:
+        return "per_success"
+    return None
+
+
+def window_samples_sql(target_id: str, scope: str, metric: str) -> str:
+    """The samples that feed the window (target_id, metric, scope), one row each (``SAMPLE_COLUMNS``),
+    computed exactly as the processor computes them: ``v`` is the sample's value, ``case_id`` the
+    case of its task, ``span_keys`` the 'trace_id:span_id' of the spans behind it (the window's
+    evidence digest is the sha256 of all these keys, sorted, joined by newlines)."""
+    definition = next((d for d in WINDOW_DEFINITIONS if d.metric == metric), None)
+    if definition is None:
+        raise KeyError(f"no span window is defined for {metric!r}")
+    scope_filter = "" if scope == SCOPE_ALL else f" WHERE assessment_id = {sql_string(scope)}"
+    head = f"""WITH {_flagged_spans_sql(f" AND target_id = {sql_string(target_id)}")},
+scoped AS (SELECT * FROM flagged{scope_filter}),
+tasks AS (
+  SELECT target_id, task_key,
+    {_task_columns_sql()},
+    list(trace_id || ':' || span_id) AS span_keys
+  FROM scoped GROUP BY target_id, task_key
+)"""
+    if definition.spec.sample_unit is SampleUnit.TASK:
+        return f"""{head}
+SELECT * FROM (
+  SELECT task_key AS sample_key, task_key, case_id, CAST({definition.sample_sql} AS DOUBLE) AS v,
+    outcome_success, span_keys
+  FROM tasks
+) WHERE v IS NOT NULL ORDER BY sample_key"""
+    return f"""{head}
+SELECT * FROM (
+  SELECT c.trace_id || ':' || c.span_id AS sample_key, c.task_key, t.case_id, c.v,
+    NULL::BOOLEAN AS outcome_success, [c.trace_id || ':' || c.span_id] AS span_keys
+  FROM (SELECT *, CAST({definition.sample_sql} AS DOUBLE) AS v FROM scoped) c
+  JOIN tasks t ON t.task_key = c.task_key
+) WHERE v IS NOT NULL ORDER BY sample_key"""
+
+
 # --- reading windows --------------------------------------------------------------------------------
 def sql_string(value: str) -> str:
     """``value`` as a SQL string literal."""

@@ -20,6 +20,7 @@ from meritlens.analytics._window_io import WindowRejected, windows_from_json
 from meritlens.collector import _otlp
 from meritlens.collector._auth import AUTHORIZATION, BearerToken
 from meritlens.collector._evidence import add_readiness_route
+from meritlens.collector._experiment_io import add_experiment_routes
 from meritlens.collector._ingest import Ingest, IngestError, Reservation, bad_request, too_large
 from meritlens.collector._settings import HEALTH_PATH, SQL_PATH, TRACES_PATH, WINDOWS_PATH
 from meritlens.collector._sqlguard import QueryRefused, QueryTimeout
@@ -124,7 +125,8 @@ def _reply_type(request: web.Request) -> str:
 
 
 class HttpReceiver:
-    """Routes: POST /v1/traces (OTLP), POST /api/sql (read-only SQL), POST /api/readiness, GET /healthz.
+    """Routes: POST /v1/traces (OTLP), POST /api/sql (read-only SQL), POST /api/readiness,
+    POST /api/windows, POST /api/experiments, GET /healthz.
 
     With a token configured, every route needs `Authorization: Bearer <token>`.
     """
@@ -152,6 +154,7 @@ class HttpReceiver:
         app.router.add_get(HEALTH_PATH, self.health)
         add_readiness_route(app, self._store)
         app.router.add_route("*", WINDOWS_PATH, self.windows)
+        add_experiment_routes(app, self._store)
         return app
 
     async def drain(self, timeout: float) -> bool:

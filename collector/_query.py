@@ -25,6 +25,15 @@ class QueryError(RuntimeError):
     """The query could not be run; the message says why."""
 
 
+class CollectorRefused(QueryError):
+    """The collector answered with an HTTP error: ``status`` and its JSON ``payload`` (``{}`` if none)."""
+
+    def __init__(self, message: str, status: int, payload: dict):
+        super().__init__(message)
+        self.status = status
+        self.payload = payload
+
+
 def _is_lock_conflict(exc: duckdb.Error) -> bool:
     text = str(exc).lower()
     return "lock" in text and ("conflicting" in text or "could not set" in text)
@@ -132,10 +141,11 @@ def post_json(
             return json.loads(response.read())
     except urllib.error.HTTPError as exc:
         try:
-            message = json.loads(exc.read()).get("error") or str(exc)
+            payload = json.loads(exc.read())
         except ValueError:
-            message = str(exc)
-        raise QueryError(message) from None
+            payload = {}
+        payload = payload if isinstance(payload, dict) else {}
+        raise CollectorRefused(payload.get("error") or str(exc), exc.code, payload) from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise QueryError(f"no collector reachable at {url} ({reason})") from None

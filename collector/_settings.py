@@ -57,6 +57,8 @@ RETRY_AFTER_SECONDS = 1
 TRACES_PATH = "/v1/traces"
 SQL_PATH = "/api/sql"
 READINESS_PATH = "/api/readiness"
+EXPERIMENTS_PATH = "/api/experiments"
+"""POST an experiment manifest {"manifest": {...}} to create or update it."""
 HEALTH_PATH = "/healthz"
 WINDOWS_PATH = "/api/windows"
 """POST evaluated windows {"windows": [...]} (written by `meritlens evaluate` when a collector holds the file)."""

@@ -156,6 +156,29 @@ class SpanStore:
         finally:
             con.unregister(_TOUCHED)
 
+    def write_experiment(self, manifest, *, create: bool = False):
+        """Create or update an experiment manifest (``meritlens.analytics.ExperimentManifest``) in one
+        transaction, after ``check_update`` against the stored one; returns it as stored (with its
+        created/updated times). Raises ExperimentError for an update that rewrites the past, or with
+        ``create`` when the experiment exists."""
+        from meritlens.analytics._experiments import save_manifest
+
+        with self._write_lock:
+            con = self._con
+
+            def query(sql: str) -> QueryResult:
+                result = con.execute(sql)
+                return QueryResult([d[0] for d in result.description], [], result.fetchall())
+
+            con.execute("BEGIN")
+            try:
+                stored = save_manifest(manifest, query, con.execute, create=create)
+                con.execute("COMMIT")
+            except BaseException:
+                _rollback(con)
+                raise
+            return stored
+
     def record_coverage(self, report: CoverageReport) -> None:
         """Append a readiness check to `coverage_checks` (the `coverage` view shows the latest)."""
         with self._write_lock:
