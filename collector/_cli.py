@@ -39,7 +39,6 @@ from meritlens.collector._settings import (
     ENV_TOKEN,
     ENV_TOKEN_FILE,
     ENV_TARGET_FALLBACK,
-    ENV_TOKEN,
     ENV_URL,
     DEFAULT_TARGET_FALLBACK,
     ServerSettings,

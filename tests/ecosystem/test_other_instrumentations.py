@@ -24,12 +24,25 @@ def _windows(collector, target: str) -> dict[str, dict]:
     return {r["metric"]: r for r in rows}
 
 
+@pytest.fixture(scope="module")
+def ours(tmp_path_factory):
+    """The windows our own `instrument(client)` gives for the same calls."""
+    from tests.conftest import CollectorProcess
+
+    proc = CollectorProcess(tmp_path_factory.mktemp("ours") / "ours.duckdb").start()
+    try:
+        _drive("meritlens", proc)
+        return _windows(proc, "svc-meritlens/gpt-4o-mini")
+    finally:
+        proc.stop()
+
+
 @pytest.mark.parametrize("which, target", [
     ("openinference", "svc-openinference/gpt-4o-mini-2024-07-18"),  # reports only the response model
     ("openllmetry", "svc-openllmetry/gpt-4o-mini"),
     ("otel-v2", "svc-otel-v2/gpt-4o-mini"),
 ])
-def test_windows_from_other_instrumentations(collector, which, target):
+def test_windows_from_other_instrumentations(collector, ours, which, target):
     _drive(which, collector)
     spans = collector.sql(f"select input_tokens, output_tokens, cache_read_tokens, provider, operation, "
                           f"ttft_s, duration_s from spans where target_id = '{target}'")
@@ -43,6 +56,20 @@ def test_windows_from_other_instrumentations(collector, which, target):
     windows = _windows(collector, target)
     assert windows["input_tokens"]["value"] == 100 * CALLS and windows["input_tokens"]["sample_count"] == CALLS
     assert windows["output_tokens"]["value"] == 20 * CALLS
+    for metric in ("input_tokens", "output_tokens"):
+        assert (windows[metric]["value"], windows[metric]["sample_count"]) == (ours[metric]["value"], ours[metric]["sample_count"])
+    assert (ours["end_to_end_latency"]["sample_count"], ours["end_to_end_latency"]["state"]) == (CALLS, "measured")
+    # Cost: priced by the collector from the same price source as the instrumentation.
+    cost, our_cost = windows["total_task_cost"], ours["total_task_cost"]
+    assert cost["state"] == our_cost["state"] == "measured" and cost["sample_count"] == CALLS
+    priced = collector.sql(f"select count(*) n from spans where target_id = '{target}' "
+                           "and attributes->>'meritlens.cost.priced_by' = 'collector'")
+    assert priced == [{"n": CALLS}]
+    if which == "otel-v2":
+        # openai-v2 reports no cached tokens, so its 40 cached tokens are priced as ordinary input.
+        assert cost["value"] > our_cost["value"]
+    else:
+        assert cost["value"] == pytest.approx(our_cost["value"], rel=1e-9)
     latency = windows["end_to_end_latency"]
     assert latency["sample_count"] == CALLS and latency["state"] == "measured"
     assert latency["min"] >= 0.05  # the mock transport's delay
