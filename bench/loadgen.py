@@ -1,7 +1,11 @@
 """OTLP/HTTP protobuf load generator: realistic LLM spans (~15 attributes, 1 event) in batches.
 
 Runs in its own process(es); reports acknowledged spans per second. Used by bench/ingest.py.
-usage: python bench/loadgen.py URL TOTAL_SPANS BATCH CONCURRENCY [TARGETS]
+usage: python bench/loadgen.py URL TOTAL_SPANS BATCH CONCURRENCY [TARGETS [RATE]]
+
+RATE (spans/s, 0 = as fast as acknowledged) paces the batches: batch k is not sent before k*BATCH/RATE
+seconds after sending starts. The line "sending" is printed (flushed) when sending starts, so a driver
+can measure the collector over the sending period only.
 """
 
 from __future__ import annotations
@@ -63,9 +67,9 @@ def build_bodies(total: int, batch: int, targets: int) -> list[bytes]:
     return bodies
 
 
-def run(url: str, bodies: list[bytes], concurrency: int) -> tuple[float, int]:
+def run(url: str, bodies: list[bytes], concurrency: int, interval_s: float = 0.0) -> tuple[float, int]:
     lock = threading.Lock()
-    queue = list(reversed(bodies))
+    queue = list(reversed(list(enumerate(bodies))))
     retried = [0]
 
     def worker():
@@ -74,7 +78,11 @@ def run(url: str, bodies: list[bytes], concurrency: int) -> tuple[float, int]:
                 with lock:
                     if not queue:
                         return
-                    body = queue.pop()
+                    k, body = queue.pop()
+                if interval_s:
+                    delay = t0 + k * interval_s - time.perf_counter()
+                    if delay > 0:
+                        time.sleep(delay)
                 while True:
                     r = client.post(url, content=body, headers={"Content-Type": "application/x-protobuf"})
                     if r.status_code == 200:
@@ -98,6 +106,8 @@ def run(url: str, bodies: list[bytes], concurrency: int) -> tuple[float, int]:
 if __name__ == "__main__":
     url, total, batch, concurrency = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     targets = int(sys.argv[5]) if len(sys.argv) > 5 else 4
+    rate = float(sys.argv[6]) if len(sys.argv) > 6 else 0.0
     bodies = build_bodies(total, batch, targets)
-    elapsed, retried = run(url, bodies, concurrency)
+    print("sending", flush=True)
+    elapsed, retried = run(url, bodies, concurrency, batch / rate if rate else 0.0)
     print(f"{total} spans in {elapsed:.2f}s = {total / elapsed:,.0f} spans/s (503 retries: {retried})")

@@ -1,0 +1,151 @@
+"""Ingest throughput of the real collector process (issue 7).
+
+Starts `meritlens serve --db TMP --http-port P --no-grpc`, drives it with bench/loadgen.py in a separate
+process (OTLP/HTTP protobuf, realistic spans: 15 attributes, 1 event) and reports:
+
+* burst mode: acknowledged spans/s (loadgen's own clock, sending only), collector CPU seconds and peak RSS;
+* sustained mode (--rate R --seconds S): paced load; spans lost, collector CPU % of one core over the
+  sending period, peak RSS.
+
+Correctness (both modes): rows in `spans` == spans sent, and the sum of the `input_tokens` windows
+(scope all) == the sum of input tokens sent, per target. Read through the running collector's /api/sql.
+
+usage: python bench/ingest.py [--requests 60 --batch 1000 --concurrency 4] [--rate 10000 --seconds 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import httpx
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BIN = os.path.dirname(sys.executable)
+TARGETS = 4
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime (fields 14, 15)
+
+
+def status_kib(pid: int, key: str) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    raise KeyError(key)
+
+
+def expected_tokens(total: int) -> dict[str, int]:
+    """loadgen's span i has input tokens 100 + i % 50 and target bot-{i % TARGETS}."""
+    sums = {f"bot-{t}": 0 for t in range(TARGETS)}
+    for i in range(total):
+        sums[f"bot-{i % TARGETS}"] += 100 + i % 50
+    return sums
+
+
+def sql(base: str, query: str) -> list:
+    r = httpx.post(f"{base}/api/sql", json={"sql": query}, timeout=60)
+    r.raise_for_status()
+    return r.json()["rows"]
+
+
+def run(total: int, batch: int, concurrency: int, rate: float = 0.0) -> dict:
+    with tempfile.TemporaryDirectory(prefix="meritlens-bench-") as tmp:
+        port = free_port()
+        base = f"http://127.0.0.1:{port}"
+        server = subprocess.Popen(
+            [os.path.join(BIN, "meritlens"), "serve", "--db", os.path.join(tmp, "bench.duckdb"),
+             "--http-port", str(port), "--no-grpc"],
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "server.log"), "w"))
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"collector did not start: {open(os.path.join(tmp, 'server.log')).read()}")
+                time.sleep(0.1)
+            rss_idle = status_kib(server.pid, "VmRSS")
+            loadgen = subprocess.Popen(
+                [sys.executable, os.path.join(HERE, "loadgen.py"), f"{base}/v1/traces", str(total), str(batch),
+                 str(concurrency), str(TARGETS), str(rate)], stdout=subprocess.PIPE, text=True)
+            first = loadgen.stdout.readline().strip()
+            cpu0, t0 = cpu_seconds(server.pid), time.perf_counter()
+            if first != "sending":
+                raise SystemExit(f"loadgen failed before sending: {first!r}")
+            report = loadgen.stdout.read().strip()
+            if loadgen.wait() != 0:
+                raise SystemExit(f"loadgen failed: {report}")
+            wall = time.perf_counter() - t0
+            cpu = cpu_seconds(server.pid) - cpu0
+            rss_peak = status_kib(server.pid, "VmHWM")
+            rows = sql(base, "select count(*) from spans")[0][0]
+            windows = {t: v for t, v in sql(
+                base, "select target_id, value from windows where metric = 'input_tokens' and scope = 'all'")}
+        finally:
+            server.terminate()
+            server.wait(60)
+        # loadgen: "N spans in Xs = Y spans/s (503 retries: R)"
+        send_s = float(report.split(" in ")[1].split("s")[0])
+        retries = int(report.rsplit(": ", 1)[1].rstrip(")"))
+        expected = expected_tokens(total)
+        ok = rows == total and windows == {k: float(v) for k, v in expected.items()}
+        return {"sent": total, "stored": rows, "lost": total - rows, "send_s": send_s,
+                "spans_per_s": total / send_s, "retries": retries, "cpu_s": cpu, "wall_s": wall,
+                "cpu_pct": 100 * cpu / wall, "rss_idle_mib": rss_idle / 1024, "rss_peak_mib": rss_peak / 1024,
+                "correct": ok, "windows": windows, "expected": expected}
+
+
+def describe(r: dict, mode: str) -> str:
+    return (f"{mode}: {r['sent']:,} spans in {r['send_s']:.2f}s = {r['spans_per_s']:,.0f} spans/s acknowledged; "
+            f"stored {r['stored']:,} (lost {r['lost']}), 503 retries {r['retries']}; collector CPU {r['cpu_s']:.1f}s "
+            f"= {r['cpu_pct']:.0f}% of one core; RSS idle {r['rss_idle_mib']:.0f} MiB, peak {r['rss_peak_mib']:.0f} MiB; "
+            f"correctness {'OK' if r['correct'] else 'FAILED'}")
+
+
+def check(r: dict) -> None:
+    if not r["correct"]:
+        raise SystemExit(f"ingest bench: WRONG RESULT: stored {r['stored']} of {r['sent']}; "
+                         f"input_tokens windows {r['windows']} != sent {r['expected']}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=60)
+    parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--rate", type=float, default=0.0, help="sustained mode: spans/s (needs --seconds)")
+    parser.add_argument("--seconds", type=float, default=0.0)
+    args = parser.parse_args()
+    if args.rate:
+        if not 0 < args.seconds <= 600:
+            parser.error("sustained mode needs 0 < --seconds <= 600")
+        r = run(int(args.rate * args.seconds), args.batch, args.concurrency, args.rate)
+        print(describe(r, f"sustained {args.rate:,.0f} spans/s for {args.seconds:g}s"))
+    else:
+        r = run(args.requests * args.batch, args.batch, args.concurrency)
+        print(describe(r, f"burst {args.requests} x {args.batch} spans, {args.concurrency} clients"))
+    check(r)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""Run the issue 7 benchmarks at small sizes (a few minutes in all) and print one table.
+
+Each benchmark keeps its own correctness check and exits non-zero on a wrong result. Larger runs:
+call bench/ingest.py, bench/windows.py and bench/queries.py with their options (see bench/README.md).
+usage: python bench/run_all.py
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import ingest  # noqa: E402
+import queries  # noqa: E402
+import windows  # noqa: E402
+
+
+def main() -> None:
+    started = time.perf_counter()
+    rows: list[tuple[str, str, str, str]] = []
+
+    burst = ingest.run(60 * 1000, 1000, 4)
+    ingest.check(burst)
+    rows.append(("ingest burst 60x1000 spans, 4 clients", f"{burst['spans_per_s']:,.0f} spans/s",
+                 "≥ 50,000 spans/s", f"CPU {burst['cpu_s']:.1f}s, peak RSS {burst['rss_peak_mib']:.0f} MiB"))
+
+    rate, seconds = 10_000, 15
+    sustained = ingest.run(rate * seconds, 1000, 4, rate)
+    ingest.check(sustained)
+    rows.append((f"ingest sustained {rate:,}/s for {seconds}s",
+                 f"lost {sustained['lost']}, CPU {sustained['cpu_pct']:.0f}%, RSS {sustained['rss_peak_mib']:.0f} MiB",
+                 "lost 0, ≤ 30% CPU, ≤ 200 MiB", f"achieved {sustained['spans_per_s']:,.0f} spans/s"))
+
+    small, large = windows.run([20_000, 200_000], 10_000, 3, 8)
+    rows.append(("window refresh, write(10k) at 20k vs 200k stored",
+                 f"ratio {large['median_s'] / small['median_s']:.2f}", "≤ 1.5 (1M vs 10M)",
+                 f"{small['median_s'] * 1000:.0f} ms vs {large['median_s'] * 1000:.0f} ms"))
+
+    q = queries.run(200_000, 20, 8)
+    rows.append(("windows query, 200k stored", f"{q['windows_ms']:.2f} ms", "≤ 10 ms",
+                 f"prepared, no guard: {q['windows_raw_ms']:.2f} ms"))
+    rows.append(("typed sum vs JSON extraction, 200k stored", f"{q['typed_ms']:.1f} vs {q['json_ms']:.1f} ms",
+                 "typed faster", f"{q['json_ms'] / q['typed_ms']:.1f}x"))
+
+    headers = ("benchmark", "measured", "issue 7 target", "detail")
+    widths = [max(len(str(r[i])) for r in rows + [headers]) for i in range(4)]
+    line = lambda r: "| " + " | ".join(str(v).ljust(w) for v, w in zip(r, widths)) + " |"  # noqa: E731
+    print(line(headers))
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in rows:
+        print(line(r))
+    print(f"all correctness checks passed; {time.perf_counter() - started:.0f}s "
+          "(small sizes: see bench/README.md for the full-size figures)")
+
+
+if __name__ == "__main__":
+    main()
