@@ -4,7 +4,8 @@ Starts `meritlens serve --db TMP --http-port P --no-grpc`, drives it with bench/
 process (OTLP/HTTP protobuf, realistic spans: 15 attributes, 1 event) and reports:
 
 * burst mode: acknowledged spans/s (loadgen's own clock, sending only), collector CPU seconds and peak RSS;
-* sustained mode (--rate R --seconds S): paced load; spans lost, collector CPU % of one core over the
+* sustained mode (--rate R --seconds S): paced load, no batch started after 2*S (spans planned but not
+  sent by then are reported: the collector fell behind); spans lost (sent but not stored), collector CPU % of one core over the
   sending period, peak RSS.
 
 Correctness (both modes): rows in `spans` == spans sent, and the sum of the `input_tokens` windows
@@ -65,7 +66,9 @@ def sql(base: str, query: str) -> list:
     return r.json()["rows"]
 
 
-def run(total: int, batch: int, concurrency: int, rate: float = 0.0) -> dict:
+def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s: float = 0.0) -> dict:
+    """Send `total` spans (paced at `rate` spans/s when given; no batch started after `deadline_s`)."""
+    planned = total
     with tempfile.TemporaryDirectory(prefix="meritlens-bench-") as tmp:
         port = free_port()
         base = f"http://127.0.0.1:{port}"
@@ -87,7 +90,7 @@ def run(total: int, batch: int, concurrency: int, rate: float = 0.0) -> dict:
             rss_idle = status_kib(server.pid, "VmRSS")
             loadgen = subprocess.Popen(
                 [sys.executable, os.path.join(HERE, "loadgen.py"), f"{base}/v1/traces", str(total), str(batch),
-                 str(concurrency), str(TARGETS), str(rate)], stdout=subprocess.PIPE, text=True)
+                 str(concurrency), str(TARGETS), str(rate), str(deadline_s)], stdout=subprocess.PIPE, text=True)
             first = loadgen.stdout.readline().strip()
             cpu0, t0 = cpu_seconds(server.pid), time.perf_counter()
             if first != "sending":
@@ -105,18 +108,20 @@ def run(total: int, batch: int, concurrency: int, rate: float = 0.0) -> dict:
             server.terminate()
             server.wait(60)
         # loadgen: "N spans in Xs = Y spans/s (503 retries: R)"
+        total = int(report.split(" spans")[0])
         send_s = float(report.split(" in ")[1].split("s")[0])
         retries = int(report.rsplit(": ", 1)[1].rstrip(")"))
         expected = expected_tokens(total)
         ok = rows == total and windows == {k: float(v) for k, v in expected.items()}
-        return {"sent": total, "stored": rows, "lost": total - rows, "send_s": send_s,
+        return {"planned": planned, "sent": total, "stored": rows, "lost": total - rows, "send_s": send_s,
                 "spans_per_s": total / send_s, "retries": retries, "cpu_s": cpu, "wall_s": wall,
                 "cpu_pct": 100 * cpu / wall, "rss_idle_mib": rss_idle / 1024, "rss_peak_mib": rss_peak / 1024,
                 "correct": ok, "windows": windows, "expected": expected}
 
 
 def describe(r: dict, mode: str) -> str:
-    return (f"{mode}: {r['sent']:,} spans in {r['send_s']:.2f}s = {r['spans_per_s']:,.0f} spans/s acknowledged; "
+    unsent = f" ({r['planned'] - r['sent']:,} planned spans not sent by the deadline)" if r["sent"] < r["planned"] else ""
+    return (f"{mode}: {r['sent']:,} spans{unsent} in {r['send_s']:.2f}s = {r['spans_per_s']:,.0f} spans/s acknowledged; "
             f"stored {r['stored']:,} (lost {r['lost']}), 503 retries {r['retries']}; collector CPU {r['cpu_s']:.1f}s "
             f"= {r['cpu_pct']:.0f}% of one core; RSS idle {r['rss_idle_mib']:.0f} MiB, peak {r['rss_peak_mib']:.0f} MiB; "
             f"correctness {'OK' if r['correct'] else 'FAILED'}")
@@ -139,7 +144,8 @@ def main() -> None:
     if args.rate:
         if not 0 < args.seconds <= 600:
             parser.error("sustained mode needs 0 < --seconds <= 600")
-        r = run(int(args.rate * args.seconds), args.batch, args.concurrency, args.rate)
+        # Bounded: no batch is started later than 2x the planned duration; what was not sent is reported.
+        r = run(int(args.rate * args.seconds), args.batch, args.concurrency, args.rate, 2 * args.seconds)
         print(describe(r, f"sustained {args.rate:,.0f} spans/s for {args.seconds:g}s"))
     else:
         r = run(args.requests * args.batch, args.batch, args.concurrency)

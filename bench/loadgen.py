@@ -1,11 +1,12 @@
 """OTLP/HTTP protobuf load generator: realistic LLM spans (~15 attributes, 1 event) in batches.
 
 Runs in its own process(es); reports acknowledged spans per second. Used by bench/ingest.py.
-usage: python bench/loadgen.py URL TOTAL_SPANS BATCH CONCURRENCY [TARGETS [RATE]]
+usage: python bench/loadgen.py URL TOTAL_SPANS BATCH CONCURRENCY [TARGETS [RATE [DEADLINE_S]]]
 
 RATE (spans/s, 0 = as fast as acknowledged) paces the batches: batch k is not sent before k*BATCH/RATE
 seconds after sending starts. The line "sending" is printed (flushed) when sending starts, so a driver
-can measure the collector over the sending period only.
+can measure the collector over the sending period only. DEADLINE_S (0 = none) bounds a run: no batch is
+started after it, so the spans sent are always the first batches; the report counts what was sent.
 """
 
 from __future__ import annotations
@@ -67,18 +68,21 @@ def build_bodies(total: int, batch: int, targets: int) -> list[bytes]:
     return bodies
 
 
-def run(url: str, bodies: list[bytes], concurrency: int, interval_s: float = 0.0) -> tuple[float, int]:
+def run(url: str, bodies: list[bytes], concurrency: int, interval_s: float = 0.0,
+        deadline_s: float = 0.0) -> tuple[float, int, int]:
     lock = threading.Lock()
     queue = list(reversed(list(enumerate(bodies))))
     retried = [0]
+    sent = [0]
 
     def worker():
         with httpx.Client(timeout=120) as client:
             while True:
                 with lock:
-                    if not queue:
+                    if not queue or (deadline_s and time.perf_counter() - t0 > deadline_s):
                         return
                     k, body = queue.pop()
+                    sent[0] += 1
                 if interval_s:
                     delay = t0 + k * interval_s - time.perf_counter()
                     if delay > 0:
@@ -100,14 +104,17 @@ def run(url: str, bodies: list[bytes], concurrency: int, interval_s: float = 0.0
         t.start()
     for t in threads:
         t.join()
-    return time.perf_counter() - t0, retried[0]
+    return time.perf_counter() - t0, retried[0], sent[0]
 
 
 if __name__ == "__main__":
     url, total, batch, concurrency = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     targets = int(sys.argv[5]) if len(sys.argv) > 5 else 4
     rate = float(sys.argv[6]) if len(sys.argv) > 6 else 0.0
+    deadline = float(sys.argv[7]) if len(sys.argv) > 7 else 0.0
     bodies = build_bodies(total, batch, targets)
     print("sending", flush=True)
-    elapsed, retried = run(url, bodies, concurrency, batch / rate if rate else 0.0)
+    elapsed, retried, sent_batches = run(url, bodies, concurrency, batch / rate if rate else 0.0, deadline)
+    if sent_batches < len(bodies):
+        total = sent_batches * batch
     print(f"{total} spans in {elapsed:.2f}s = {total / elapsed:,.0f} spans/s (503 retries: {retried})")
