@@ -19,7 +19,7 @@ from meritlens.analytics._readiness import CoverageReport, coverage_row, record_
 from meritlens.analytics._schema import SPAN_COLUMN_NAMES, SPANS_TABLE, WINDOW_COLUMN_NAMES, WINDOWS_TABLE
 from meritlens.analytics._views import STORE_DDL
 from meritlens.analytics._windows import SCOPE_ALL, all_keys_sql, refresh_windows_sql
-from meritlens.collector._sqlguard import run_read_only
+from meritlens.collector._sqlguard import check_read_only, run_read_only
 from meritlens.instrumentation.conventions import ROLE_APPLICATION
 
 log = logging.getLogger("meritlens.collector.store")
