@@ -40,6 +40,7 @@ from meritlens.analytics._metric import (
 from meritlens.analytics._schema import SPANS_TABLE
 from meritlens.analytics._sidecar import sidecar_path
 from meritlens.analytics._windows import (
+    EVALUATED_SUFFIX,
     EVIDENCE_MEDIA_TYPE,
     MIN_SAMPLES_FOR_REPEATED_CLAIM,
     SCOPE_ALL,
@@ -56,7 +57,6 @@ DEFAULT_RUNS_DIR = "meritlens-runs"
 PARTITION_SEPARATOR = "."
 PROCESSOR_OWNED_METRICS = frozenset(WINDOWED_METRICS)
 """Metrics whose bare-name window the collector's processor recomputes from spans on every batch."""
-EVALUATED_SUFFIX = PARTITION_SEPARATOR + "evaluated"
 
 
 def window_metric_name(measurement_name: str) -> str:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validat
 from meritlens.analytics._profiles import TaskProfile, text_table
 from meritlens.analytics._schema import COVERAGE_COLUMN_NAMES, COVERAGE_TABLE, WINDOW_COLUMN_NAMES, WINDOWS_TABLE
 from meritlens.analytics._windows import (
+    EVALUATED_SUFFIX,
     SCOPE_ALL,
     SPAN_WINDOW_METRICS,
     Window,
@@ -144,15 +145,27 @@ def check_readiness(
     profile's minimum samples and an evidence reference; every gap is one shortfall line.
     """
     target = target or profile.target
-    windows = _windows_of(query, target, profile.required)
-    live = {w.metric for w in windows if w.finite_value is not None}
-    in_scope = {w.metric: w for w in windows if w.scope == scope}
+    required = list(profile.required)
+    windows = _windows_of(query, target, required + [m + EVALUATED_SUFFIX for m in required])
+    # A metric's window is the processor's; an evaluator's `<metric>.evaluated` window stands in
+    # for it when the processor's has no finite value (e.g. task_quality scored by a judge).
+    candidates: dict[tuple[str, str], list[Window]] = {}
+    for w in windows:
+        candidates.setdefault((w.metric.removesuffix(EVALUATED_SUFFIX), w.scope), []).append(w)
+    live = {metric for (metric, _), ws in candidates.items() if any(w.finite_value is not None for w in ws)}
+    in_scope = {
+        metric: min(ws, key=lambda w: (w.finite_value is None, w.metric.endswith(EVALUATED_SUFFIX)))
+        for (metric, window_scope), ws in candidates.items() if window_scope == scope
+    }
     covered, shortfalls, details = [], [], []
     for metric_id, plan in profile.metrics.items():
         if metric_id in live:
             covered.append(metric_id)
         window = in_scope.get(metric_id)
-        collector = "span window" if metric_id in SPAN_WINDOW_METRICS else "plugin or evaluator"
+        if window is not None and window.metric.endswith(EVALUATED_SUFFIX):
+            collector = "evaluator"
+        else:
+            collector = "span window" if metric_id in SPAN_WINDOW_METRICS else "plugin or evaluator"
         gaps: list[str] = []
         if window is None:
             gaps.append(f"no window in scope {scope!r} (not_configured: no {collector} has produced one)")

@@ -45,6 +45,11 @@ MIN_SAMPLES_FOR_REPEATED_CLAIM = 2
 SIGNAL_TYPE = "metric_window_available"
 
 
+EVALUATED_SUFFIX = ".evaluated"
+"""`meritlens evaluate` stores its result for a metric the processor also computes as
+``<metric>.evaluated`` (the processor replaces the bare-name window on every batch)."""
+
+
 class WindowState(str, Enum):
     """Every metric of a target is in exactly one of these states."""
 

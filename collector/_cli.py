@@ -207,11 +207,12 @@ _progress_option = click.option(
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=True, readable=True))
 @_db_option
 @_url_option
+@client_options
 @_format_option
 @_progress_option
 @click.pass_context
-def import_command(ctx: click.Context, files: tuple[str, ...], db: str, url: str | None, fmt: str,
-                   progress: bool | None) -> None:
+def import_command(ctx: click.Context, files: tuple[str, ...], db: str, url: str | None, token: str | None,
+                   token_file: str | None, tls_ca: str | None, fmt: str, progress: bool | None) -> None:
     """Load span FILES into the store: OTLP JSON or protobuf (gzip too), JSON lines as the OTel
     Collector's file exporter writes them, or a `meritlens export` directory or spans.parquet.
 
@@ -227,7 +228,7 @@ def import_command(ctx: click.Context, files: tuple[str, ...], db: str, url: str
     if not paths:
         raise click.UsageError("no files to import (the directories given are empty)")
     try:
-        destination = open_destination(db, url)
+        destination = open_destination(db, url, token=resolve_token(token, token_file), ca_file=tls_ca)
     except ImportFailed as exc:
         raise click.ClickException(str(exc)) from None
     sizes = [max(1, os.path.getsize(p)) for p in paths]
@@ -276,10 +277,12 @@ def import_command(ctx: click.Context, files: tuple[str, ...], db: str, url: str
               help="Only these tables (repeatable; default both).")
 @click.option("--compression", type=click.Choice(["snappy", "zstd", "gzip", "none"]), default="snappy",
               show_default=True, help="Parquet compression codec.")
+@client_options
 @_format_option
 @_progress_option
 def export_command(parquet_dir: str, db: str, url: str | None, tables: tuple[str, ...], compression: str,
-                   fmt: str, progress: bool | None) -> None:
+                   token: str | None, token_file: str | None, tls_ca: str | None, fmt: str,
+                   progress: bool | None) -> None:
     """Export spans and windows as Parquet files (readable by DuckDB, pandas, Spark).
 
     Reads the DuckDB file read-only when no process holds it, else the collector that holds it
@@ -300,7 +303,8 @@ def export_command(parquet_dir: str, db: str, url: str | None, tables: tuple[str
 
         try:
             written = export_parquet(db, url, parquet_dir, tables=tables or ("spans", "windows"),
-                                     compression=compression, progress=advance)
+                                     compression=compression, progress=advance,
+                                     token=resolve_token(token, token_file), ca_file=tls_ca)
         except ExportFailed as exc:
             raise click.ClickException(str(exc)) from None
     render(QueryResult(["table", "file", "rows"], [], [(w.table, w.path, w.rows) for w in written]), fmt)

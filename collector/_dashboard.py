@@ -40,6 +40,7 @@ from meritlens.collector._settings import (
     ARROW_ROW_COUNT_HEADER,
     ARROW_STREAM_MEDIA_TYPE,
     DASHBOARD_PATH,
+    STATIC_PATH_PREFIX,
 )
 from meritlens.collector._store import SpanStore
 from meritlens.instrumentation.conventions import ROLE_APPLICATION
@@ -121,7 +122,7 @@ class Dashboard:
 
     def install(self, app: web.Application) -> None:
         app.router.add_get(DASHBOARD_PATH, self.index)
-        app.router.add_get("/static/{name}", self.static)
+        app.router.add_get(STATIC_PATH_PREFIX + "{name}", self.static)
         app.router.add_get(API_TARGETS_PATH, self.targets)
         app.router.add_get(API_WINDOWS_PATH, self.windows)
         app.router.add_get(API_TASKS_PATH, self.tasks)

@@ -10,6 +10,7 @@ temporary name and renamed when complete.
 
 from __future__ import annotations
 
+import json
 import os
 import urllib.error
 import urllib.parse
@@ -23,7 +24,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from meritlens.collector._dashboard import EXPORT_TABLES
-from meritlens.collector._query import _collector_url, _is_lock_conflict
+from meritlens.collector._auth import authorization_header
+from meritlens.collector._query import QueryError, _collector_url, _is_lock_conflict, client_ssl_context
 from meritlens.collector._settings import API_ARROW_PATH, ARROW_ROW_COUNT_HEADER, ARROW_STREAM_MEDIA_TYPE
 from meritlens.collector._store import SpanStore
 
@@ -59,17 +61,22 @@ def _file_source(store: SpanStore) -> _Source:
     return _Source(store.path, open_table)
 
 
-def _collector_source(url: str, *, timeout: float = 300.0) -> _Source:
+def _collector_source(url: str, *, token: str | None, ca_file: str | None, timeout: float = 300.0) -> _Source:
     base = url.rstrip("/")
+    try:
+        context = client_ssl_context(base, ca_file)
+    except QueryError as exc:
+        raise ExportFailed(str(exc)) from None
 
     @contextmanager
     def open_table(table: str) -> Iterator[tuple[int | None, pa.RecordBatchReader]]:
         target = f"{base}{API_ARROW_PATH}?{urllib.parse.urlencode({'table': table})}"
+        request = urllib.request.Request(target, headers=authorization_header(token))
         try:
-            response = urllib.request.urlopen(target, timeout=timeout)
+            response = urllib.request.urlopen(request, timeout=timeout, context=context)
         except urllib.error.HTTPError as exc:
             raise ExportFailed(f"the collector at {base} refused to export {table}: HTTP {exc.code}: "
-                               f"{exc.read()[:200].decode('utf-8', 'replace')}") from None
+                               f"{_error_message(exc.read())}") from None
         except (urllib.error.URLError, OSError) as exc:
             raise ExportFailed(f"no collector reachable at {base} ({getattr(exc, 'reason', exc)})") from None
         with response:
@@ -88,12 +95,22 @@ def _collector_source(url: str, *, timeout: float = 300.0) -> _Source:
     return _Source(base, open_table)
 
 
+def _error_message(body: bytes) -> str:
+    try:
+        message = str(json.loads(body)["error"])
+    except (ValueError, KeyError, TypeError):
+        message = body[:200].decode("utf-8", "replace")
+    return " ".join(message.split()) or "(no message)"
+
+
 @contextmanager
-def open_source(db: str, url: str | None) -> Iterator[_Source]:
+def open_source(db: str, url: str | None, *, token: str | None = None, ca_file: str | None = None
+                ) -> Iterator[_Source]:
     """The collector at ``url`` if given; else ``db`` opened read-only when no process holds it;
-    else the collector holding it (the URL it wrote beside the file)."""
+    else the collector holding it (the URL it wrote beside the file). A collector is sent
+    ``token`` and, over https, verified against ``ca_file``."""
     if url:
-        yield _collector_source(url)
+        yield _collector_source(url, token=token, ca_file=ca_file)
         return
     if not os.path.exists(db):
         raise ExportFailed(f"no database at {db}; pass --url to export from a running collector")
@@ -107,7 +124,7 @@ def open_source(db: str, url: str | None) -> Iterator[_Source]:
         if holder is None:
             raise ExportFailed(f"{db} is held by another process and no collector address is beside it; "
                                "pass --url of the collector that holds it") from None
-        yield _collector_source(holder)
+        yield _collector_source(holder, token=token, ca_file=ca_file)
         return
     try:
         yield _file_source(store)
@@ -120,7 +137,8 @@ ProgressCallback = Callable[[str, int, int | None], None]
 
 
 def export_parquet(db: str, url: str | None, out_dir: str, *, tables: tuple[str, ...] = tuple(EXPORT_TABLES),
-                   compression: str = "snappy", progress: ProgressCallback | None = None) -> list[ExportedTable]:
+                   compression: str = "snappy", progress: ProgressCallback | None = None,
+                   token: str | None = None, ca_file: str | None = None) -> list[ExportedTable]:
     """Write each table to ``out_dir/<table>.parquet``; return what was written."""
     unknown = [t for t in tables if t not in EXPORT_TABLES]
     if unknown:
@@ -128,7 +146,7 @@ def export_parquet(db: str, url: str | None, out_dir: str, *, tables: tuple[str,
     if compression not in COMPRESSIONS:
         raise ExportFailed(f"compression must be one of {', '.join(COMPRESSIONS)}")
     written: list[ExportedTable] = []
-    with open_source(db, url) as source:
+    with open_source(db, url, token=token, ca_file=ca_file) as source:
         for table in tables:
             path = os.path.join(out_dir, f"{table}.parquet")
             with source.open(table) as (total, reader):

@@ -22,7 +22,9 @@ from meritlens.collector._auth import AUTHORIZATION, BearerToken
 from meritlens.collector._evidence import add_readiness_route
 from meritlens.collector._experiment_io import add_experiment_routes
 from meritlens.collector._ingest import Ingest, IngestError, Reservation, bad_request, too_large
-from meritlens.collector._settings import HEALTH_PATH, SQL_PATH, TRACES_PATH, WINDOWS_PATH
+from meritlens.collector._settings import (
+    DASHBOARD_PATH, HEALTH_PATH, SQL_PATH, STATIC_PATH_PREFIX, TRACES_PATH, WINDOWS_PATH,
+)
 from meritlens.collector._sqlguard import QueryRefused, QueryTimeout
 from meritlens.collector._store import SpanStore
 
@@ -124,11 +126,18 @@ def _reply_type(request: web.Request) -> str:
     return media_type if media_type in _otlp.MEDIA_TYPES else _otlp.JSON
 
 
+def _public_page(request: web.Request) -> bool:
+    """The dashboard page and its static files hold no data; the page then sends the token itself."""
+    return request.method in ("GET", "HEAD") and (
+        request.path == DASHBOARD_PATH or request.path.startswith(STATIC_PATH_PREFIX))
+
+
 class HttpReceiver:
     """Routes: POST /v1/traces (OTLP), POST /api/sql (read-only SQL), POST /api/readiness,
     POST /api/windows, POST /api/experiments, GET /healthz.
 
-    With a token configured, every route needs `Authorization: Bearer <token>`.
+    With a token configured, every route needs `Authorization: Bearer <token>`, except GET of the
+    dashboard page and its static files (they hold no data; the page sends the token on its calls).
     """
 
     def __init__(
@@ -192,7 +201,7 @@ class HttpReceiver:
 
     @web.middleware
     async def _auth(self, request: web.Request, handler):
-        if self._token.accepts(request.headers.get(AUTHORIZATION)):
+        if self._token.accepts(request.headers.get(AUTHORIZATION)) or _public_page(request):
             return await handler(request)
         message = "missing or wrong bearer token: send 'Authorization: Bearer <token>'"
         headers = {"WWW-Authenticate": 'Bearer realm="meritlens"'}

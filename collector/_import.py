@@ -39,7 +39,8 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from meritlens.analytics._schema import SPAN_COLUMN_NAMES, WINDOW_COLUMN_NAMES
 from meritlens.collector import _otlp
 from meritlens.collector._normalize import BOOL, COUNT, PROMOTED, STR, NormalizeOptions, normalize
-from meritlens.collector._query import _collector_url, _is_lock_conflict
+from meritlens.collector._auth import authorization_header
+from meritlens.collector._query import QueryError, _collector_url, _is_lock_conflict, client_ssl_context
 from meritlens.collector._settings import TRACES_PATH
 from meritlens.collector._store import SpanStore, touched_keys
 
@@ -459,8 +460,13 @@ class CollectorDestination:
 
     via = "collector"
 
-    def __init__(self, url: str, *, timeout: float = 60.0):
+    def __init__(self, url: str, *, token: str | None = None, ca_file: str | None = None, timeout: float = 60.0):
         self.url = url.rstrip("/")
+        self._headers = {"Content-Type": _otlp.PROTOBUF, "Content-Encoding": "gzip", **authorization_header(token)}
+        try:
+            self._context = client_ssl_context(self.url, ca_file)
+        except QueryError as exc:
+            raise ImportFailed(str(exc)) from None
         self._timeout = timeout
         self._pending = ExportTraceServiceRequest()
         self._pending_spans = 0
@@ -506,12 +512,9 @@ class CollectorDestination:
     def _post(self, body: bytes) -> ExportTraceServiceResponse:
         deadline = time.monotonic() + _RETRY_BUDGET_SECONDS
         while True:
-            request = urllib.request.Request(
-                self.url + TRACES_PATH, data=body, method="POST",
-                headers={"Content-Type": _otlp.PROTOBUF, "Content-Encoding": "gzip"},
-            )
+            request = urllib.request.Request(self.url + TRACES_PATH, data=body, method="POST", headers=self._headers)
             try:
-                with urllib.request.urlopen(request, timeout=self._timeout) as answer:
+                with urllib.request.urlopen(request, timeout=self._timeout, context=self._context) as answer:
                     response = ExportTraceServiceResponse()
                     response.ParseFromString(answer.read())
                     return response
@@ -547,23 +550,25 @@ def _status_message(payload: bytes) -> str:
     from google.rpc import status_pb2
 
     status = status_pb2.Status()
+    message = ""
     try:
         status.ParseFromString(payload)
-        if status.message:
-            return status.message
+        message = status.message
     except DecodeError:
         pass
-    return payload[:200].decode("utf-8", "replace") or "(no message)"
+    message = message or payload[:200].decode("utf-8", "replace")
+    return " ".join(message.split()) or "(no message)"
 
 
-def open_destination(db: str, url: str | None, options: NormalizeOptions | None = None
-                     ) -> StoreDestination | CollectorDestination:
+def open_destination(db: str, url: str | None, options: NormalizeOptions | None = None, *,
+                     token: str | None = None, ca_file: str | None = None) -> StoreDestination | CollectorDestination:
     """The running collector at ``url`` if given; else the DuckDB file ``db`` when no process
     holds it (it is created if absent); else the collector that holds it (the URL it wrote
     beside the file). ``options`` normalize OTLP files written into the file directly (default:
-    what `meritlens serve` would use); a collector applies its own."""
+    what `meritlens serve` would use); a collector applies its own. A collector is sent ``token``
+    and, over https, verified against ``ca_file``."""
     if url:
-        return CollectorDestination(url)
+        return CollectorDestination(url, token=token, ca_file=ca_file)
     store = SpanStore(db)
     try:
         store.start()
@@ -575,7 +580,7 @@ def open_destination(db: str, url: str | None, options: NormalizeOptions | None 
             raise ImportFailed(
                 f"{db} is held by another process and no collector address is beside it; "
                 "pass --url of the collector that holds it") from None
-        return CollectorDestination(holder)
+        return CollectorDestination(holder, token=token, ca_file=ca_file)
     if options is None:
         from meritlens.collector._server import normalize_options
         from meritlens.collector._settings import ServerSettings

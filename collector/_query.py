@@ -109,6 +109,18 @@ def query_url(
     )
 
 
+def client_ssl_context(url: str, ca_file: str | None) -> ssl.SSLContext | None:
+    """How to verify an https collector: against ``ca_file`` (default: $MERITLENS_TLS_CA, else the
+    system CAs); None for plain http. Raises QueryError for an unusable CA file."""
+    if not url.lower().startswith("https:"):
+        return None
+    ca_file = ca_file or os.environ.get(ENV_TLS_CA) or None
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise QueryError(f"cannot use CA file {ca_file}: {exc}") from None
+
+
 def post_json(
     url: str, path: str, payload: dict, *, token: str | None = None, ca_file: str | None = None,
     timeout: float = 60.0,
@@ -129,13 +141,7 @@ def post_json(
         headers={"Content-Type": "application/json", **authorization_header(token)},
         method="POST",
     )
-    context = None
-    if url.lower().startswith("https:"):
-        ca_file = ca_file or os.environ.get(ENV_TLS_CA) or None
-        try:
-            context = ssl.create_default_context(cafile=ca_file)
-        except (OSError, ssl.SSLError) as exc:
-            raise QueryError(f"cannot use CA file {ca_file}: {exc}") from None
+    context = client_ssl_context(url, ca_file)
     try:
         with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
             return json.loads(response.read())

@@ -71,6 +71,8 @@ class SettingsError(ValueError):
 # The dashboard page, the read-only JSON endpoints it reads, and the Arrow export endpoint
 # (collector/_dashboard.py).
 DASHBOARD_PATH = "/"
+STATIC_PATH_PREFIX = "/static/"
+"""The page and its static files carry no data: they are served without the bearer token."""
 API_TARGETS_PATH = "/api/dashboard/targets"
 API_WINDOWS_PATH = "/api/dashboard/windows"
 API_TASKS_PATH = "/api/dashboard/tasks"

@@ -224,8 +224,7 @@ class SpanStore:
         with self._reader_lock:
             cursor = self._reader.cursor()
         try:
-            # The transaction ends when the cursor is closed (ArrowQuery.close).
-            cursor.execute("BEGIN TRANSACTION READ ONLY")
+            cursor.execute("BEGIN TRANSACTION READ ONLY")  # one snapshot, and no writes, while it streams
             reader = cursor.sql(sql).to_arrow_reader(batch_rows)
         except BaseException:
             cursor.close()
@@ -241,6 +240,10 @@ class ArrowQuery:
         self._cursor = cursor
 
     def close(self) -> None:
+        try:
+            self._cursor.execute("ROLLBACK")
+        except duckdb.Error:
+            pass
         self._cursor.close()
 
     def __enter__(self) -> "ArrowQuery":

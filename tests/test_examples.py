@@ -41,3 +41,67 @@ def test_quickstart_end_to_end_through_observe(collector):
     spans = collector.sql(f"select count(*) n from spans where target_id = '{quickstart.TARGET}' "
                           "and operation = 'chat' and response_model = 'gpt-4o-mini-2024-07-18'")
     assert spans == [{"n": 5}]
+
+
+def _windows(collector, target: str, scope: str = "all") -> dict[str, dict]:
+    rows = collector.sql(f"select * from windows where target_id = '{target}' and scope = '{scope}'")
+    return {r["metric"]: r for r in rows}
+
+
+def test_openai_app_with_tools_and_streaming(collector):
+    out = _run_example("openai_tools_streaming.py", collector)
+    assert "ships tomorrow" in out.stdout
+    windows = _windows(collector, "order-bot/agent")
+    # two calls per task, 120 input tokens each with 64 cached inside: counted once
+    assert (windows["input_tokens"]["value"], windows["input_tokens"]["sample_count"]) == (720.0, 3)
+    assert windows["output_tokens"]["value"] == 18 * 2 * 3
+    assert windows["task_success"]["value"] == 1.0
+    assert windows["agent_steps"]["value"] == 2.0
+    tools = collector.sql("select count(*) n from spans where name = 'execute_tool lookup_order' and kind = 1")
+    assert tools == [{"n": 3}]
+    requested = collector.sql("select sum(tool_calls) n from spans where target_id = 'order-bot/agent' and operation = 'chat'")
+    assert requested == [{"n": 3}]
+    streamed = collector.sql("select count(*) n from spans where target_id = 'order-bot/agent' and ttft_s is not null")
+    assert streamed == [{"n": 3}]
+
+
+def test_anthropic_app_counts_cached_tokens_once(collector):
+    _run_example("anthropic_app.py", collector)
+    windows = _windows(collector, "refund-bot/answer")
+    assert (windows["input_tokens"]["value"], windows["input_tokens"]["sample_count"]) == (4 * (30 + 200), 4)
+    assert windows["task_quality"]["value"] == 0.9
+    assert collector.sql("select distinct cache_read_tokens c, provider p from spans where operation = 'chat'") == [
+        {"c": 200, "p": "anthropic"}]
+
+
+def test_assessment_readiness_follows_the_evidence(tmp_path):
+    from tests.conftest import CollectorProcess, run_cli
+
+    profile = str(ROOT / "examples" / "assessment" / "profile.toml")
+    for cases, ready in ((5, False), (12, True)):
+        proc = CollectorProcess(tmp_path / f"assessment-{cases}.duckdb").start()
+        try:
+            _run_example("assessment/run_assessment.py", proc, str(cases))
+            check = run_cli("readiness", "--profile", profile, "--baseline", "--db", str(proc.db), check=False)
+            assert check.returncode == (0 if ready else 1), check.stdout + check.stderr
+            if not ready:
+                assert "5 of 12 samples" in check.stdout
+            windows = _windows(proc, "support-bot/answer", "baseline-2026-11")
+            assert windows["task_success"]["sample_count"] == cases
+        finally:
+            proc.stop()
+
+
+def test_plugin_metric_package_is_discovered_and_evaluated(collector, tmp_path):
+    from tests.conftest import run_cli
+
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--target", str(site), str(ROOT / "examples" / "plugin_metric")], check=True, capture_output=True)
+    env = {"PYTHONPATH": str(site)}
+    assert "calls_per_task" in run_cli("metrics", env=env).stdout
+    _run_example("openai_tools_streaming.py", collector)
+    run_cli("evaluate", "--target", "order-bot/agent", "--metrics", "calls_per_task", "--db", str(collector.db),
+            "--run-dir", str(tmp_path / "run"), env=env)
+    window = _windows(collector, "order-bot/agent")["calls_per_task"]
+    assert (window["value"], window["sample_count"], window["state"]) == (2.0, 3, "measured")

@@ -8,6 +8,7 @@ import pytest
 from meritlens.analytics._windows import PLUGIN_ONLY_METRICS, SPAN_WINDOW_METRICS
 from meritlens.instrumentation import conventions as c
 from tests.browser import DevToolsPage, dump_dom, parse_dom, screenshot, squash
+from tests.collector.collector_proc import CollectorProcess as TokenCollector
 from tests.conftest import CollectorProcess, run_cli
 from tests.otlp_builders import make_request, make_span
 
@@ -312,3 +313,30 @@ def test_serve_refuses_a_bad_profile_naming_the_problem(tmp_path):
     proc = run_cli("serve", "--db", str(tmp_path / "x.duckdb"), "--http-port", "0", "--profile", str(bad), check=False)
     assert proc.returncode == 2
     assert "bad.toml" in proc.stderr and "total_task_cost" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_with_a_bearer_token_the_page_loads_and_sends_the_token_from_the_fragment(tmp_path):
+    collector = TokenCollector(tmp_path / "meritlens.duckdb", args=("--token", "s3cret-token"),
+                               token="s3cret-token").start()
+    try:
+        spans = [make_span({c.TARGET_ID: TARGET, c.GEN_AI_USAGE_INPUT_TOKENS: 100}, start_ns=T0)]
+        with collector.client() as client:
+            r = client.post("/v1/traces", content=make_request(spans).SerializeToString(),
+                            headers={"Content-Type": "application/x-protobuf"})
+        assert r.status_code == 200
+        assert _get(collector, "/").status_code == 200  # the page and its files hold no data
+        assert _get(collector, "/static/dashboard.js").status_code == 200
+        for path in ("/api/dashboard/targets", "/api/dashboard/windows", "/api/arrow"):
+            assert _get(collector, path).status_code == 401, path
+        assert httpx.post(collector.url + "/", content=b"x").status_code == 401  # only GET is public
+
+        dom = parse_dom(dump_dom(collector.url + "/?refresh=0#token=s3cret-token", tmp_path / "chromium"))
+        row = dom.find("section", data_target=TARGET).find("tr", data_metric="input_tokens")
+        assert squash(row.find("td", class_="value").text) == "100 tokens"
+
+        dom = parse_dom(dump_dom(collector.url + "/?refresh=0", tmp_path / "chromium"))
+        banner = dom.find("div", id="banner")
+        assert "hidden" not in banner.attrs and "wants a bearer token" in banner.text
+        assert dom.find_all("section") == []
+    finally:
+        collector.stop()
