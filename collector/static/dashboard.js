@@ -66,7 +66,10 @@
     if (value === null || value === undefined || !Number.isFinite(value)) return null;
     switch (unit) {
       case "USD":
-        return Math.abs(value) >= 100 ? "$" + value.toFixed(2) : "$" + value.toFixed(4);
+        if (Math.abs(value) >= 100) return "$" + value.toFixed(2);
+        // per-call LLM costs are often fractions of a cent: keep three significant digits
+        if (value !== 0 && Math.abs(value) < 0.01) return "$" + Number(value.toPrecision(3));
+        return "$" + value.toFixed(4);
       case "s":
         if (Math.abs(value) >= 100) return value.toFixed(0) + " s";
         if (Math.abs(value) >= 1) return value.toFixed(2) + " s";
