@@ -177,6 +177,16 @@ def _detect(obj: Any) -> str | None:
             return MESSAGES
         if kind.startswith("response.") or kind == "error":
             return RESPONSES
+    # A hand-made dict of the same shape, without the `object`/`type` tag: tell it by its fields.
+    usage = get(obj, "usage")
+    if usage is not None:
+        if get(obj, "choices") is not None and get(usage, "prompt_tokens") is not None:
+            return CHAT
+        if get(usage, "input_tokens") is not None:
+            if get(obj, "content") is not None:
+                return MESSAGES
+            if get(obj, "output") is not None:
+                return RESPONSES
     return None
 
 

@@ -358,3 +358,31 @@ def test_async_function_returning_an_async_sdk_stream(spans):
     span_attrs = attrs(spans.one())
     assert span_attrs[c.GEN_AI_USAGE_OUTPUT_TOKENS] == 2
     assert span_attrs[c.GEN_AI_REQUEST_STREAM] is True
+
+
+@pytest.mark.parametrize("shape, provider, tokens", [
+    ({"model": "gpt-4o-mini-2024-07-18", "usage": {"prompt_tokens": 300, "completion_tokens": 40},
+      "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "x"}}]},
+     "openai", (300, 40)),
+    ({"model": "claude-3-5-haiku-20241022", "content": [{"type": "text", "text": "x"}], "stop_reason": "end_turn",
+      "usage": {"input_tokens": 30, "output_tokens": 12, "cache_read_input_tokens": 200}},
+     "anthropic", (230, 12)),
+])
+def test_hand_made_dicts_without_an_object_tag_are_read_by_their_fields(spans, shape, provider, tokens):
+    @ml.observe(target="t")
+    def answer():
+        return shape
+
+    assert answer() is shape
+    got = attrs(spans.one())
+    assert (got[c.GEN_AI_USAGE_INPUT_TOKENS], got[c.GEN_AI_USAGE_OUTPUT_TOKENS]) == tokens
+    assert got[c.GEN_AI_PROVIDER_NAME] == provider and got[c.COST_USD] > 0
+
+
+def test_a_dict_that_is_no_llm_response_records_no_tokens(spans):
+    @ml.observe(target="t")
+    def answer():
+        return {"usage": {"prompt_tokens": 3}, "note": "no choices"}
+
+    answer()
+    assert c.GEN_AI_USAGE_INPUT_TOKENS not in attrs(spans.one())
