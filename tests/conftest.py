@@ -4,78 +4,28 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-BIN = Path(sys.executable).parent
-MERITLENS = str(BIN / "meritlens")
+from meritlens.collector._settings import TRACES_PATH
+from tests.collector.collector_proc import MERITLENS, free_port
+from tests.collector.collector_proc import CollectorProcess as _ServerProcess
+
+__all__ = ["MERITLENS", "CollectorProcess", "free_port", "run_cli", "run_sql"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class CollectorProcess(_ServerProcess):
+    """The shared `meritlens serve` test process (tests/collector/collector_proc.py), whose `sql()`
+    returns rows as the `meritlens sql` CLI prints them (JSON), rather than the endpoint's body."""
 
-
-class CollectorProcess:
-    """A `meritlens serve` subprocess on its own DuckDB file and ports."""
-
-    def __init__(self, db: Path, extra_args: tuple[str, ...] = (), env: dict | None = None):
-        self.db = db
-        self.http_port = free_port()
-        self.grpc_port = free_port()
-        self.extra_args = extra_args
-        self.env = env
-        self.proc: subprocess.Popen | None = None
-        self.log = db.with_suffix(".log")
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
+    def __init__(self, db: Path, args: tuple[str, ...] = (), **options):
+        super().__init__(db, args=args, **options)
 
     @property
     def traces_url(self) -> str:
-        return self.url + "/v1/traces"
-
-    def start(self, timeout: float = 30.0) -> "CollectorProcess":
-        args = [MERITLENS, "serve", "--db", str(self.db), "--http-port", str(self.http_port),
-                "--grpc-port", str(self.grpc_port), *self.extra_args]
-        env = {**os.environ, **(self.env or {})}
-        self._log_fh = open(self.log, "ab")
-        self.proc = subprocess.Popen(args, stdout=self._log_fh, stderr=subprocess.STDOUT, env=env)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"collector exited with {self.proc.returncode}: {self.log.read_text()}")
-            try:
-                with urllib.request.urlopen(self.url + "/healthz", timeout=1) as r:
-                    if r.status == 200:
-                        return self
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError(f"collector did not start: {self.log.read_text()}")
-
-    def stop(self, sig: int | None = None) -> int:
-        if self.proc is None:
-            return 0
-        if sig is None:
-            self.proc.terminate()
-        else:
-            self.proc.send_signal(sig)
-        try:
-            code = self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            code = self.proc.wait()
-        self._log_fh.close()
-        self.proc = None
-        return code
+        return self.url + TRACES_PATH
 
     def sql(self, query: str) -> list[dict]:
         """Rows of a read-only query, through the `meritlens sql` CLI (JSON output)."""
