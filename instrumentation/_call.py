@@ -242,40 +242,46 @@ class StreamObservation:
 _watched: set[weakref.ref[Any]] = set()
 
 
+def _read_chat_chunk(observation: StreamObservation, chunk: Any) -> bool:
+    """Record what one chat chunk says; False when the caller must not see it (the usage-only chunk
+    that `include_usage` added on the caller's behalf)."""
+    reader = observation.reader
+    try:
+        call = observation.call
+        if call.ttfc is None:
+            call.mark_first_output()
+            reader.first_output = True
+            reader.reading.response_model = chunk.model
+            reader.reading.response_id = chunk.id
+        choices = chunk.choices
+        if chunk.usage is not None:
+            reader._raw_usage = chunk.usage
+            if reader._drop_usage_only and not choices:
+                return False
+        for choice in choices:
+            if choice.finish_reason is not None:
+                reader.record_finish_reason(choice.index, choice.finish_reason)
+            delta = choice.delta
+            if delta is not None and delta.tool_calls:
+                reader._feed_tool_deltas(choice, delta.tool_calls)
+    except Exception:
+        report_internal_error("reading a stream chunk")
+    return True
+
+
 def observe_chat_chunks(inner: Any, observation: StreamObservation) -> Any:
-    """observe_iterator specialized for the openai SDK's chat chunk objects (the hottest path), reader inlined.
+    """observe_iterator specialized for the openai SDK's chat chunk objects (the hottest path).
 
     A plain content chunk costs a few attribute reads; only the first chunk, finish, tool-call and usage chunks
     write to the reader.
     """
-    reader = observation.reader
-    reading = reader.reading
-    call = observation.call
-    drop_usage_only = reader._drop_usage_only
     try:
         observation.pulling = True
         for chunk in inner:
             observation.pulling = False
-            try:
-                if call.ttfc is None:
-                    call.mark_first_output()
-                    reader.first_output = True
-                    reading.response_model = chunk.model
-                    reading.response_id = chunk.id
-                choices = chunk.choices
-                if chunk.usage is not None:
-                    reader._raw_usage = chunk.usage
-                    if drop_usage_only and not choices:
-                        observation.pulling = True
-                        continue
-                for choice in choices:
-                    if choice.finish_reason is not None:
-                        reader.record_finish_reason(choice.index, choice.finish_reason)
-                    delta = choice.delta
-                    if delta is not None and delta.tool_calls:
-                        reader._feed_tool_deltas(choice, delta.tool_calls)
-            except Exception:
-                report_internal_error("reading a stream chunk")
+            if not _read_chat_chunk(observation, chunk):
+                observation.pulling = True
+                continue
             yield chunk
             observation.pulling = True
         observation.pulling = False
@@ -292,34 +298,13 @@ def observe_chat_chunks(inner: Any, observation: StreamObservation) -> Any:
 
 async def observe_async_chat_chunks(inner: Any, observation: StreamObservation) -> Any:
     """The async twin of observe_chat_chunks."""
-    reader = observation.reader
-    reading = reader.reading
-    call = observation.call
-    drop_usage_only = reader._drop_usage_only
     try:
         observation.pulling = True
         async for chunk in inner:
             observation.pulling = False
-            try:
-                if call.ttfc is None:
-                    call.mark_first_output()
-                    reader.first_output = True
-                    reading.response_model = chunk.model
-                    reading.response_id = chunk.id
-                choices = chunk.choices
-                if chunk.usage is not None:
-                    reader._raw_usage = chunk.usage
-                    if drop_usage_only and not choices:
-                        observation.pulling = True
-                        continue
-                for choice in choices:
-                    if choice.finish_reason is not None:
-                        reader.record_finish_reason(choice.index, choice.finish_reason)
-                    delta = choice.delta
-                    if delta is not None and delta.tool_calls:
-                        reader._feed_tool_deltas(choice, delta.tool_calls)
-            except Exception:
-                report_internal_error("reading a stream chunk")
+            if not _read_chat_chunk(observation, chunk):
+                observation.pulling = True
+                continue
             yield chunk
             observation.pulling = True
         observation.pulling = False
