@@ -19,10 +19,37 @@ MERITLENS = str(Path(sys.executable).with_name("meritlens"))
 BASE_TIME_NS = 1_767_000_000_000_000_000
 
 
+_HANDED_OUT: set[int] = set()
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct loopback ports, none handed out before by this test process.
+
+    All sockets stay bound until every port is chosen, so the kernel cannot return one port twice.
+    """
+    sockets, ports = [], []
+    try:
+        while len(ports) < count:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sockets.append(sock)
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+            if port not in _HANDED_OUT:
+                _HANDED_OUT.add(port)
+                ports.append(port)
+    finally:
+        for sock in sockets:
+            sock.close()
+    return ports
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def _port_taken(log: str) -> bool:
+    text = log.lower()
+    return "address already in use" in text or "cannot listen" in text
 
 
 class CollectorProcess:
@@ -32,8 +59,12 @@ class CollectorProcess:
                  ca_file: str | None = None, env: dict | None = None, http_port: int | None = None,
                  grpc_port: int | None = None):
         self.db = Path(db)
-        self.http_port = http_port or free_port()
-        self.grpc_port = grpc_port or free_port()
+        chosen = free_ports(2)
+        self.http_port = http_port or chosen[0]
+        self.grpc_port = grpc_port or chosen[1]
+        # Ports we chose may be taken by another process between choosing and binding; then the
+        # first start moves to fresh ones. Ports the test fixed are never changed.
+        self._ports_chosen_here = http_port is None and grpc_port is None
         self.args = tuple(args)
         self.token = token
         self.ca_file = ca_file
@@ -76,7 +107,15 @@ class CollectorProcess:
         self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
         log.close()
         self.starts += 1
-        self.wait_ready(timeout)
+        try:
+            self.wait_ready(timeout)
+        except RuntimeError as error:
+            if not (self._ports_chosen_here and self.starts == 1 and _port_taken(str(error))):
+                raise
+            self.proc = None
+            self.http_port, self.grpc_port = free_ports(2)
+            self.starts = 0
+            return self.start(timeout)
         return self
 
     def wait_ready(self, timeout: float) -> None:
