@@ -9,7 +9,7 @@ spans behind it except the sample values themselves (for exact percentiles):
 - successes among the samples, the first/last sample end and start/end times, the evidence
   digest's sums;
 
-and each (target, scope) keeps the ``FACTS`` counts. A batch changes a window by a *delta*: the
+and each (target, scope) keeps the ``FACTS`` counts (fact rows arrive with the samples). A batch changes a window by a *delta*: the
 samples of the touched tasks as they were before the batch are removed, as they are after it added.
 """
 
@@ -28,6 +28,7 @@ from meritlens.analytics._catalogue import Aggregation
 from meritlens.analytics._windows import (
     DEFINITIONS_BY_METRIC,
     EVIDENCE_MEDIA_TYPE,
+    FACT_PREFIX,
     FACTS,
     WINDOW_DEFINITIONS,
     ValueRule,
@@ -349,14 +350,6 @@ def group_samples(table: pa.Table) -> dict[tuple[str, str, str], SampleColumns]:
     return groups
 
 
-def group_facts(table: pa.Table) -> dict[tuple[str, str], dict[str, int]]:
-    """Fact rows (``FACT_ROW_COLUMNS``) by (target_id, scope)."""
-    out = {}
-    for row in table.to_pylist():
-        out[(row["target_id"], row["scope"])] = {name: int(row[name] or 0) for name in FACTS}
-    return out
-
-
 class WindowBook:
     """Every window's accumulator, by (target, scope); applies deltas and renders window rows."""
 
@@ -386,33 +379,24 @@ class WindowBook:
             self._facts[key] = {name: 0 for name in FACTS}
         return accumulators
 
-    def apply_facts(self, before: pa.Table | None, after: pa.Table | None,
+    def apply_delta(self, removed: pa.Table | None, added: pa.Table | None,
                     skip_keys: set[tuple[str, str]] = frozenset()) -> set[tuple[str, str]]:
-        """Add the fact counts of ``after`` and take out those of ``before`` (``FACT_ROW_COLUMNS``)."""
-        old = group_facts(before) if before is not None else {}
-        new = group_facts(after) if after is not None else {}
-        keys = (set(old) | set(new)) - skip_keys
-        for key in keys:
-            self._accumulators(key)
-            facts = self._facts[key]
-            for name in FACTS:
-                facts[name] += new.get(key, {}).get(name, 0) - old.get(key, {}).get(name, 0)
-        return keys
-
-    def apply_delta(self, removed: pa.Table | None, added: pa.Table | None, facts_before: pa.Table | None,
-                    facts_after: pa.Table | None, skip_keys: set[tuple[str, str]] = frozenset()) -> set[tuple[str, str]]:
-        """Take out the ``removed`` sample rows, put in the ``added`` ones (``SAMPLE_ROW_COLUMNS``),
-        update the facts; return the (target, scope) keys changed. Keys in ``skip_keys`` are left alone.
+        """Take out the ``removed`` sample rows and put in the ``added`` ones (``SAMPLE_ROW_COLUMNS``,
+        facts included); return the (target, scope) keys changed. Keys in ``skip_keys`` are left alone.
 
         Raises StateMismatch when the state cannot follow (a removal of something not held, or a
         window's first or last time taken away); the caller then rebuilds from the spans."""
         out = group_samples(removed) if removed is not None else {}
         into = group_samples(added) if added is not None else {}
-        keys = self.apply_facts(facts_before, facts_after, skip_keys)
-        keys |= ({k[:2] for k in out} | {k[:2] for k in into}) - skip_keys
+        keys = ({k[:2] for k in out} | {k[:2] for k in into}) - skip_keys
         stale = set()
         for key in keys:
             accumulators = self._accumulators(key)
+            facts = self._facts[key]
+            for name in FACTS:
+                metric = FACT_PREFIX + name
+                r, a = out.get((*key, metric)), into.get((*key, metric))
+                facts[name] += (a.v.size if a is not None else 0) - (r.v.size if r is not None else 0)
             for metric, accumulator in accumulators.items():
                 r, a = out.get((*key, metric)), into.get((*key, metric))
                 if r is not None or a is not None:

@@ -286,6 +286,7 @@ class ValueRule(str, Enum):
 
 
 FACTS: dict[str, tuple[SampleUnit, str]] = {
+    "tasks": (SampleUnit.TASK, "true"),
     "tasks_with_reasoning_tokens": (SampleUnit.TASK, "reasoning_tokens IS NOT NULL"),
     "tasks_with_outcome": (SampleUnit.TASK, "outcome_success IS NOT NULL"),
     "tasks_with_cost": (SampleUnit.TASK, "cost_usd IS NOT NULL"),
@@ -293,7 +294,10 @@ FACTS: dict[str, tuple[SampleUnit, str]] = {
     "calls_requesting_tools": (SampleUnit.CALL, "is_call AND tool_calls > 0"),
 }
 """Counts kept per (target, scope) that decide whether a metric's sources were observed: each is
-the number of tasks (or application spans) of the scope for which the condition holds."""
+the number of tasks (or application spans) of the scope for which the condition holds. They travel
+with the samples as rows of the metric ``FACT_PREFIX + name`` (value 1), so one statement gives
+both."""
+FACT_PREFIX = "fact__"
 
 
 @dataclass(frozen=True)
@@ -429,7 +433,7 @@ def _quote(text: str) -> str:
 # --- samples of a set of spans ----------------------------------------------------------------------
 SAMPLE_ROW_COLUMNS = ("target_id", "scope", "metric", "v", "first_end_us", "last_end_us", "start_ns", "end_ns",
                       "success", "span_count", "key_high", "key_low")
-"""Columns of ``sample_rows_sql``: one row per (sample, metric) with a value."""
+"""Columns of ``sample_rows_sql``: one row per (sample, metric) with a value, and per fact that holds."""
 
 _SPAN_KEY = "trace_id || ':' || span_id"
 _TASK_ROW_COLUMNS = ("first_end", "last_end", "start_ns", "end_ns", "outcome_success AS success",
@@ -460,17 +464,21 @@ tasks AS (
 
 
 def _samples_sql(unit: SampleUnit, rows: str, columns: tuple[str, ...]) -> str:
-    """The samples of every metric of ``unit``, one row per (row of ``rows``, metric) with a value."""
-    definitions = [d for d in WINDOW_DEFINITIONS if d.spec.sample_unit is unit]
-    samples = ", ".join(f"CAST({d.sample_sql} AS DOUBLE) AS {d.metric}" for d in definitions)
+    """The samples of every metric of ``unit``, one row per (row of ``rows``, metric) with a value,
+    and a row (value 1) per fact of ``unit`` that holds for the row."""
+    values = {d.metric: d.sample_sql for d in WINDOW_DEFINITIONS if d.spec.sample_unit is unit}
+    values.update({FACT_PREFIX + name: f"CASE WHEN {cond} THEN 1 END"
+                   for name, (fact_unit, cond) in FACTS.items() if fact_unit is unit})
+    samples = ", ".join(f"CAST({sql} AS DOUBLE) AS {name}" for name, sql in values.items())
     return (
         f"SELECT * FROM (SELECT target_id, scope, {', '.join(columns)}, {samples} FROM {rows})"
-        f" UNPIVOT (v FOR metric IN ({', '.join(d.metric for d in definitions)}))"
+        f" UNPIVOT (v FOR metric IN ({', '.join(values)}))"
     )
 
 
 def sample_rows_sql(source: str) -> str:
-    """Every sample the spans of ``source`` give (``SAMPLE_ROW_COLUMNS``), for every (target, scope).
+    """Every sample the spans of ``source`` give (``SAMPLE_ROW_COLUMNS``), for every (target, scope),
+    with the ``FACTS`` rows (metric ``FACT_PREFIX + name``).
 
     Exact for a task only when ``source`` holds all of the task's spans and every span of their
     traces (a child decides whether its parent is an LLM call)."""
@@ -482,22 +490,6 @@ FROM (
   UNION ALL BY NAME
   {_samples_sql(SampleUnit.CALL, "scoped", _CALL_ROW_COLUMNS)}
 )"""
-
-
-FACT_ROW_COLUMNS = ("target_id", "scope", *FACTS)
-"""Columns of ``fact_rows_sql``: one row per (target, scope) the spans define."""
-
-
-def fact_rows_sql(source: str) -> str:
-    """The ``FACTS`` counts of the spans of ``source``, one row per (target, scope) with a span."""
-    task_facts = ", ".join(f"count(*) FILTER (WHERE {cond}) AS {name}"
-                           for name, (unit, cond) in FACTS.items() if unit is SampleUnit.TASK)
-    call_facts = ", ".join(f"count(*) FILTER (WHERE {cond}) AS {name}"
-                           for name, (unit, cond) in FACTS.items() if unit is SampleUnit.CALL)
-    return f"""{_scoped_sql(source)},
-task_facts AS (SELECT target_id, scope, {task_facts} FROM tasks GROUP BY target_id, scope),
-call_facts AS (SELECT target_id, scope, {call_facts} FROM scoped GROUP BY target_id, scope)
-SELECT {", ".join(FACT_ROW_COLUMNS)} FROM task_facts JOIN call_facts USING (target_id, scope)"""
 
 
 # --- the samples behind a window ---------------------------------------------------------------------

@@ -34,7 +34,7 @@ from meritlens.analytics._schema import (
     WINDOWS_TABLE,
 )
 from meritlens.analytics._views import STORE_DDL
-from meritlens.analytics._windows import EVIDENCE_MEDIA_TYPE, SCOPE_ALL, fact_rows_sql, sample_rows_sql
+from meritlens.analytics._windows import EVIDENCE_MEDIA_TYPE, SCOPE_ALL, sample_rows_sql
 from meritlens.collector._keyfilter import KeyFilter
 from meritlens.collector._settings import DEFAULT_KEY_FILTER_BYTES, DEFAULT_WINDOW_MEMORY_BYTES
 from meritlens.collector._sqlguard import check_read_only, run_read_only
@@ -155,28 +155,48 @@ class SpanStore:
         table = _first_of_each_span(table)
         with self._write_lock:
             con = self._con
+            keys = touched_keys(table) if refresh_windows else set()
+            targets = {k[0] for k in keys}
+            hashes = _key_hashes(con, table)
             before = None
-            if refresh_windows:
+            if keys:
                 try:
                     before = self._closure(table)
                 except Exception:  # noqa: BLE001 - the spans must still be stored
                     log.exception("reading the stored spans a batch touches failed; windows rebuilt instead")
+            rebuild = set() if before is not None else targets
             con.register("_incoming", table)
             try:
+                # Spans and the windows they change commit together: one durable write per batch.
                 con.execute("BEGIN")
                 inserted = con.execute(f"INSERT OR IGNORE INTO {SPANS_TABLE} SELECT * FROM _incoming").fetchone()[0]
+                if keys and before is not None:
+                    try:
+                        self._write_window_rows(self._apply_batch(table, before))
+                    except StateMismatch as exc:
+                        log.info("window state rebuilt from the spans: %s", exc)
+                        rebuild = targets
+                    except Exception:  # noqa: BLE001 - the spans must still be stored
+                        log.exception("updating windows failed; storing the spans alone, windows rebuilt")
+                        _rollback(con)
+                        con.execute("BEGIN")
+                        inserted = con.execute(
+                            f"INSERT OR IGNORE INTO {SPANS_TABLE} SELECT * FROM _incoming").fetchone()[0]
+                        rebuild = targets
                 con.execute("COMMIT")
             except BaseException:
                 _rollback(con)
+                self._forget(targets)  # the state may hold what was rolled back
                 raise
             finally:
                 con.unregister("_incoming")
-            self._remember_keys(table)
-            if refresh_windows and touched_keys(table):
-                if before is None:
-                    self._rebuild({k[0] for k in touched_keys(table)})
-                else:
-                    self._apply_batch(table, before)
+            self._keys.add(hashes)
+            if rebuild:
+                self._forget(rebuild)
+                try:
+                    self._rebuild(rebuild)
+                except Exception:  # noqa: BLE001 - the spans are stored; the windows follow later
+                    log.exception("rebuilding the windows of %s failed; retried on their next batch", sorted(rebuild))
         return WriteResult(received=received, inserted=int(inserted))
 
     def refresh_windows(self, keys: set[tuple[str, str]]) -> None:
@@ -202,9 +222,6 @@ class SpanStore:
             return len(self._book.keys) + sum(1 for _ in self._evicted)
 
     # --- the window processor ------------------------------------------------------------------------
-    def _remember_keys(self, table: pa.Table) -> None:
-        self._keys.add(_key_hashes(self._con, table))
-
     def _closure(self, table: pa.Table) -> pa.Table:
         """The stored spans (before this batch) of every task and trace the batch's application
         spans touch, closed over: all spans of every task and of every trace in it."""
@@ -253,37 +270,38 @@ class SpanStore:
                 f" UNION SELECT * FROM {SPANS_TABLE} WHERE task_id IN ({marks})", params=chunk + chunk).to_arrow_table())
         return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
 
-    def _apply_batch(self, table: pa.Table, before: pa.Table) -> None:
+    def _apply_batch(self, table: pa.Table, before: pa.Table) -> set[tuple[str, str]]:
+        """Apply the batch's delta to the window state (inside the batch's transaction); return
+        the keys whose rows must be written. Raises StateMismatch when the state cannot follow."""
         after = _first_of_each_span(pa.concat_tables([before, table]))  # stored rows win over retries
         targets = {k[0] for k in touched_keys(table)}
         evicted = targets & self._evicted
-        try:
-            if evicted:
-                self._rebuild(evicted)
-            removed, added, facts_before, facts_after = self._delta(before, after)
-            skip = {key for key in self._book.keys if key[0] in evicted}
-            changed = self._book.apply_delta(removed, added, facts_before, facts_after, skip_keys=skip)
-        except StateMismatch as exc:
-            log.info("window state rebuilt from the spans: %s", exc)
-            self._rebuild(targets)
-            return
-        self._store_windows(changed)
+        rebuilt = self._rebuild_state(evicted) if evicted else set()
+        removed, added = self._delta(before, after)
+        skip = {key for key in self._book.keys if key[0] in evicted}
+        return rebuilt | self._book.apply_delta(removed, added, skip_keys=skip)
 
-    def _delta(self, before: pa.Table, after: pa.Table):
-        """(removed samples, added samples, facts before, facts after) of the closure's tasks."""
+    def _forget(self, targets: set[str]) -> None:
+        """Drop the state of ``targets``; it is rebuilt from the spans on their next batch."""
+        for key in list(self._book.keys):
+            if key[0] in targets:
+                self._book.drop(key)
+                self._recency.pop(key, None)
+        self._evicted |= targets
+
+    def _delta(self, before: pa.Table, after: pa.Table) -> tuple[pa.Table | None, pa.Table]:
+        """(samples removed, samples added) by the batch among the closure's tasks."""
         con = self._con
         con.register("_after", after)
         try:
             added = con.sql(sample_rows_sql("_after")).to_arrow_table()
-            facts_after = con.sql(fact_rows_sql("_after")).to_arrow_table()
         finally:
             con.unregister("_after")
         if before.num_rows == 0:  # only new tasks: nothing to take out
-            return None, added, None, facts_after
+            return None, added
         con.register("_before", before)
         try:
             removed = con.sql(sample_rows_sql("_before")).to_arrow_table()
-            facts_before = con.sql(fact_rows_sql("_before")).to_arrow_table()
         finally:
             con.unregister("_before")
         # samples of closure tasks the batch did not change cancel out
@@ -295,10 +313,14 @@ class SpanStore:
         finally:
             con.unregister("_old")
             con.unregister("_new")
-        return only_old, only_new, facts_before, facts_after
+        return only_old, only_new
 
     def _rebuild(self, targets: set[str] | None) -> None:
         """Window state and rows of ``targets`` (None: all) recomputed from every stored span."""
+        self._store_windows(self._rebuild_state(targets))
+
+    def _rebuild_state(self, targets: set[str] | None) -> set[tuple[str, str]]:
+        """Window state of ``targets`` (None: all) recomputed from every stored span; returns its keys."""
         con = self._con
         self.stats["rebuilds"] += 1
         if targets is None:
@@ -307,49 +329,51 @@ class SpanStore:
             con.register("_targets", pa.table({"t": sorted(targets)}))
             source = (f"(SELECT * FROM {SPANS_TABLE} WHERE trace_id IN (SELECT trace_id FROM {SPANS_TABLE}"
                       f" WHERE target_id IN (SELECT t FROM _targets)))")
+        keys: set[tuple[str, str]] = set()
         try:
-            facts = con.sql(fact_rows_sql(source)).to_arrow_table()
-            if targets is not None:
-                facts = facts.filter(pc.is_in(facts.column("target_id"), pa.array(sorted(targets))))
-            keys = set(zip(facts.column("target_id").to_pylist(), facts.column("scope").to_pylist()))
             for key in list(self._book.keys):
                 if targets is None or key[0] in targets:
                     self._book.drop(key)
-            self._book.apply_facts(None, facts)
-            reader = con.sql(sample_rows_sql(source)).to_arrow_reader(1 << 20)
-            for batch in reader:
+            wanted = pa.array(sorted(targets)) if targets is not None else None
+            for batch in con.sql(sample_rows_sql(source)).to_arrow_reader(1 << 20):
                 chunk = pa.Table.from_batches([batch])
-                if targets is not None:
-                    chunk = chunk.filter(pc.is_in(chunk.column("target_id"), pa.array(sorted(targets))))
-                self._book.apply_delta(None, chunk, None, None)
+                if wanted is not None:
+                    chunk = chunk.filter(pc.is_in(chunk.column("target_id"), wanted))
+                keys |= self._book.apply_delta(None, chunk)
         finally:
             if targets is not None:
                 con.unregister("_targets")
         if targets is not None:
             self._evicted -= targets
-        self._store_windows(keys)
+        return keys
 
     def _store_windows(self, keys: set[tuple[str, str]]) -> None:
-        """Write the rows of ``keys``' windows; a stored row with a value and another producer's
-        evidence (a plugin's) is never replaced by a row of ours without one."""
+        """Write the rows of ``keys``' windows in a transaction of their own."""
+        con = self._con
+        con.execute("BEGIN")
+        try:
+            self._write_window_rows(keys)
+            con.execute("COMMIT")
+        except BaseException:
+            _rollback(con)
+            raise
+
+    def _write_window_rows(self, keys: set[tuple[str, str]]) -> None:
+        """Write the rows of ``keys``' windows (inside the caller's transaction); a stored row with
+        a value and another producer's evidence (a plugin's) is never replaced by a row of ours
+        without one."""
         if not keys:
             return
         now = _dt.datetime.now(_dt.timezone.utc)
         windows = [w for key in sorted(keys) for w in self._book.windows(key, self.db_name, now)]
-        rows = _windows_table(windows)
         con = self._con
-        con.register("_windows", rows)
+        con.register("_windows", _windows_table(windows))
         try:
-            con.execute("BEGIN")
             con.execute(
                 f"INSERT OR REPLACE INTO {WINDOWS_TABLE} SELECT n.* FROM _windows n"
                 f" LEFT JOIN {WINDOWS_TABLE} w ON w.target_id = n.target_id AND w.metric = n.metric"
                 " AND w.scope = n.scope WHERE n.value IS NOT NULL OR w.value IS NULL"
                 f" OR w.evidence_media_type IS NOT DISTINCT FROM '{EVIDENCE_MEDIA_TYPE}'")
-            con.execute("COMMIT")
-        except BaseException:
-            _rollback(con)
-            raise
         finally:
             con.unregister("_windows")
         self._writes += 1
