@@ -95,14 +95,16 @@ def touched_keys(table: pa.Table) -> set[tuple[str, str]]:
 class SpanStore:
     """A DuckDB file holding `spans` and `windows`. One writer; readers use their own cursors.
 
+    ``db_memory_bytes`` caps DuckDB's buffer pool (None: DuckDB's default, 80% of RAM).
     ``key_filter_bytes`` and ``window_memory_bytes`` bound the memory of the window processor:
     the filter of seen trace/task keys has that fixed size (more keys only cost more lookups),
     and window state beyond the budget is dropped, least recently used first, and rebuilt from
     the spans when its target is written to again."""
 
     def __init__(self, path: str, *, read_only: bool = False, key_filter_bytes: int = DEFAULT_KEY_FILTER_BYTES,
-                 window_memory_bytes: int = DEFAULT_WINDOW_MEMORY_BYTES):
+                 window_memory_bytes: int = DEFAULT_WINDOW_MEMORY_BYTES, db_memory_bytes: int | None = None):
         self.path = path
+        self._db_memory_bytes = db_memory_bytes
         self.read_only = read_only
         self._con: duckdb.DuckDBPyConnection | None = None
         self._write_lock = threading.Lock()
@@ -122,7 +124,10 @@ class SpanStore:
         return os.path.basename(self.path)
 
     def start(self) -> None:
-        self._con = duckdb.connect(self.path, read_only=self.read_only, config=dict(_CONFIG))
+        config = dict(_CONFIG)
+        if self._db_memory_bytes is not None:
+            config["memory_limit"] = f"{self._db_memory_bytes // (1024 * 1024)}MiB"
+        self._con = duckdb.connect(self.path, read_only=self.read_only, config=config)
         if not self.read_only:
             for statement in (*STORE_DDL, *_INDEXES):
                 self._con.execute(statement)
