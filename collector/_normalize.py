@@ -274,21 +274,23 @@ class _BoundedCache(dict):
 
 # Serialized KeyValue -> _Attribute: ordinary attributes repeat (the same model, finish reason,
 # server address ...), so most are decoded once per process rather than once per span.
-_attributes = _BoundedCache(_attribute, entries=16_384, max_bytes=256)
+_attributes = _BoundedCache(_attribute, entries=8192, max_bytes=256)
 
 
-def _promote(serialized_attributes, into: dict) -> dict[str, str]:
-    """Fill ``into`` (column -> (rank, value, key, JSON text)) from the mapped keys; return, by key, the
-    JSON texts of the attributes not held in a typed column (unmapped, invalid, outranked or derived).
-    A key given twice keeps its first position and its last value, as in a JSON object built in order."""
+def _promote(serialized_attributes, values: dict, held: dict) -> dict[str, str]:
+    """Fill ``values`` (column -> typed value) from the mapped keys, keeping in ``held`` (column ->
+    (rank, key, JSON text)) where each came from; return, by key, the JSON texts of the attributes not
+    held in a typed column (unmapped, invalid, outranked or derived). A key given twice keeps its
+    first position and its last value, as in a JSON object built in order."""
     rest: dict[str, str] = {}
     for key, text, column, rank, value, kept in map(_attributes.__getitem__, serialized_attributes):
         if column is not None:
-            held = into.get(column)
-            if held is None or rank < held[0]:
-                into[column] = (rank, value, key, text)
-                if held is not None and held[2] not in rest:
-                    rest[held[2]] = held[3]
+            current = held.get(column)
+            if current is None or rank < current[0]:
+                held[column] = (rank, key, text)
+                values[column] = value
+                if current is not None and current[1] not in rest:
+                    rest[current[1]] = current[2]
                 if not kept:
                     continue
         rest[key] = text
@@ -445,10 +447,10 @@ def normalize(request, refusals: dict[tuple[int, int, int], str] | None = None,
     zero_trace, zero_span = bytes(16), bytes(8)
     for ri, (rs, lean_rs) in enumerate(zip(request.resource_spans, lean.resource_spans)):
         resource = {kv.key: any_value(kv.value) for kv in rs.resource.attributes}
-        resource_promoted: dict = {}
-        _promote([kv.SerializeToString() for kv in rs.resource.attributes], resource_promoted)
-        resource_defaults = [(column, resource_promoted[column]) for column in _FROM_RESOURCE
-                             if column in resource_promoted]
+        resource_values: dict = {}
+        _promote([kv.SerializeToString() for kv in rs.resource.attributes], resource_values, {})
+        resource_defaults = [(column, resource_values[column]) for column in _FROM_RESOURCE
+                             if column in resource_values]
         service_name = resource.get(c.SERVICE_NAME) if isinstance(resource.get(c.SERVICE_NAME), str) else None
         resource_json = _dumps(resource)
         for si, (ss, lean_ss) in enumerate(zip(rs.scope_spans, lean_rs.scope_spans)):
@@ -467,12 +469,11 @@ def normalize(request, refusals: dict[tuple[int, int, int], str] | None = None,
                 if problem:
                     batch.refused.append(f"span {span_id.hex() or '?'} in trace {trace_id.hex() or '?'}: {problem}")
                     continue
-                found: dict = {}
-                rest = _promote(span.attributes, found)
-                for column, hit in resource_defaults:
-                    if column not in found:
-                        found[column] = hit
-                values = {column: hit[1] for column, hit in found.items()}
+                values: dict = {}
+                rest = _promote(span.attributes, values, {})
+                for column, value in resource_defaults:
+                    if column not in values:
+                        values[column] = value
                 if "role" not in values and c.ROLE not in rest:
                     # No role given: the target's own call. A role given but invalid stays NULL
                     # (kept in attributes), so a mistyped orchestration span is never counted.
