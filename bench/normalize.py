@@ -229,9 +229,13 @@ def run(spans: int, batch: int, repeats: int, random_spans: int) -> dict:
     workloads["unpriced"] = unpriced_bodies(workloads["loadgen"])
     checked = {name: check_same(bodies, name) for name, bodies in workloads.items()}
     awkward = random_bodies(random_spans)
-    checked["random"] = check_same(awkward, "random corpus")
-    # Tight limits, so that requests and spans are longer than the text limit and counts exceed theirs.
-    checked["random, tight limits"] = check_same(awkward, "random corpus, tight limits", _otlp.SpanLimits(6, 300))
+    logging.disable(logging.WARNING)  # the random corpus names models without a price; each says so once
+    try:
+        checked["random"] = check_same(awkward, "random corpus")
+        # Tight limits, so that requests and spans are longer than the text limit and counts exceed theirs.
+        checked["random, tight limits"] = check_same(awkward, "random corpus, tight limits", _otlp.SpanLimits(6, 300))
+    finally:
+        logging.disable(logging.NOTSET)
     if checked["loadgen"] != spans or checked["unpriced"] != spans:
         raise SystemExit(f"normalize bench: WRONG RESULT: expected {spans} rows per workload, got {checked}")
     results = {}
@@ -251,7 +255,6 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--random-spans", type=int, default=3000)
     args = parser.parse_args()
-    logging.disable(logging.WARNING)  # the random corpus names models without a price; each says so once
     r = run(args.spans, args.batch, args.repeats, args.random_spans)
     print("correctness: equal Arrow tables and refusals; rows compared: "
           + ", ".join(f"{what} {rows:,}" for what, rows in r["checked"].items()))
