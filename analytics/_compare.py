@@ -40,6 +40,7 @@ from meritlens.analytics._windows import (
     SPAN_WINDOW_METRICS,
     Window,
     sample_statistic,
+    span_keys_digest,
     sql_string,
     window_samples_sql,
 )
@@ -184,11 +185,6 @@ class ArmData:
     samples: tuple[Sample, ...]
     outside_case_set: int
     window: WindowRef
-
-
-def span_keys_digest(keys: Sequence[str]) -> str:
-    """The evidence digest of a set of spans: sha256 hex of their sorted 'trace_id:span_id' lines."""
-    return hashlib.sha256("\n".join(sorted(keys)).encode()).hexdigest()
 
 
 def _as_bool(value: Any) -> bool | None:

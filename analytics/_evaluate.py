@@ -14,7 +14,6 @@ the metrics it ran and keeps the rest.
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import logging
 import math
@@ -39,6 +38,7 @@ from meritlens.analytics._metric import (
 )
 from meritlens.analytics._schema import SPANS_TABLE
 from meritlens.analytics._sidecar import sidecar_path
+from meritlens.analytics._windows import span_keys_digest
 from meritlens.analytics._windows import (
     EVALUATED_SUFFIX,
     EVIDENCE_MEDIA_TYPE,
@@ -133,8 +133,8 @@ def default_run_dir(target_id: str, scope: str, base: str | os.PathLike = DEFAUL
 
 # --- windows from measurements ----------------------------------------------------------------------
 def evidence_digest(span_keys: Iterable[str]) -> str:
-    """sha256 hex of the sorted ``trace_id:span_id`` lines joined by newlines (the windows' rule)."""
-    return hashlib.sha256("\n".join(sorted(span_keys)).encode()).hexdigest()
+    """The evidence digest of the spans a measurement rests on (the windows' rule, `span_keys_digest`)."""
+    return span_keys_digest(span_keys)
 
 
 def _quantile(sorted_values: list[float], q: float) -> float:

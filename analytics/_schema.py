@@ -90,7 +90,7 @@ WINDOW_COLUMNS: tuple[Column, ...] = (
     Column("last_span_time", "TIMESTAMPTZ", "latest end time of a span that fed the window"),
     Column("evidence_uri", "VARCHAR", "where the evidence is"),
     Column("evidence_media_type", "VARCHAR", "what kind of evidence"),
-    Column("evidence_digest", "VARCHAR", "sha256 hex of the sorted 'trace_id:span_id' lines that fed it"),
+    Column("evidence_digest", "VARCHAR", "digest of the spans that fed it (span_keys_digest: sha256 over their count and md5 sums)"),
     Column("computed_at", "TIMESTAMPTZ NOT NULL", "when the window was computed"),
 )
 WINDOW_COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in WINDOW_COLUMNS)

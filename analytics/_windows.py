@@ -1,9 +1,10 @@
 """The window model and the window definitions (data plus SQL, in one place).
 
 A window is the cumulative aggregate of one catalogue metric for one target over one scope
-(``all``, or an assessment id). The processor recomputes the windows of the (target, scope)
-keys a batch touched, in one statement, and *replaces* the stored rows: counts are never added
-across windows.
+(``all``, or an assessment id). The processor (``_accumulate``) keeps mergeable state per window
+and, for each batch, applies only the samples of the tasks the batch touched (their samples
+before the batch are taken out, their samples after it put in); it *replaces* the stored rows,
+so a window always equals a computation from scratch over every stored span.
 
 Samples are tasks or calls (the catalogue's sample unit). A task is the set of a target's
 application-role spans sharing ``meritlens.task.id``, or one trace when no task id was set.
@@ -15,7 +16,9 @@ that only an evaluator or plugin can compute are written by them into the same t
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import math
+import urllib.parse
 from dataclasses import dataclass
 from enum import Enum
 from typing import Callable
@@ -173,11 +176,12 @@ _ERROR = "(status_code = 2 OR error_type IS NOT NULL)"
 
 def _sum_over_calls(column: str) -> str:
     """A task's total of ``column`` over its LLM calls: known only when every call reported it
-    (a partial sum would understate it), NULL when no call did (never 0)."""
+    (a partial sum would understate it), NULL when no call did (never 0). Summed in value order,
+    so the total of doubles does not depend on the order the spans were stored in."""
     return (
         f"CASE WHEN count({column}) FILTER (WHERE is_call) > 0"
         f" AND count({column}) FILTER (WHERE is_call) = count(*) FILTER (WHERE is_call)"
-        f" THEN sum({column}) FILTER (WHERE is_call) END"
+        f" THEN sum({column} ORDER BY {column}) FILTER (WHERE is_call) END"
     )
 
 
@@ -222,7 +226,7 @@ TASK_FIELDS: tuple[TaskField, ...] = (
     TaskField("errors", "count(*) FILTER (WHERE is_error)", "spans with error status or error.type"),
     TaskField("outcome_success", "bool_and(outcome_success)",
               "recorded outcome (false if any recorded outcome was a failure)"),
-    TaskField("quality_score", "avg(quality_score) FILTER (WHERE quality_score BETWEEN 0 AND 1)",
+    TaskField("quality_score", "avg(quality_score ORDER BY quality_score) FILTER (WHERE quality_score BETWEEN 0 AND 1)",
               "recorded quality score in [0, 1] (mean if several)"),
     TaskField("human_intervention", "bool_or(human_intervention)", "a person had to step in"),
 )
@@ -235,11 +239,12 @@ _TASK_INTERNALS = (
 )
 
 
-def _flagged_spans_sql(targets_filter: str) -> str:
-    """CTEs `app` and `flagged`: the application spans (of the filtered targets) with their task key
-    and the flags `is_call`, `is_tool`, `is_error` every task field reads."""
+def _flagged_spans_sql(targets_filter: str, source: str = SPANS_TABLE) -> str:
+    """CTEs `app` and `flagged`: the application spans (of the filtered targets) of ``source`` (a
+    relation with the columns of `spans`) with their task key and the flags `is_call`, `is_tool`,
+    `is_error` every task field reads."""
     return f"""app AS (
-  SELECT * FROM {SPANS_TABLE}
+  SELECT * FROM {source}
   WHERE role = '{ROLE_APPLICATION}' AND target_id IS NOT NULL{targets_filter}
 ),
 call_parents AS (
@@ -269,29 +274,50 @@ FROM flagged GROUP BY target_id, task_key"""
 
 
 # --- window definitions ---------------------------------------------------------------------------
-_COUNTED = "count({v}) > 0"
-"""By default a metric's sources were observed when it has a sample."""
-_NEVER = "false"
+class ValueRule(str, Enum):
+    """How a window's value comes from its samples."""
+
+    AGGREGATE = "aggregate"
+    """The metric's aggregation of the samples (sum, mean, rate, p95, or the single value)."""
+    PER_SUCCESS = "per_success"
+    """Sum of the samples (tasks with a known outcome) over the successful tasks among them."""
+    THROUGHPUT = "throughput"
+    """Samples per second between the first sample's start and the last one's end (two or more)."""
+
+
+FACTS: dict[str, tuple[SampleUnit, str]] = {
+    "tasks": (SampleUnit.TASK, "true"),
+    "tasks_with_reasoning_tokens": (SampleUnit.TASK, "reasoning_tokens IS NOT NULL"),
+    "tasks_with_outcome": (SampleUnit.TASK, "outcome_success IS NOT NULL"),
+    "tasks_with_cost": (SampleUnit.TASK, "cost_usd IS NOT NULL"),
+    "calls_reporting_tool_calls": (SampleUnit.CALL, "is_call AND tool_calls IS NOT NULL"),
+    "calls_requesting_tools": (SampleUnit.CALL, "is_call AND tool_calls > 0"),
+}
+"""Counts kept per (target, scope) that decide whether a metric's sources were observed: each is
+the number of tasks (or application spans) of the scope for which the condition holds. They travel
+with the samples as rows of the metric ``FACT_PREFIX + name`` (value 1), so one statement gives
+both."""
+FACT_PREFIX = "fact__"
 
 
 @dataclass(frozen=True)
 class WindowDefinition:
-    """How the processor computes one metric's window (all SQL fragments are data).
+    """How the processor computes one metric's window.
 
     Rows are tasks (columns of ``TASK_FIELDS``) for task metrics, and application spans (with
-    the flags ``is_call``, ``is_tool``, ``is_error``) for call metrics.
+    the flags ``is_call``, ``is_tool``, ``is_error``) for call metrics; ``sample_sql`` is one
+    row's sample value, NULL when the row is no sample of this metric.
     """
 
     metric: str
     sample_sql: str
-    """One row's sample value; NULL when the row is no sample of this metric."""
-    configured_sql: str = _COUNTED
-    """Aggregate over the rows: the metric's sources were observed (else `not_configured`).
-    ``{v}`` stands for the sample column in this and the next two fragments."""
-    not_applicable_sql: str = _NEVER
-    """Aggregate over the rows: the metric does not apply to this target (e.g. it never uses tools)."""
-    value_sql: str | None = None
-    """Aggregate giving the value when it is not the plain aggregation of the samples ``{v}``."""
+    configured_by: tuple[str, ...] = ()
+    """Facts (``FACTS``) that must all have been observed for the metric's sources to count as
+    configured; empty: configured exactly when the window has a sample. Else `not_configured`."""
+    not_applicable_by: tuple[str, str] | None = None
+    """(reported, positive): with no sample, the metric does not apply when the ``reported`` fact
+    was observed and the ``positive`` one never (e.g. the calls said they requested no tools)."""
+    value_rule: ValueRule = ValueRule.AGGREGATE
 
     @property
     def spec(self) -> MetricSpec:
@@ -304,7 +330,7 @@ class WindowDefinition:
     @property
     def summarizes_samples(self) -> bool:
         """Whether the distribution summary of the samples describes the value."""
-        return self.value_sql is None
+        return self.value_rule is ValueRule.AGGREGATE
 
     @property
     def min_samples(self) -> int:
@@ -313,9 +339,17 @@ class WindowDefinition:
             return MIN_SAMPLES_FOR_REPEATED_CLAIM
         return 1
 
+    def configured(self, facts: dict[str, int], samples: int) -> bool:
+        if not self.configured_by:
+            return samples > 0
+        return all(facts.get(name, 0) > 0 for name in self.configured_by)
 
-# Cost (or reasoning tokens) of every task with a known outcome, over the successful ones.
-_PER_SUCCESS = "sum({v}) / nullif(count({v}) FILTER (WHERE outcome_success), 0)"
+    def not_applicable(self, facts: dict[str, int], samples: int) -> bool:
+        if self.not_applicable_by is None or samples > 0:
+            return False
+        reported, positive = self.not_applicable_by
+        return facts.get(reported, 0) > 0 and facts.get(positive, 0) == 0
+
 
 WINDOW_DEFINITIONS: tuple[WindowDefinition, ...] = (
     WindowDefinition("task_quality", "quality_score"),
@@ -323,18 +357,18 @@ WINDOW_DEFINITIONS: tuple[WindowDefinition, ...] = (
     WindowDefinition(
         "tool_use_performance",
         "CASE WHEN is_tool THEN CAST(NOT is_error AS INTEGER) END",
-        not_applicable_sql="count({v}) = 0 AND max(tool_calls) FILTER (WHERE is_call) = 0",
+        not_applicable_by=("calls_reporting_tool_calls", "calls_requesting_tools"),
     ),
     WindowDefinition(
         "reasoning_efficiency",
         "CASE WHEN outcome_success IS NOT NULL THEN reasoning_tokens END",
-        configured_sql="bool_or(reasoning_tokens IS NOT NULL) AND bool_or(outcome_success IS NOT NULL)",
-        value_sql=_PER_SUCCESS,
+        configured_by=("tasks_with_reasoning_tokens", "tasks_with_outcome"),
+        value_rule=ValueRule.PER_SUCCESS,
     ),
     WindowDefinition(
         "recovery_ability",
         "CASE WHEN errors > 0 OR retries > 0 THEN CAST(outcome_success AS INTEGER) END",
-        configured_sql="bool_or(outcome_success IS NOT NULL)",
+        configured_by=("tasks_with_outcome",),
     ),
     WindowDefinition("input_tokens", "input_tokens"),
     WindowDefinition("output_tokens", "output_tokens"),
@@ -342,23 +376,17 @@ WINDOW_DEFINITIONS: tuple[WindowDefinition, ...] = (
     WindowDefinition(
         "cost_per_successful_task",
         "CASE WHEN outcome_success IS NOT NULL THEN cost_usd END",
-        configured_sql="bool_or(cost_usd IS NOT NULL) AND bool_or(outcome_success IS NOT NULL)",
-        value_sql=_PER_SUCCESS,
+        configured_by=("tasks_with_cost", "tasks_with_outcome"),
+        value_rule=ValueRule.PER_SUCCESS,
     ),
     WindowDefinition("agent_steps", "agent_steps"),
     WindowDefinition("time_to_first_useful_output", "time_to_first_useful_output_s"),
     WindowDefinition("end_to_end_latency", "end_to_end_latency_s"),
-    WindowDefinition(
-        "throughput",
-        "1",
-        value_sql=(
-            f"CASE WHEN count({{v}}) >= {MIN_SAMPLES_FOR_REPEATED_CLAIM} AND max(end_ns) > min(start_ns)"
-            " THEN count({v}) / ((max(end_ns) - min(start_ns)) / 1e9) END"
-        ),
-    ),
+    WindowDefinition("throughput", "1", value_rule=ValueRule.THROUGHPUT),
     WindowDefinition("retry_rate", "CASE WHEN is_call THEN CAST(retries > 0 AS INTEGER) END"),
     WindowDefinition("human_intervention_rate", "CAST(human_intervention AS INTEGER)"),
 )
+DEFINITIONS_BY_METRIC: dict[str, WindowDefinition] = {d.metric: d for d in WINDOW_DEFINITIONS}
 SPAN_WINDOW_METRICS: tuple[str, ...] = tuple(d.metric for d in WINDOW_DEFINITIONS)
 """The metrics whose windows the processor computes from spans (and owns in `windows`)."""
 PLUGIN_ONLY_METRICS: tuple[str, ...] = tuple(m.id for m in CATALOGUE if m.id not in SPAN_WINDOW_METRICS)
@@ -367,153 +395,101 @@ WINDOWED_METRICS = SPAN_WINDOW_METRICS
 """The name this tuple had first; kept for code written against it."""
 
 
-def _value_sql(aggregation: Aggregation) -> str:
-    return {
-        Aggregation.SUM: "sum({v})",
-        Aggregation.MEAN: "avg({v})",
-        Aggregation.RATE: "avg({v})",
-        Aggregation.DISTRIBUTION: "avg({v})",
-        Aggregation.PERCENTILE: "quantile_cont({v}, 0.95)",
-        Aggregation.SINGLE_VALUE: "CASE WHEN count({v}) = 1 THEN max({v}) END",
-    }[aggregation]
+# --- the evidence digest ----------------------------------------------------------------------------
+_DIGEST_MOD = 1 << 64
 
 
-# Columns of a sample row besides `v`: its unit and key (a task key, or a call's `trace_id:span_id`),
-# its span end times, and what the definitions' fragments read.
-_TASK_ROW_COLUMNS = ("'task' AS unit", "task_key AS sample_key", "first_end", "last_end", "start_ns", "end_ns",
-                     "outcome_success", "cost_usd", "reasoning_tokens", "NULL::BIGINT AS tool_calls",
-                     "NULL::BOOLEAN AS is_call")
-_CALL_ROW_COLUMNS = ("'call' AS unit", "trace_id || ':' || span_id AS sample_key", "end_time AS first_end",
-                     "end_time AS last_end", "start_unix_nano AS start_ns", "end_unix_nano AS end_ns",
-                     "NULL::BOOLEAN AS outcome_success", "NULL::DOUBLE AS cost_usd", "NULL::BIGINT AS reasoning_tokens",
-                     "tool_calls", "is_call")
+def span_keys_digest(keys) -> str:
+    """The evidence digest of a multiset of spans given as 'trace_id:span_id' keys.
+
+    sha256 hex of ``"<count>:<H>:<L>"``, where H and L are the sums (mod 2**64, 16 hex digits) of
+    the two 64-bit little-endian halves of each key's md5. The sums make it independent of order
+    and let the processor add and remove spans without rereading the others."""
+    high = low = count = 0
+    for key in keys:
+        digest = hashlib.md5(key.encode()).digest()
+        high += int.from_bytes(digest[:8], "little")
+        low += int.from_bytes(digest[8:], "little")
+        count += 1
+    return digest_from_sums(count, high, low)
 
 
-def _samples_sql(unit: SampleUnit, rows: str, columns: tuple[str, ...]) -> str:
-    """The samples of every metric of ``unit``, one row per (row of ``rows``, metric); ``v`` NULL
-    when the row is no sample of the metric."""
-    definitions = [d for d in WINDOW_DEFINITIONS if d.spec.sample_unit is unit]
-    samples = ", ".join(f"CAST({d.sample_sql} AS DOUBLE) AS {d.metric}" for d in definitions)
-    return (
-        f"SELECT * FROM (SELECT target_id, scope, {', '.join(columns)}, {samples} FROM {rows})"
-        f" UNPIVOT INCLUDE NULLS (v FOR metric IN ({', '.join(d.metric for d in definitions)}))"
-    )
+def digest_from_sums(count: int, high: int, low: int) -> str:
+    """``span_keys_digest`` from the key count and the (unreduced) sums of the md5 halves."""
+    text = f"{count}:{high % _DIGEST_MOD:016x}:{low % _DIGEST_MOD:016x}"
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _by_metric(fragment: Callable[[WindowDefinition], str], default: str) -> str:
-    """CASE over the metric choosing each definition's aggregate fragment, ``default`` for the rest."""
-    whens = [f"WHEN '{d.metric}' THEN {f.format(v='v')}" for d in WINDOW_DEFINITIONS if (f := fragment(d)) != default]
-    return f"CASE metric {' '.join(whens)} ELSE {default.format(v='v')} END" if whens else default.format(v="v")
+def evidence_uri(db_name: str, target_id: str, scope: str, metric: str) -> str:
+    """Where a computed window's evidence (the spans that fed it) can be read."""
+    return (f"meritlens://{db_name}/spans?target_id={_quote(target_id)}&scope={_quote(scope)}"
+            f"&metric={metric}")
 
 
-def refresh_windows_sql(touched_table: str, db_name: str) -> str:
-    """One statement that inserts-or-replaces the window of every defined metric for each
-    (target_id, scope) key in ``touched_table``. A key gets one row per defined metric, in one of
-    the four states; a metric with no source is `not_configured` and has no value, never 0.
-    A stored row with a value and another producer's evidence (a plugin's) is never replaced by
-    a row of ours without one. Samples of all metrics are aggregated in one pass per key."""
-    definitions = ", ".join(
-        f"('{d.metric}', '{d.aggregation.value}', '{d.spec.unit}', {d.min_samples}, {str(d.summarizes_samples).lower()})"
-        for d in WINDOW_DEFINITIONS
-    )
-    uri = (
-        f"'meritlens://{db_name}/spans?target_id=' || url_encode(k.target_id) || '&scope=' || "
-        "url_encode(k.scope) || '&metric=' || d.metric"
-    )
-    return f"""
-INSERT OR REPLACE INTO {WINDOWS_TABLE} ({", ".join(WINDOW_COLUMN_NAMES)})
-WITH {_flagged_spans_sql(f" AND target_id IN (SELECT target_id FROM {touched_table})")},
+def _quote(text: str) -> str:
+    return urllib.parse.quote(text, safe="")
+
+
+# --- samples of a set of spans ----------------------------------------------------------------------
+SAMPLE_ROW_COLUMNS = ("target_id", "scope", "metric", "v", "first_end_us", "last_end_us", "start_ns", "end_ns",
+                      "success", "span_count", "key_high", "key_low")
+"""Columns of ``sample_rows_sql``: one row per (sample, metric) with a value, and per fact that holds."""
+
+_SPAN_KEY = "trace_id || ':' || span_id"
+_TASK_ROW_COLUMNS = ("first_end", "last_end", "start_ns", "end_ns", "outcome_success AS success",
+                     "span_count", "key_high", "key_low")
+_CALL_ROW_COLUMNS = ("end_time AS first_end", "end_time AS last_end", "start_unix_nano AS start_ns",
+                     "end_unix_nano AS end_ns", "NULL::BOOLEAN AS success", "1 AS span_count",
+                     f"md5_number_upper({_SPAN_KEY}) AS key_high", f"md5_number_lower({_SPAN_KEY}) AS key_low")
+
+
+def _scoped_sql(source: str) -> str:
+    """CTEs up to `scoped` (every application span of ``source`` once in scope 'all' and once in its
+    assessment's scope) and `tasks` (one row per (target, scope, task))."""
+    return f"""WITH {_flagged_spans_sql("", source)},
 scoped AS (
-  SELECT f.*, t.scope FROM flagged f JOIN {touched_table} t
-    ON f.target_id = t.target_id AND (t.scope = '{SCOPE_ALL}' OR f.assessment_id = t.scope)
+  SELECT *, '{SCOPE_ALL}' AS scope FROM flagged
+  UNION ALL
+  SELECT *, assessment_id AS scope FROM flagged WHERE assessment_id IS NOT NULL
 ),
 tasks AS (
   SELECT target_id, scope, task_key,
     {_task_columns_sql()},
-    {", ".join(_TASK_INTERNALS)}
+    {", ".join(_TASK_INTERNALS)},
+    count(*) AS span_count,
+    CAST(sum(md5_number_upper({_SPAN_KEY})) % {1 << 64} AS UBIGINT) AS key_high,
+    CAST(sum(md5_number_lower({_SPAN_KEY})) % {1 << 64} AS UBIGINT) AS key_low
   FROM scoped GROUP BY target_id, scope, task_key
-),
-samples AS (
+)"""
+
+
+def _samples_sql(unit: SampleUnit, rows: str, columns: tuple[str, ...]) -> str:
+    """The samples of every metric of ``unit``, one row per (row of ``rows``, metric) with a value,
+    and a row (value 1) per fact of ``unit`` that holds for the row."""
+    values = {d.metric: d.sample_sql for d in WINDOW_DEFINITIONS if d.spec.sample_unit is unit}
+    values.update({FACT_PREFIX + name: f"CASE WHEN {cond} THEN 1 END"
+                   for name, (fact_unit, cond) in FACTS.items() if fact_unit is unit})
+    samples = ", ".join(f"CAST({sql} AS DOUBLE) AS {name}" for name, sql in values.items())
+    return (
+        f"SELECT * FROM (SELECT target_id, scope, {', '.join(columns)}, {samples} FROM {rows})"
+        f" UNPIVOT (v FOR metric IN ({', '.join(values)}))"
+    )
+
+
+def sample_rows_sql(source: str) -> str:
+    """Every sample the spans of ``source`` give (``SAMPLE_ROW_COLUMNS``), for every (target, scope),
+    with the ``FACTS`` rows (metric ``FACT_PREFIX + name``).
+
+    Exact for a task only when ``source`` holds all of the task's spans and every span of their
+    traces (a child decides whether its parent is an LLM call)."""
+    return f"""{_scoped_sql(source)}
+SELECT target_id, scope, metric, v, epoch_us(first_end) AS first_end_us, epoch_us(last_end) AS last_end_us,
+  start_ns, end_ns, success, span_count, key_high, key_low
+FROM (
   {_samples_sql(SampleUnit.TASK, "tasks", _TASK_ROW_COLUMNS)}
   UNION ALL BY NAME
   {_samples_sql(SampleUnit.CALL, "scoped", _CALL_ROW_COLUMNS)}
-),
-measures AS (
-  SELECT target_id, scope, metric, count(v) AS n,
-    {_by_metric(lambda d: d.value_sql or _value_sql(d.aggregation), "NULL")} AS value,
-    avg(v) AS mean, min(v) AS lo, max(v) AS hi, quantile_cont(v, [0.5, 0.9, 0.95, 0.99]) AS q,
-    min(first_end) FILTER (WHERE v IS NOT NULL) AS first_end,
-    max(last_end) FILTER (WHERE v IS NOT NULL) AS last_end,
-    any_value(unit) AS sample_unit,
-    -- which samples fed the window, as a fingerprint: windows with equal ones share a digest
-    sum(hash(sample_key)) FILTER (WHERE v IS NOT NULL) AS key_sum,
-    bit_xor(hash(sample_key)) FILTER (WHERE v IS NOT NULL) AS key_xor,
-    {_by_metric(lambda d: d.configured_sql, _COUNTED)} AS configured,
-    {_by_metric(lambda d: d.not_applicable_sql, _NEVER)} AS not_applicable
-  FROM samples GROUP BY target_id, scope, metric
-),
-sample_sets AS (  -- windows fed by the same samples share one digest, computed once
-  SELECT target_id, scope, sample_unit, n, key_sum, key_xor, min(metric) AS representative
-  FROM measures WHERE n > 0 GROUP BY target_id, scope, sample_unit, n, key_sum, key_xor
-),
-fed_by AS (  -- the spans behind each set's samples: a task's spans, or the call itself
-  SELECT s.target_id, s.scope, s.metric, coalesce(f.trace_id || ':' || f.span_id, s.sample_key) AS span_key
-  FROM samples s
-  JOIN sample_sets r ON r.target_id = s.target_id AND r.scope = s.scope AND r.representative = s.metric
-  LEFT JOIN scoped f ON s.unit = 'task' AND f.target_id = s.target_id AND f.scope = s.scope
-    AND f.task_key = s.sample_key
-  WHERE s.v IS NOT NULL
-),
-set_digests AS (
-  SELECT target_id, scope, metric, sha256(string_agg(span_key, chr(10) ORDER BY span_key)) AS digest
-  FROM fed_by GROUP BY target_id, scope, metric
-),
-digests AS (
-  SELECT m.target_id, m.scope, m.metric, d.digest
-  FROM measures m
-  JOIN sample_sets r USING (target_id, scope, sample_unit, n, key_sum, key_xor)
-  JOIN set_digests d ON d.target_id = r.target_id AND d.scope = r.scope AND d.metric = r.representative
-),
-defs(metric, aggregation, unit, min_samples, summarizes) AS (VALUES {definitions}),
-computed AS (
-  SELECT k.target_id, d.metric, k.scope, d.aggregation, d.unit, d.min_samples,
-    coalesce(m.n, 0) AS n, CASE WHEN isfinite(m.value) THEN m.value END AS value,
-    CASE WHEN d.summarizes THEN m.mean END AS mean, CASE WHEN d.summarizes THEN m.lo END AS lo,
-    CASE WHEN d.summarizes THEN m.hi END AS hi, CASE WHEN d.summarizes THEN m.q END AS q,
-    m.first_end, m.last_end, g.digest, m.configured, m.not_applicable,
-    {uri} AS uri
-  FROM {touched_table} k CROSS JOIN defs d
-  LEFT JOIN measures m ON m.target_id = k.target_id AND m.scope = k.scope AND m.metric = d.metric
-  LEFT JOIN digests g ON g.target_id = k.target_id AND g.scope = k.scope AND g.metric = d.metric
-)
-SELECT c.target_id, c.metric, c.scope, c.aggregation, c.value, c.unit, c.n AS sample_count,
-  CASE WHEN c.value IS NOT NULL AND c.n >= c.min_samples THEN '{WindowState.MEASURED.value}'
-       WHEN c.value IS NOT NULL THEN '{WindowState.INSUFFICIENT_EVIDENCE.value}'
-       WHEN c.not_applicable THEN '{WindowState.NOT_APPLICABLE.value}'
-       WHEN c.configured THEN '{WindowState.INSUFFICIENT_EVIDENCE.value}'
-       ELSE '{WindowState.NOT_CONFIGURED.value}' END AS state,
-  CASE WHEN c.n > 0 AND c.mean IS NOT NULL THEN c.n END AS count,
-  c.mean, c.lo, c.hi, c.q[1], c.q[2], c.q[3], c.q[4],
-  c.first_end, c.last_end,
-  CASE WHEN c.n > 0 THEN c.uri END,
-  CASE WHEN c.n > 0 THEN '{EVIDENCE_MEDIA_TYPE}' END,
-  CASE WHEN c.n > 0 THEN c.digest END,
-  now()
-FROM computed c
-LEFT JOIN {WINDOWS_TABLE} w ON w.target_id = c.target_id AND w.metric = c.metric AND w.scope = c.scope
-WHERE c.value IS NOT NULL OR w.value IS NULL OR w.evidence_media_type IS NOT DISTINCT FROM '{EVIDENCE_MEDIA_TYPE}'
-"""
-
-
-def all_keys_sql() -> str:
-    """SQL listing every (target_id, scope) key the stored spans define."""
-    return f"""
-SELECT DISTINCT target_id, '{SCOPE_ALL}' AS scope FROM {SPANS_TABLE}
-  WHERE target_id IS NOT NULL AND role = '{ROLE_APPLICATION}'
-UNION
-SELECT DISTINCT target_id, assessment_id FROM {SPANS_TABLE}
-  WHERE target_id IS NOT NULL AND assessment_id IS NOT NULL AND role = '{ROLE_APPLICATION}'
-"""
+)"""
 
 
 # --- the samples behind a window ---------------------------------------------------------------------
@@ -525,22 +501,18 @@ def sample_statistic(metric: str) -> str | None:
     """How a window's value is computed from its samples ``v``: 'aggregate' (the aggregation of the
     samples), 'per_success' (sum of the samples over the successful tasks among them), or None when
     the value is no function of per-sample values (throughput) or no span window exists."""
-    definition = next((d for d in WINDOW_DEFINITIONS if d.metric == metric), None)
-    if definition is None:
+    definition = DEFINITIONS_BY_METRIC.get(metric)
+    if definition is None or definition.value_rule is ValueRule.THROUGHPUT:
         return None
-    if definition.value_sql is None:
-        return "aggregate"
-    if definition.value_sql == _PER_SUCCESS:
-        return "per_success"
-    return None
+    return definition.value_rule.value
 
 
 def window_samples_sql(target_id: str, scope: str, metric: str) -> str:
     """The samples that feed the window (target_id, metric, scope), one row each (``SAMPLE_COLUMNS``),
     computed exactly as the processor computes them: ``v`` is the sample's value, ``case_id`` the
     case of its task, ``span_keys`` the 'trace_id:span_id' of the spans behind it (the window's
-    evidence digest is the sha256 of all these keys, sorted, joined by newlines)."""
-    definition = next((d for d in WINDOW_DEFINITIONS if d.metric == metric), None)
+    evidence digest is ``span_keys_digest`` of all these keys)."""
+    definition = DEFINITIONS_BY_METRIC.get(metric)
     if definition is None:
         raise KeyError(f"no span window is defined for {metric!r}")
     scope_filter = "" if scope == SCOPE_ALL else f" WHERE assessment_id = {sql_string(scope)}"

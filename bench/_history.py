@@ -19,7 +19,8 @@ def span_table(start: int, count: int, targets: int) -> pa.Table:
     """`count` spans numbered start..start+count-1; span i belongs to target `bot-{i % targets}`."""
     idx = np.arange(start, start + count, dtype=np.int64)
     start_ns = BASE_NS + idx * 1_000_000
-    end_ns = start_ns + 250_000_000 + (idx % 97) * 1_000_000
+    # latencies with ns jitter: (almost) every task has its own value, as real latencies do
+    end_ns = start_ns + 250_000_000 + (idx % 97) * 1_000_000 + (idx * 2_654_435_761) % 1_000_003
     input_tokens = 100 + idx % 50
     output_tokens = 20 + idx % 7
     hexes = np.char.mod("%016x", idx + 1)

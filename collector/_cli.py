@@ -29,6 +29,8 @@ from meritlens.collector._settings import (
     ENV_MAX_ATTRIBUTES,
     ENV_MAX_BODY_BYTES,
     ENV_MAX_INFLIGHT_BYTES,
+    ENV_WINDOW_MEMORY_BYTES,
+    ENV_DB_MEMORY_BYTES,
     ENV_MAX_PENDING_BATCHES,
     ENV_MAX_SPANS_PER_REQUEST,
     ENV_SHUTDOWN_TIMEOUT,
@@ -104,6 +106,12 @@ def _size(ctx, param, value):
 @click.option("--max-inflight-bytes", callback=_size, default=None,
               help="Memory budget of requests being processed (bodies plus an estimate per span); over it "
                    f"requests get 503/UNAVAILABLE [env {ENV_MAX_INFLIGHT_BYTES}; default 128MiB].")
+@click.option("--window-memory-bytes", callback=_size, default=None,
+              help="Memory for the window processor's state, e.g. 256MiB; beyond it the least recently written "
+                   f"targets are rebuilt from their spans when written again [env {ENV_WINDOW_MEMORY_BYTES}; "
+                   "default 256MiB].")
+@click.option("--db-memory-bytes", callback=_size, default=None,
+              help=f"DuckDB's memory limit, e.g. 512MiB [env {ENV_DB_MEMORY_BYTES}; default 512MiB].")
 @click.option("--max-pending-batches", type=int, default=None,
               help=f"Batches waiting for the writer [env {ENV_MAX_PENDING_BATCHES}; default "
                    f"{DEFAULT_MAX_PENDING_BATCHES}].")

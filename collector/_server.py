@@ -39,7 +39,9 @@ class Collector:
     def __init__(self, settings: ServerSettings):
         settings.validate()
         self.settings = settings
-        self.store = SpanStore(settings.db)
+        self.store = SpanStore(settings.db, key_filter_bytes=settings.key_filter_bytes,
+                               window_memory_bytes=settings.window_memory_bytes,
+                               db_memory_bytes=settings.db_memory_bytes)
         self.pipeline = IngestPipeline(self.store, max_pending_batches=settings.max_pending_batches)
         self.budget = InflightBudget(settings.max_inflight_bytes)
         self.ingest = Ingest(

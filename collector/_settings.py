@@ -14,6 +14,9 @@ ENV_GRPC_PORT = "MERITLENS_GRPC_PORT"
 ENV_MAX_BODY_BYTES = "MERITLENS_MAX_BODY_BYTES"
 ENV_MAX_PENDING_BATCHES = "MERITLENS_MAX_PENDING_BATCHES"
 ENV_MAX_INFLIGHT_BYTES = "MERITLENS_MAX_INFLIGHT_BYTES"
+ENV_WINDOW_MEMORY_BYTES = "MERITLENS_WINDOW_MEMORY_BYTES"
+ENV_KEY_FILTER_BYTES = "MERITLENS_KEY_FILTER_BYTES"
+ENV_DB_MEMORY_BYTES = "MERITLENS_DB_MEMORY_BYTES"
 ENV_MAX_SPANS_PER_REQUEST = "MERITLENS_MAX_SPANS_PER_REQUEST"
 ENV_MAX_ATTRIBUTES = "MERITLENS_MAX_ATTRIBUTES"
 ENV_MAX_ATTRIBUTE_BYTES = "MERITLENS_MAX_ATTRIBUTE_BYTES"
@@ -38,6 +41,12 @@ DEFAULT_MAX_BODY_BYTES = 20 * 1024 * 1024
 DEFAULT_MAX_PENDING_BATCHES = 64
 DEFAULT_MAX_SPANS_PER_REQUEST = 50_000
 DEFAULT_MAX_INFLIGHT_BYTES = 128 * 1024 * 1024
+DEFAULT_WINDOW_MEMORY_BYTES = 256 * 1024 * 1024
+"""Window processor state kept in memory; beyond it, least recently written targets are rebuilt on demand."""
+DEFAULT_KEY_FILTER_BYTES = 8 * 1024 * 1024
+"""Size of the filter of seen trace/task keys (fixed; more keys only cost more index lookups)."""
+DEFAULT_DB_MEMORY_BYTES = 512 * 1024 * 1024
+"""DuckDB's memory limit (its buffer pool; larger operations spill to a temporary directory)."""
 DEFAULT_MAX_ATTRIBUTES = 1024
 DEFAULT_MAX_ATTRIBUTE_BYTES = 1024 * 1024
 DEFAULT_GRPC_MAX_CONCURRENT_RPCS = 16
@@ -190,6 +199,11 @@ class ServerSettings:
     max_spans_per_request: int = field(
         default_factory=lambda: _env_int(ENV_MAX_SPANS_PER_REQUEST, DEFAULT_MAX_SPANS_PER_REQUEST)
     )
+    window_memory_bytes: int = field(
+        default_factory=lambda: _env_bytes(ENV_WINDOW_MEMORY_BYTES, DEFAULT_WINDOW_MEMORY_BYTES)
+    )
+    key_filter_bytes: int = field(default_factory=lambda: _env_bytes(ENV_KEY_FILTER_BYTES, DEFAULT_KEY_FILTER_BYTES))
+    db_memory_bytes: int = field(default_factory=lambda: _env_bytes(ENV_DB_MEMORY_BYTES, DEFAULT_DB_MEMORY_BYTES))
     max_attributes: int = field(default_factory=lambda: _env_int(ENV_MAX_ATTRIBUTES, DEFAULT_MAX_ATTRIBUTES))
     max_attribute_bytes: int = field(
         default_factory=lambda: _env_bytes(ENV_MAX_ATTRIBUTE_BYTES, DEFAULT_MAX_ATTRIBUTE_BYTES)
@@ -232,6 +246,9 @@ class ServerSettings:
             "max attribute bytes": self.max_attribute_bytes,
             "gRPC max concurrent RPCs": self.grpc_max_concurrent_rpcs,
             "SQL max rows": self.sql_max_rows,
+            "window memory bytes": self.window_memory_bytes,
+            "key filter bytes": self.key_filter_bytes,
+            "DuckDB memory bytes": self.db_memory_bytes,
         }
         for name, value in positive.items():
             if value <= 0:

@@ -1,7 +1,14 @@
 """The span store: DuckDB behind one small interface.
 
-Write a batch idempotently, recompute the windows of the keys it touched, run a read-only
-query. A distributed engine can later stand behind the same three calls.
+Write a batch idempotently and update the windows it changes, run a read-only query. A
+distributed engine can later stand behind the same calls.
+
+Windows are updated in O(new spans): the batch's *closure* (the stored spans of every task and
+trace the batch touches) is read before the insert, the samples of that closure are computed
+before and after, and only the difference is applied to the window accumulators
+(`meritlens.analytics._accumulate`). A fixed-size key filter answers "was this trace or task
+seen before?" without reading the table, so a batch of new tasks reads nothing back; keys the
+filter may have seen are looked up through indexes on `trace_id` and `task_id`.
 """
 
 from __future__ import annotations
@@ -13,12 +20,23 @@ import threading
 from dataclasses import dataclass
 
 import duckdb
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from meritlens.analytics._accumulate import StateMismatch, WindowBook
 from meritlens.analytics._readiness import CoverageReport, coverage_row, record_coverage_sql
-from meritlens.analytics._schema import SPAN_COLUMN_NAMES, SPANS_TABLE, WINDOW_COLUMN_NAMES, WINDOWS_TABLE
+from meritlens.analytics._schema import (
+    SPAN_COLUMN_NAMES,
+    SPANS_TABLE,
+    WINDOW_COLUMN_NAMES,
+    WINDOW_COLUMNS,
+    WINDOWS_TABLE,
+)
 from meritlens.analytics._views import STORE_DDL
-from meritlens.analytics._windows import SCOPE_ALL, all_keys_sql, refresh_windows_sql
+from meritlens.analytics._windows import EVIDENCE_MEDIA_TYPE, SCOPE_ALL, sample_rows_sql
+from meritlens.collector._keyfilter import KeyFilter
+from meritlens.collector._settings import DEFAULT_KEY_FILTER_BYTES, DEFAULT_WINDOW_MEMORY_BYTES
 from meritlens.collector._sqlguard import check_read_only, run_read_only
 from meritlens.instrumentation.conventions import ROLE_APPLICATION
 
@@ -30,7 +48,14 @@ _CONFIG = {
     "autoinstall_known_extensions": False,
     "autoload_known_extensions": False,
 }
-_TOUCHED = "_touched_keys"
+_INDEXES = (
+    f"CREATE INDEX IF NOT EXISTS spans_trace_id ON {SPANS_TABLE} (trace_id)",
+    f"CREATE INDEX IF NOT EXISTS spans_task_id ON {SPANS_TABLE} (task_id)",
+)
+_LOOKUP_CHUNK = 500
+"""Keys per indexed IN-list lookup."""
+_MAX_LOOKUPS = 4000
+"""More keys that may be stored than this: one scan of the key columns is cheaper than lookups."""
 
 
 @dataclass(frozen=True)
@@ -68,24 +93,43 @@ def touched_keys(table: pa.Table) -> set[tuple[str, str]]:
 
 
 class SpanStore:
-    """A DuckDB file holding `spans` and `windows`. One writer; readers use their own cursors."""
+    """A DuckDB file holding `spans` and `windows`. One writer; readers use their own cursors.
 
-    def __init__(self, path: str, *, read_only: bool = False):
+    ``db_memory_bytes`` caps DuckDB's buffer pool (None: DuckDB's default, 80% of RAM).
+    ``key_filter_bytes`` and ``window_memory_bytes`` bound the memory of the window processor:
+    the filter of seen trace/task keys has that fixed size (more keys only cost more lookups),
+    and window state beyond the budget is dropped, least recently used first, and rebuilt from
+    the spans when its target is written to again."""
+
+    def __init__(self, path: str, *, read_only: bool = False, key_filter_bytes: int = DEFAULT_KEY_FILTER_BYTES,
+                 window_memory_bytes: int = DEFAULT_WINDOW_MEMORY_BYTES, db_memory_bytes: int | None = None):
         self.path = path
+        self._db_memory_bytes = db_memory_bytes
         self.read_only = read_only
         self._con: duckdb.DuckDBPyConnection | None = None
         self._write_lock = threading.Lock()
         self._reader: duckdb.DuckDBPyConnection | None = None
         self._reader_lock = threading.Lock()
+        self._keys = KeyFilter(key_filter_bytes)
+        self._book = WindowBook()
+        self._window_memory_bytes = window_memory_bytes
+        self._recency: dict[tuple[str, str], int] = {}
+        self._writes = 0
+        self._evicted: set[str] = set()
+        """Targets whose window state was dropped; rebuilt from the spans on their next write."""
+        self.stats = {"closure_lookups": 0, "closure_scans": 0, "rebuilds": 0}
 
     @property
     def db_name(self) -> str:
         return os.path.basename(self.path)
 
     def start(self) -> None:
-        self._con = duckdb.connect(self.path, read_only=self.read_only, config=dict(_CONFIG))
+        config = dict(_CONFIG)
+        if self._db_memory_bytes is not None:
+            config["memory_limit"] = f"{self._db_memory_bytes // (1024 * 1024)}MiB"
+        self._con = duckdb.connect(self.path, read_only=self.read_only, config=config)
         if not self.read_only:
-            for statement in STORE_DDL:
+            for statement in (*STORE_DDL, *_INDEXES):
                 self._con.execute(statement)
         self._con.execute("SET lock_configuration = true")
         self._reader = self._con.cursor()
@@ -103,58 +147,260 @@ class SpanStore:
 
     # --- writing ---------------------------------------------------------------------------------
     def write(self, table: pa.Table, *, refresh_windows: bool = True) -> WriteResult:
-        """Insert span rows, ignoring any (trace_id, span_id) already stored; commit; then
-        recompute the windows of the keys the rows touch. Returns once both are durable.
+        """Insert span rows, ignoring any (trace_id, span_id) already stored; commit; then update
+        the windows the new rows change. Returns once both are durable.
 
-        A bulk loader may pass ``refresh_windows=False`` and call `refresh_windows` once at the end."""
+        A bulk loader may pass ``refresh_windows=False`` and call `refresh_all_windows` (or
+        `refresh_windows` with the keys it touched) once at the end."""
         received_at = pa.array(
             [_dt.datetime.now(_dt.timezone.utc)] * table.num_rows, type=pa.timestamp("us", tz="UTC")
         )
         table = table.append_column("received_at", received_at).select(list(SPAN_COLUMN_NAMES))
+        received = table.num_rows
+        table = _first_of_each_span(table)
         with self._write_lock:
             con = self._con
+            keys = touched_keys(table) if refresh_windows else set()
+            targets = {k[0] for k in keys}
+            hashes = _key_hashes(con, table)
+            before = None
+            if keys:
+                try:
+                    before = self._closure(table)
+                except Exception:  # noqa: BLE001 - the spans must still be stored
+                    log.exception("reading the stored spans a batch touches failed; windows rebuilt instead")
+            rebuild = set() if before is not None else targets
             con.register("_incoming", table)
             try:
+                # Spans and the windows they change commit together: one durable write per batch.
                 con.execute("BEGIN")
                 inserted = con.execute(f"INSERT OR IGNORE INTO {SPANS_TABLE} SELECT * FROM _incoming").fetchone()[0]
+                if keys and before is not None:
+                    try:
+                        self._write_window_rows(self._apply_batch(table, before))
+                    except StateMismatch as exc:
+                        log.info("window state rebuilt from the spans: %s", exc)
+                        rebuild = targets
+                    except Exception:  # noqa: BLE001 - the spans must still be stored
+                        log.exception("updating windows failed; storing the spans alone, windows rebuilt")
+                        _rollback(con)
+                        con.execute("BEGIN")
+                        inserted = con.execute(
+                            f"INSERT OR IGNORE INTO {SPANS_TABLE} SELECT * FROM _incoming").fetchone()[0]
+                        rebuild = targets
                 con.execute("COMMIT")
             except BaseException:
                 _rollback(con)
+                self._forget(targets)  # the state may hold what was rolled back
                 raise
             finally:
                 con.unregister("_incoming")
-            keys = touched_keys(table)
-            if keys and refresh_windows:
-                self._refresh(keys)
-        return WriteResult(received=table.num_rows, inserted=int(inserted))
+            self._keys.add(hashes)
+            if rebuild:
+                self._forget(rebuild)
+                try:
+                    self._rebuild(rebuild)
+                except Exception:  # noqa: BLE001 - the spans are stored; the windows follow later
+                    log.exception("rebuilding the windows of %s failed; retried on their next batch", sorted(rebuild))
+        return WriteResult(received=received, inserted=int(inserted))
 
     def refresh_windows(self, keys: set[tuple[str, str]]) -> None:
-        """Recompute the windows of the given (target_id, scope) keys."""
+        """Recompute, from every stored span, the windows of the targets of the given (target_id, scope) keys."""
         if keys:
             with self._write_lock:
-                self._refresh(keys)
+                self._rebuild({k[0] for k in keys})
 
     def refresh_all_windows(self) -> int:
-        """Recompute every window from the stored spans (at start-up: windows equal a from-scratch run)."""
+        """Recompute every window from the stored spans (at start-up: windows equal a from-scratch
+        run); fills the key filter. Returns the number of (target, scope) keys."""
         with self._write_lock:
-            keys = {tuple(row) for row in self._con.execute(all_keys_sql()).fetchall()}
-            if keys:
-                self._refresh(keys)
-            return len(keys)
+            self._keys.clear()
+            for batch in self._con.sql(
+                f"SELECT hash(trace_id) AS h FROM {SPANS_TABLE}"
+                f" UNION ALL SELECT hash(task_id) FROM {SPANS_TABLE} WHERE task_id IS NOT NULL"
+            ).to_arrow_reader(1 << 20):
+                self._keys.add(batch.column(0).to_numpy(zero_copy_only=False))
+            self._book = WindowBook()
+            self._evicted.clear()
+            self._recency.clear()
+            self._rebuild(None)
+            return len(self._book.keys) + sum(1 for _ in self._evicted)
 
-    def _refresh(self, keys: set[tuple[str, str]]) -> None:
+    # --- the window processor ------------------------------------------------------------------------
+    def _closure(self, table: pa.Table) -> pa.Table:
+        """The stored spans (before this batch) of every task and trace the batch's application
+        spans touch, closed over: all spans of every task and of every trace in it."""
+        app = _application_rows(table)
+        wanted = set(app.column("trace_id").to_pylist()) | {
+            k for k in pc.coalesce(app.column("task_id"), app.column("trace_id")).to_pylist()
+        }
+        candidates = _maybe_seen(self._con, self._keys, wanted)
+        fetched = _empty_like(table)
+        seen_keys: set[str] = set()
+        while candidates - seen_keys:
+            todo = candidates - seen_keys
+            seen_keys |= todo
+            rows = self._lookup(todo)
+            if rows.num_rows == 0:
+                continue
+            rows = _conform(rows, table.schema)
+            fetched = pa.concat_tables([fetched, rows]) if fetched.num_rows else rows
+            found = set(rows.column("trace_id").to_pylist()) | {
+                k for k in rows.column("task_id").to_pylist() if k is not None
+            }
+            candidates |= found
+        return _first_of_each_span(fetched)
+
+    def _lookup(self, keys: set[str]) -> pa.Table:
+        """Stored spans whose trace_id or task_id is one of ``keys``."""
         con = self._con
-        touched = pa.table({"target_id": [k[0] for k in keys], "scope": [k[1] for k in keys]})
-        con.register(_TOUCHED, touched)
+        keys = sorted(keys)
+        if len(keys) > _MAX_LOOKUPS:
+            self.stats["closure_scans"] += 1
+            con.register("_keys", pa.table({"k": keys}))
+            try:
+                return con.sql(
+                    f"SELECT * FROM {SPANS_TABLE} WHERE trace_id IN (SELECT k FROM _keys)"
+                    " OR task_id IN (SELECT k FROM _keys)").to_arrow_table()
+            finally:
+                con.unregister("_keys")
+        self.stats["closure_lookups"] += 1
+        parts = []
+        for i in range(0, len(keys), _LOOKUP_CHUNK):
+            chunk = keys[i:i + _LOOKUP_CHUNK]
+            # Constant IN-lists are answered from the indexes; UNION keeps a span matching both once.
+            marks = ", ".join("?" for _ in chunk)
+            parts.append(con.sql(
+                f"SELECT * FROM {SPANS_TABLE} WHERE trace_id IN ({marks})"
+                f" UNION SELECT * FROM {SPANS_TABLE} WHERE task_id IN ({marks})", params=chunk + chunk).to_arrow_table())
+        return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+
+    def _apply_batch(self, table: pa.Table, before: pa.Table) -> set[tuple[str, str]]:
+        """Apply the batch's delta to the window state (inside the batch's transaction); return
+        the keys whose rows must be written. Raises StateMismatch when the state cannot follow."""
+        after = _first_of_each_span(pa.concat_tables([before, table]))  # stored rows win over retries
+        targets = {k[0] for k in touched_keys(table)}
+        evicted = targets & self._evicted
+        rebuilt = self._rebuild_state(evicted) if evicted else set()
+        removed, added = self._delta(before, after)
+        skip = {key for key in self._book.keys if key[0] in evicted}
+        return rebuilt | self._book.apply_delta(removed, added, skip_keys=skip)
+
+    def _forget(self, targets: set[str]) -> None:
+        """Drop the state of ``targets``; it is rebuilt from the spans on their next batch."""
+        for key in list(self._book.keys):
+            if key[0] in targets:
+                self._book.drop(key)
+                self._recency.pop(key, None)
+        self._evicted |= targets
+
+    def _delta(self, before: pa.Table, after: pa.Table) -> tuple[pa.Table | None, pa.Table]:
+        """(samples removed, samples added) by the batch among the closure's tasks."""
+        con = self._con
+        con.register("_after", after)
         try:
-            con.execute("BEGIN")
-            con.execute(refresh_windows_sql(_TOUCHED, self.db_name))
+            added = con.sql(sample_rows_sql("_after")).to_arrow_table()
+        finally:
+            con.unregister("_after")
+        if before.num_rows == 0:  # only new tasks: nothing to take out
+            return None, added
+        con.register("_before", before)
+        try:
+            removed = con.sql(sample_rows_sql("_before")).to_arrow_table()
+        finally:
+            con.unregister("_before")
+        # samples of closure tasks the batch did not change cancel out
+        con.register("_old", removed)
+        con.register("_new", added)
+        try:
+            only_old = con.sql("SELECT * FROM _old EXCEPT ALL SELECT * FROM _new").to_arrow_table()
+            only_new = con.sql("SELECT * FROM _new EXCEPT ALL SELECT * FROM _old").to_arrow_table()
+        finally:
+            con.unregister("_old")
+            con.unregister("_new")
+        return only_old, only_new
+
+    def _rebuild(self, targets: set[str] | None) -> None:
+        """Window state and rows of ``targets`` (None: all) recomputed from every stored span."""
+        self._store_windows(self._rebuild_state(targets))
+
+    def _rebuild_state(self, targets: set[str] | None) -> set[tuple[str, str]]:
+        """Window state of ``targets`` (None: all) recomputed from every stored span; returns its keys."""
+        con = self._con
+        self.stats["rebuilds"] += 1
+        if targets is None:
+            source = SPANS_TABLE
+        else:
+            con.register("_targets", pa.table({"t": sorted(targets)}))
+            source = (f"(SELECT * FROM {SPANS_TABLE} WHERE trace_id IN (SELECT trace_id FROM {SPANS_TABLE}"
+                      f" WHERE target_id IN (SELECT t FROM _targets)))")
+        keys: set[tuple[str, str]] = set()
+        try:
+            for key in list(self._book.keys):
+                if targets is None or key[0] in targets:
+                    self._book.drop(key)
+            wanted = pa.array(sorted(targets)) if targets is not None else None
+            for batch in con.sql(sample_rows_sql(source)).to_arrow_reader(1 << 20):
+                chunk = pa.Table.from_batches([batch])
+                if wanted is not None:
+                    chunk = chunk.filter(pc.is_in(chunk.column("target_id"), wanted))
+                keys |= self._book.apply_delta(None, chunk)
+        finally:
+            if targets is not None:
+                con.unregister("_targets")
+        if targets is not None:
+            self._evicted -= targets
+        return keys
+
+    def _store_windows(self, keys: set[tuple[str, str]]) -> None:
+        """Write the rows of ``keys``' windows in a transaction of their own."""
+        con = self._con
+        con.execute("BEGIN")
+        try:
+            self._write_window_rows(keys)
             con.execute("COMMIT")
         except BaseException:
             _rollback(con)
             raise
+
+    def _write_window_rows(self, keys: set[tuple[str, str]]) -> None:
+        """Write the rows of ``keys``' windows (inside the caller's transaction); a stored row with
+        a value and another producer's evidence (a plugin's) is never replaced by a row of ours
+        without one."""
+        if not keys:
+            return
+        now = _dt.datetime.now(_dt.timezone.utc)
+        windows = [w for key in sorted(keys) for w in self._book.windows(key, self.db_name, now)]
+        con = self._con
+        con.register("_windows", _windows_table(windows))
+        try:
+            con.execute(
+                f"INSERT OR REPLACE INTO {WINDOWS_TABLE} SELECT n.* FROM _windows n"
+                f" LEFT JOIN {WINDOWS_TABLE} w ON w.target_id = n.target_id AND w.metric = n.metric"
+                " AND w.scope = n.scope WHERE n.value IS NOT NULL OR w.value IS NULL"
+                f" OR w.evidence_media_type IS NOT DISTINCT FROM '{EVIDENCE_MEDIA_TYPE}'")
         finally:
-            con.unregister(_TOUCHED)
+            con.unregister("_windows")
+        self._writes += 1
+        for key in keys:
+            self._recency[key] = self._writes
+        self._evict()
+
+    def _evict(self) -> None:
+        """Drop the least recently written targets' state while the book is over its budget."""
+        by_target: dict[str, int] = {}
+        for key in self._book.keys:
+            by_target[key[0]] = max(by_target.get(key[0], 0), self._recency.get(key, 0))
+        total = sum(self._book.nbytes(key) for key in self._book.keys)
+        for target in sorted(by_target, key=by_target.get):
+            if total <= self._window_memory_bytes or len(by_target) <= 1:
+                break
+            for key in [k for k in self._book.keys if k[0] == target]:
+                total -= self._book.nbytes(key)
+                self._book.drop(key)
+                self._recency.pop(key, None)
+            self._evicted.add(target)
+            del by_target[target]
 
     def write_experiment(self, manifest, *, create: bool = False):
         """Create or update an experiment manifest (``meritlens.analytics.ExperimentManifest``) in one
@@ -258,3 +504,66 @@ def _rollback(con: duckdb.DuckDBPyConnection) -> None:
         con.execute("ROLLBACK")
     except duckdb.Error:
         pass
+
+
+def _application_rows(table: pa.Table) -> pa.Table:
+    mask = pc.and_(pc.equal(table.column("role"), ROLE_APPLICATION), pc.is_valid(table.column("target_id")))
+    return table.filter(pc.fill_null(mask, False))
+
+
+def _first_of_each_span(table: pa.Table) -> pa.Table:
+    """The table without repeated (trace_id, span_id): the first row of each is kept."""
+    if table.num_rows < 2:
+        return table
+    keys = pc.binary_join_element_wise(table.column("trace_id"), table.column("span_id"), ":")
+    if pc.count_distinct(keys).as_py() == table.num_rows:
+        return table
+    first = pa.table({"k": keys, "i": pa.array(np.arange(table.num_rows))}).group_by("k").aggregate([("i", "min")])
+    return table.take(pc.sort_indices(first.column("i_min")))
+
+
+def _conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Rows read back from DuckDB in the Arrow types of the incoming batches (JSON columns as text)."""
+    columns = []
+    for f in schema:
+        column = rows.column(f.name)
+        if isinstance(column.type, pa.ExtensionType):
+            column = pa.chunked_array([c.storage for c in column.chunks], column.type.storage_type)
+        columns.append(column.cast(f.type))
+    return pa.table(columns, schema=schema)
+
+
+def _empty_like(table: pa.Table) -> pa.Table:
+    return table.schema.empty_table()
+
+
+def _key_hashes(con: duckdb.DuckDBPyConnection, table: pa.Table) -> np.ndarray:
+    """DuckDB's hash of every trace_id and non-NULL task_id of ``table`` (the key filter's input)."""
+    keys = pa.table({"k": pa.concat_arrays([
+        table.column("trace_id").combine_chunks(), table.column("task_id").drop_null().combine_chunks()
+    ])})
+    cursor = con.cursor()
+    try:
+        cursor.register("_k", keys)
+        return cursor.sql("SELECT hash(k) FROM _k").to_arrow_table().column(0).to_numpy(zero_copy_only=False)
+    finally:
+        cursor.close()
+
+
+def _maybe_seen(con: duckdb.DuckDBPyConnection, keys_filter: KeyFilter, keys: set[str]) -> set[str]:
+    """The keys the filter may have seen (all keys it has seen, and a few it has not)."""
+    if not keys:
+        return set()
+    ordered = sorted(keys)
+    hashes = _key_hashes(con, pa.table({"trace_id": pa.array(ordered, pa.string()),
+                                        "task_id": pa.nulls(len(ordered), pa.string())}))
+    maybe = keys_filter.may_contain(hashes)
+    return {k for k, m in zip(ordered, maybe.tolist()) if m}
+
+
+def _windows_table(windows: list) -> pa.Table:
+    types = {c.name: c.sql_type.split()[0] for c in WINDOW_COLUMNS}
+    arrow = {"VARCHAR": pa.string(), "DOUBLE": pa.float64(), "BIGINT": pa.int64(),
+             "TIMESTAMPTZ": pa.timestamp("us", tz="UTC")}
+    return pa.table({name: pa.array([getattr(w, name) for w in windows], arrow[types[name]])
+                     for name in WINDOW_COLUMN_NAMES})

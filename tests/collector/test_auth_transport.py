@@ -244,6 +244,10 @@ def test_invalid_settings_are_refused_at_start_with_a_clear_message(tmp_path, to
     assert result.returncode == 2 and "--tls-key" in result.stderr
     result = run_cli("serve", "--db", str(tmp_path / "x.duckdb"), "--max-body-bytes", "lots")
     assert result.returncode == 2 and "is not a byte count" in result.stderr
+    result = run_cli("serve", "--db", str(tmp_path / "x.duckdb"), "--window-memory-bytes", "0")
+    assert result.returncode == 2 and "window memory bytes must be positive" in result.stderr
+    result = run_cli("serve", "--db", str(tmp_path / "x.duckdb"), env={"MERITLENS_DB_MEMORY_BYTES": "0"})
+    assert result.returncode == 2 and "DuckDB memory bytes must be positive" in result.stderr
     assert not (tmp_path / "x.duckdb").exists()
     assert sys.executable  # the CLI ran from this interpreter's environment
 

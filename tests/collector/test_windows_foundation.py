@@ -103,15 +103,20 @@ def test_assessment_scope_and_orchestration_spans(collector, tracer):
 def test_evidence_digest_can_be_rederived_with_sql(collector, tracer):
     for i in range(3):
         _call(tracer, 1_700_000_000 * 10**9, 0.1, **{c.TARGET_ID: "bot", c.GEN_AI_USAGE_INPUT_TOKENS: i})
-    ids = sorted(f"{r['trace_id']}:{r['span_id']}" for r in collector.sql("select trace_id, span_id from spans"))
-    expected = hashlib.sha256("\n".join(ids).encode()).hexdigest()
+    ids = [f"{r['trace_id']}:{r['span_id']}" for r in collector.sql("select trace_id, span_id from spans")]
+    md5s = [hashlib.md5(k.encode()).digest() for k in ids]
+    high = sum(int.from_bytes(d[:8], "little") for d in md5s) % 2**64
+    low = sum(int.from_bytes(d[8:], "little") for d in md5s) % 2**64
+    expected = hashlib.sha256(f"{len(ids)}:{high:016x}:{low:016x}".encode()).hexdigest()
     w = _window(collector, "input_tokens")
     assert w["evidence_digest"] == expected
     assert w["evidence_media_type"] == "application/vnd.meritlens.span-set"
     assert w["evidence_uri"].startswith("meritlens://meritlens.duckdb/spans?target_id=bot&scope=all")
     rederived = collector.sql(
-        "select sha256(string_agg(trace_id || ':' || span_id, chr(10) order by trace_id || ':' || span_id)) d "
-        "from spans where target_id = 'bot' and role = 'application' and input_tokens is not null")
+        "select sha256(count(*) || ':' || printf('%016x', (sum(md5_number_upper(k)) % 18446744073709551616)::UBIGINT)"
+        " || ':' || printf('%016x', (sum(md5_number_lower(k)) % 18446744073709551616)::UBIGINT)) d"
+        " from (select trace_id || ':' || span_id k from spans"
+        " where target_id = 'bot' and role = 'application' and input_tokens is not null)")
     assert rederived == [{"d": expected}]
 
 

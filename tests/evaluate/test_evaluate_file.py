@@ -25,7 +25,12 @@ def windows(db: Path) -> dict[str, dict]:
 
 
 def digest(keys) -> str:
-    return hashlib.sha256("\n".join(sorted(keys)).encode()).hexdigest()
+    """The documented evidence digest, computed independently: sha256 of 'count:H:L', H and L the
+    sums mod 2**64 of each key's md5 halves read little-endian."""
+    md5s = [hashlib.md5(k.encode()).digest() for k in keys]
+    high = sum(int.from_bytes(d[:8], "little") for d in md5s) % 2**64
+    low = sum(int.from_bytes(d[8:], "little") for d in md5s) % 2**64
+    return hashlib.sha256(f"{len(md5s)}:{high:016x}:{low:016x}".encode()).hexdigest()
 
 
 def key(trace: int, span_n: int) -> str:

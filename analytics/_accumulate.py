@@ -1,0 +1,417 @@
+"""The window processor's state: mergeable aggregates per window, updated by sample deltas.
+
+Each (target, scope, metric) window keeps what its row needs and nothing that grows with the
+spans behind it except the sample values themselves (for exact percentiles):
+
+- an exact sum (a big integer in units of 2**-SUM_SCALE, so adding and removing samples in any
+  order gives the same, correctly rounded, sum and mean as a computation from scratch);
+- the sample values as an exact multiset with order statistics (`Multiset`);
+- successes among the samples, the first/last sample end and start/end times, the evidence
+  digest's sums;
+
+and each (target, scope) keeps the ``FACTS`` counts (fact rows arrive with the samples). A batch changes a window by a *delta*: the
+samples of the touched tasks as they were before the batch are removed, as they are after it added.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from meritlens.analytics._catalogue import Aggregation
+from meritlens.analytics._windows import (
+    DEFINITIONS_BY_METRIC,
+    EVIDENCE_MEDIA_TYPE,
+    FACT_PREFIX,
+    FACTS,
+    WINDOW_DEFINITIONS,
+    ValueRule,
+    Window,
+    WindowDefinition,
+    WindowState,
+    digest_from_sums,
+    evidence_uri,
+)
+
+SUM_SCALE = 1200
+"""Exact sums are integers in units of 2**-SUM_SCALE: every finite double is a whole number of them."""
+SMALL_DISTINCT = 256
+"""A multiset with at most this many distinct values keeps value -> count; above it, sorted arrays."""
+_QUANTILES = (0.5, 0.9, 0.95, 0.99)
+
+
+class StateMismatch(RuntimeError):
+    """A delta removed something the state does not hold: the state must be rebuilt from the spans."""
+
+
+def exact_sum(values: np.ndarray) -> int:
+    """The exact sum of finite doubles, in units of 2**-SUM_SCALE."""
+    if values.size == 0:
+        return 0
+    mantissa, exponent = np.frexp(values)
+    whole = (mantissa * (1 << 53)).astype(np.int64)  # exact: |mantissa| < 1 has 53 significant bits
+    total = 0
+    for e in np.unique(exponent):
+        part = whole[exponent == e]
+        # two halves so that no int64 sum can overflow
+        high = int(np.sum(part >> 26, dtype=np.int64))
+        low = int(np.sum(part & ((1 << 26) - 1), dtype=np.int64))
+        total += ((high << 26) + low) << (int(e) - 53 + SUM_SCALE)
+    return total
+
+
+def _to_float(scaled: int, divisor: int = 1) -> float:
+    """A scaled exact sum divided by ``divisor``, correctly rounded."""
+    return scaled / (divisor << SUM_SCALE)
+
+
+class Multiset:
+    """An exact multiset of doubles with insert, remove and k-th smallest.
+
+    Few distinct values (rates, token counts, steps): value -> count. Many: a sorted base array plus
+    a small sorted array of recent inserts, merged into the base when it grows past a fraction of it;
+    the k-th value is found without merging. Removing from the base costs a copy of it (removals
+    come only from tasks that gain spans after they were first counted)."""
+
+    __slots__ = ("_counts", "_base", "_recent", "n")
+
+    def __init__(self) -> None:
+        self._counts: Counter | None = Counter()
+        self._base = np.empty(0)
+        self._recent = np.empty(0)
+        self.n = 0
+
+    @property
+    def nbytes(self) -> int:
+        if self._counts is not None:
+            return 100 * len(self._counts)
+        return self._base.nbytes + self._recent.nbytes
+
+    def add(self, values: np.ndarray) -> None:
+        if values.size == 0:
+            return
+        self.n += int(values.size)
+        if self._counts is not None:
+            self._counts.update(values.tolist())
+            if len(self._counts) > SMALL_DISTINCT:
+                items = sorted(self._counts.items())
+                self._base = np.repeat(np.array([v for v, _ in items]), [c for _, c in items])
+                self._counts = None
+            return
+        self._recent = np.sort(np.concatenate([self._recent, values]))
+        if self._recent.size > max(2048, self._base.size // 16):
+            # two sorted runs: the stable sort (timsort) merges them in linear time
+            self._base = np.sort(np.concatenate([self._base, self._recent]), kind="stable")
+            self._recent = np.empty(0)
+
+    def remove(self, values: np.ndarray) -> None:
+        if values.size == 0:
+            return
+        if self._counts is not None:
+            for value, count in Counter(values.tolist()).items():
+                held = self._counts.get(value, 0)
+                if held < count:
+                    raise StateMismatch(f"removing {value!r} x{count}, held x{held}")
+                if held == count:
+                    del self._counts[value]
+                else:
+                    self._counts[value] = held - count
+            self.n -= int(values.size)
+            return
+        unique, counts = np.unique(values, return_counts=True)
+        drop_recent, drop_base = [], []
+        for value, count in zip(unique.tolist(), counts.tolist()):
+            for array, drops in ((self._recent, drop_recent), (self._base, drop_base)):
+                if count == 0:
+                    break
+                lo = int(np.searchsorted(array, value, "left"))
+                hi = int(np.searchsorted(array, value, "right"))
+                take = min(count, hi - lo)
+                drops.append(np.arange(lo, lo + take))
+                count -= take
+            if count:
+                raise StateMismatch(f"removing {value!r}: {count} more than held")
+        if drop_recent:
+            self._recent = np.delete(self._recent, np.concatenate(drop_recent))
+        if drop_base:
+            self._base = np.delete(self._base, np.concatenate(drop_base))
+        self.n -= int(values.size)
+
+    def order_statistics(self, ranks: list[int]) -> list[float]:
+        """The values at the given 0-based ranks of the sorted multiset."""
+        if self._counts is not None:
+            keys = np.array(sorted(self._counts))
+            ends = np.cumsum([self._counts[k] for k in keys.tolist()])
+            return [float(keys[int(np.searchsorted(ends, r, "right"))]) for r in ranks]
+        if self._recent.size == 0:
+            return [float(self._base[r]) for r in ranks]
+        # where each recent value sits in the merged order (after equal base values)
+        positions = np.arange(self._recent.size) + np.searchsorted(self._base, self._recent, "right")
+        out = []
+        for r in ranks:
+            before = int(np.searchsorted(positions, r, "left"))
+            if before < positions.size and positions[before] == r:
+                out.append(float(self._recent[before]))
+            else:
+                out.append(float(self._base[r - before]))
+        return out
+
+    def quantiles(self, qs: tuple[float, ...]) -> list[float]:
+        """Continuous quantiles (linear interpolation between the two nearest ranks)."""
+        positions = [q * (self.n - 1) for q in qs]
+        ranks = sorted({int(math.floor(p)) for p in positions} | {int(math.ceil(p)) for p in positions})
+        at = dict(zip(ranks, self.order_statistics(ranks)))
+        out = []
+        for p in positions:
+            lo, hi = at[int(math.floor(p))], at[int(math.ceil(p))]
+            out.append(lo + (hi - lo) * (p - math.floor(p)))
+        return out
+
+
+@dataclass
+class _Extreme:
+    """A running min (or max) that knows when a removal may have taken it away."""
+
+    lowest: bool
+    value: int | None = None
+    stale: bool = False
+
+    def better(self, a: int, b: int) -> bool:
+        return a < b if self.lowest else a > b
+
+    def apply(self, removed: np.ndarray, added: np.ndarray) -> None:
+        best_added = None
+        if added.size:
+            best_added = int(added.min() if self.lowest else added.max())
+        if removed.size and self.value is not None:
+            best_removed = int(removed.min() if self.lowest else removed.max())
+            # Taking out the current extreme is harmless only when an added value is as good.
+            if best_removed == self.value and (best_added is None or self.better(self.value, best_added)):
+                self.stale = True
+        if best_added is not None and (self.value is None or self.better(best_added, self.value)):
+            self.value = best_added
+
+
+@dataclass
+class WindowAccumulator:
+    """The mergeable state of one (target, scope, metric) window."""
+
+    definition: WindowDefinition
+    values: Multiset = field(default_factory=Multiset)
+    total: int = 0
+    successes: int = 0
+    spans: int = 0
+    key_high: int = 0
+    key_low: int = 0
+    first_end: _Extreme = field(default_factory=lambda: _Extreme(lowest=True))
+    last_end: _Extreme = field(default_factory=lambda: _Extreme(lowest=False))
+    first_start: _Extreme = field(default_factory=lambda: _Extreme(lowest=True))
+    last_stop: _Extreme = field(default_factory=lambda: _Extreme(lowest=False))
+
+    @property
+    def stale(self) -> bool:
+        return any(e.stale for e in (self.first_end, self.last_end, self.first_start, self.last_stop))
+
+    @property
+    def nbytes(self) -> int:
+        return 400 + self.values.nbytes
+
+    def apply(self, removed: "SampleColumns | None", added: "SampleColumns | None") -> None:
+        removed = removed or SampleColumns.EMPTY
+        added = added or SampleColumns.EMPTY
+        self.values.remove(removed.v)
+        self.values.add(added.v)
+        self.total += exact_sum(added.v) - exact_sum(removed.v)
+        self.successes += int(added.success.sum()) - int(removed.success.sum())
+        self.spans += int(added.span_count.sum()) - int(removed.span_count.sum())
+        self.key_high += added.key_high - removed.key_high
+        self.key_low += added.key_low - removed.key_low
+        self.first_end.apply(removed.first_end_us, added.first_end_us)
+        self.last_end.apply(removed.last_end_us, added.last_end_us)
+        self.first_start.apply(removed.start_ns, added.start_ns)
+        self.last_stop.apply(removed.end_ns, added.end_ns)
+        if self.values.n == 0:
+            for extreme in (self.first_end, self.last_end, self.first_start, self.last_stop):
+                extreme.value, extreme.stale = None, False
+
+    def window(self, target_id: str, scope: str, facts: dict[str, int], db_name: str,
+               computed_at: _dt.datetime) -> Window:
+        d = self.definition
+        n = self.values.n
+        value = mean = lo = hi = None
+        quantiles = [None] * len(_QUANTILES)
+        if n:
+            if d.value_rule is ValueRule.PER_SUCCESS:
+                value = _to_float(self.total, self.successes) if self.successes else None
+            elif d.value_rule is ValueRule.THROUGHPUT:
+                span_ns = self.last_stop.value - self.first_start.value
+                value = n / (span_ns / 1e9) if n >= 2 and span_ns > 0 else None
+            else:
+                mean = _to_float(self.total, n)
+                quantiles = self.values.quantiles(_QUANTILES)
+                lo, hi = self.values.order_statistics([0, n - 1])
+                value = {
+                    Aggregation.SUM: _to_float(self.total),
+                    Aggregation.MEAN: mean,
+                    Aggregation.RATE: mean,
+                    Aggregation.DISTRIBUTION: mean,
+                    Aggregation.PERCENTILE: quantiles[2],
+                    Aggregation.SINGLE_VALUE: lo if n == 1 else None,
+                }[d.aggregation]
+        if value is not None and not math.isfinite(value):
+            value = None
+        if value is not None and n >= d.min_samples:
+            state = WindowState.MEASURED
+        elif value is not None:
+            state = WindowState.INSUFFICIENT_EVIDENCE
+        elif d.not_applicable(facts, n):
+            state = WindowState.NOT_APPLICABLE
+        elif d.configured(facts, n):
+            state = WindowState.INSUFFICIENT_EVIDENCE
+        else:
+            state = WindowState.NOT_CONFIGURED
+        return Window(
+            target_id=target_id, metric=d.metric, scope=scope, aggregation=d.aggregation.value, value=value,
+            unit=d.spec.unit, sample_count=n, state=state.value,
+            count=n if n and mean is not None else None, mean=mean, min=lo, max=hi,
+            p50=quantiles[0], p90=quantiles[1], p95=quantiles[2], p99=quantiles[3],
+            first_span_time=_from_us(self.first_end.value) if n else None,
+            last_span_time=_from_us(self.last_end.value) if n else None,
+            evidence_uri=evidence_uri(db_name, target_id, scope, d.metric) if n else None,
+            evidence_media_type=EVIDENCE_MEDIA_TYPE if n else None,
+            evidence_digest=digest_from_sums(self.spans, self.key_high, self.key_low) if n else None,
+            computed_at=computed_at,
+        )
+
+
+def _from_us(us: int | None) -> _dt.datetime | None:
+    if us is None:
+        return None
+    return _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc) + _dt.timedelta(microseconds=us)
+
+
+@dataclass
+class SampleColumns:
+    """The samples of one window in one delta, as arrays (see ``SAMPLE_ROW_COLUMNS``)."""
+
+    v: np.ndarray
+    first_end_us: np.ndarray
+    last_end_us: np.ndarray
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    success: np.ndarray
+    span_count: np.ndarray
+    key_high: int
+    key_low: int
+
+    EMPTY = None  # set below
+
+
+SampleColumns.EMPTY = SampleColumns(*(np.empty(0, dtype=t) for t in (float, np.int64, np.int64, np.int64,
+                                                                    np.int64, bool, np.int64)), 0, 0)
+
+
+def group_samples(table: pa.Table) -> dict[tuple[str, str, str], SampleColumns]:
+    """Sample rows (``SAMPLE_ROW_COLUMNS``) grouped by (target_id, scope, metric)."""
+    if table.num_rows == 0:
+        return {}
+    keys = pc.binary_join_element_wise(table.column("target_id"), table.column("scope"),
+                                       table.column("metric"), "\x1f").combine_chunks().dictionary_encode()
+    codes = keys.indices.to_numpy(zero_copy_only=False)
+    order = np.argsort(codes, kind="stable")
+    codes = codes[order]
+    starts = np.flatnonzero(np.diff(codes, prepend=-1))
+    ends = np.append(starts[1:], codes.size)
+
+    def column(name: str, dtype) -> np.ndarray:
+        values = table.column(name)
+        if dtype is bool:
+            values = pc.fill_null(values, False)
+        return values.to_numpy(zero_copy_only=False).astype(dtype, copy=False)[order]
+
+    v = column("v", float)
+    first_end, last_end = column("first_end_us", np.int64), column("last_end_us", np.int64)
+    start, end = column("start_ns", np.int64), column("end_ns", np.int64)
+    success, span_count = column("success", bool), column("span_count", np.int64)
+    key_high, key_low = column("key_high", np.uint64), column("key_low", np.uint64)
+    groups: dict[tuple[str, str, str], SampleColumns] = {}
+    for i, j in zip(starts.tolist(), ends.tolist()):
+        row = int(order[i])
+        target, scope, metric = (table.column(n)[row].as_py() for n in ("target_id", "scope", "metric"))
+        groups[(target, scope, metric)] = SampleColumns(
+            v[i:j], first_end[i:j], last_end[i:j], start[i:j], end[i:j], success[i:j], span_count[i:j],
+            int(np.sum(key_high[i:j], dtype=np.uint64)), int(np.sum(key_low[i:j], dtype=np.uint64)))
+    return groups
+
+
+class WindowBook:
+    """Every window's accumulator, by (target, scope); applies deltas and renders window rows."""
+
+    def __init__(self) -> None:
+        self._windows: dict[tuple[str, str], dict[str, WindowAccumulator]] = {}
+        self._facts: dict[tuple[str, str], dict[str, int]] = {}
+
+    def __contains__(self, key: tuple[str, str]) -> bool:
+        return key in self._windows
+
+    @property
+    def keys(self) -> list[tuple[str, str]]:
+        return list(self._windows)
+
+    def nbytes(self, key: tuple[str, str]) -> int:
+        return sum(a.nbytes for a in self._windows.get(key, {}).values())
+
+    def drop(self, key: tuple[str, str]) -> None:
+        self._windows.pop(key, None)
+        self._facts.pop(key, None)
+
+    def _accumulators(self, key: tuple[str, str]) -> dict[str, WindowAccumulator]:
+        accumulators = self._windows.get(key)
+        if accumulators is None:
+            accumulators = {d.metric: WindowAccumulator(d) for d in WINDOW_DEFINITIONS}
+            self._windows[key] = accumulators
+            self._facts[key] = {name: 0 for name in FACTS}
+        return accumulators
+
+    def apply_delta(self, removed: pa.Table | None, added: pa.Table | None,
+                    skip_keys: set[tuple[str, str]] = frozenset()) -> set[tuple[str, str]]:
+        """Take out the ``removed`` sample rows and put in the ``added`` ones (``SAMPLE_ROW_COLUMNS``,
+        facts included); return the (target, scope) keys changed. Keys in ``skip_keys`` are left alone.
+
+        Raises StateMismatch when the state cannot follow (a removal of something not held, or a
+        window's first or last time taken away); the caller then rebuilds from the spans."""
+        out = group_samples(removed) if removed is not None else {}
+        into = group_samples(added) if added is not None else {}
+        keys = ({k[:2] for k in out} | {k[:2] for k in into}) - skip_keys
+        stale = set()
+        for key in keys:
+            accumulators = self._accumulators(key)
+            facts = self._facts[key]
+            for name in FACTS:
+                metric = FACT_PREFIX + name
+                r, a = out.get((*key, metric)), into.get((*key, metric))
+                facts[name] += (a.v.size if a is not None else 0) - (r.v.size if r is not None else 0)
+            for metric, accumulator in accumulators.items():
+                r, a = out.get((*key, metric)), into.get((*key, metric))
+                if r is not None or a is not None:
+                    accumulator.apply(r, a)
+                    if accumulator.stale:
+                        stale.add(key)
+        if stale:
+            raise StateMismatch(f"a removal took away a window's first or last time for {sorted(stale)}")
+        return keys
+
+    def windows(self, key: tuple[str, str], db_name: str, computed_at: _dt.datetime) -> list[Window]:
+        accumulators = self._windows[key]
+        facts = self._facts[key]
+        return [accumulators[d.metric].window(key[0], key[1], facts, db_name, computed_at) for d in WINDOW_DEFINITIONS]
+
+
+__all__ = ["DEFINITIONS_BY_METRIC", "Multiset", "SampleColumns", "StateMismatch", "WindowAccumulator",
+           "WindowBook", "exact_sum"]

@@ -1,0 +1,206 @@
+"""The processor updates windows from deltas; the result must equal a computation from scratch.
+
+Spans of random tasks (tasks spanning several traces, LLM calls under wrapper spans whose child
+arrives in a later batch, tool spans, errors, assessments, missing fields) are written in random
+batches, in random order, with retried duplicates. Every window row must then be identical, column
+for column, to the rows a full rebuild from the stored spans gives, and to a store that received
+everything in one batch. The building blocks (exact sums, the order-statistics multiset, the key
+filter) are checked against plain reference computations.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from meritlens.analytics._accumulate import Multiset, StateMismatch, exact_sum, SUM_SCALE
+from meritlens.collector._keyfilter import KeyFilter
+from meritlens.collector._store import SpanStore
+from meritlens.instrumentation import conventions as c
+from tests.analytics.evidence_helpers import Ids, S, Span, T0, store_spans
+
+_COLUMNS = ("target_id", "metric", "scope", "aggregation", "value", "unit", "sample_count", "state", "count",
+            "mean", "min", "max", "p50", "p90", "p95", "p99", "first_span_time", "last_span_time",
+            "evidence_uri", "evidence_media_type", "evidence_digest")
+
+
+def _windows(store: SpanStore) -> list[tuple]:
+    return store.query(f"select {', '.join(_COLUMNS)} from windows order by target_id, scope, metric").rows
+
+
+def _random_spans(seed: int) -> list[Span]:
+    rng = random.Random(seed)
+    ids = Ids(seed)
+    spans: list[Span] = []
+    maybe = lambda value, p=0.8: value if rng.random() < p else None  # noqa: E731
+    for t in range(rng.randint(1, 6)):
+        target = rng.choice(["bot-a", "bot-b"])
+        assessment = rng.choice([None, "a1", "a2"])
+        task_id = f"task-{seed}-{t}" if rng.random() < 0.4 else None
+        start = T0 + rng.randint(0, 50) * S // 10
+        for _ in range(rng.randint(1, 2) if task_id else 1):
+            trace = ids.trace()
+            common = {c.TARGET_ID: target, c.ASSESSMENT_ID: assessment, c.TASK_ID: task_id}
+            root = Span(trace, ids.span(), "task", start, start + rng.randint(5, 40) * S // 10, {
+                **common, c.OUTCOME_SUCCESS: maybe(rng.random() < 0.6, 0.7),
+                c.QUALITY_SCORE: maybe(round(rng.random(), 3), 0.5), c.AGENT_STEP: maybe(rng.randint(1, 5), 0.5),
+                c.HUMAN_INTERVENTION: maybe(rng.random() < 0.2, 0.5),
+            })
+            spans.append(root)
+            for k in range(rng.randint(0, 3)):
+                call_start = start + k * S // 5
+                call = {
+                    **common, c.GEN_AI_OPERATION_NAME: c.OP_CHAT,
+                    c.GEN_AI_USAGE_INPUT_TOKENS: maybe(rng.randint(1, 900)),
+                    c.GEN_AI_USAGE_OUTPUT_TOKENS: maybe(rng.randint(1, 300)),
+                    c.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: maybe(rng.randint(0, 50), 0.4),
+                    c.COST_USD: maybe(rng.randint(1, 10**6) / 1e7), c.RETRIES: maybe(rng.randint(0, 2), 0.6),
+                    c.TOOL_CALLS: maybe(rng.randint(0, 2), 0.5),
+                    c.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: maybe(rng.randint(1, 900) / 1000, 0.4),
+                }
+                if rng.random() < 0.3:  # a wrapper (e.g. @observe) around the real call
+                    wrapper = Span(trace, ids.span(), "wrapper", call_start, call_start + S, {
+                        **common, c.GEN_AI_OPERATION_NAME: c.OP_CHAT}, parent_span_id=root.span_id)
+                    spans.append(wrapper)
+                    parent = wrapper.span_id
+                else:
+                    parent = root.span_id
+                spans.append(Span(trace, ids.span(), "chat", call_start, call_start + rng.randint(1, 9) * S // 10,
+                                  call, parent_span_id=parent, status_code=rng.choice([0, 0, 0, 2]), kind=3))
+            if rng.random() < 0.5:
+                spans.append(Span(trace, ids.span(), "execute_tool search", start, start + S // 3, {
+                    **common, c.GEN_AI_OPERATION_NAME: c.OP_EXECUTE_TOOL, c.GEN_AI_TOOL_NAME: "search"},
+                    parent_span_id=root.span_id, status_code=rng.choice([0, 2])))
+            if rng.random() < 0.2:
+                spans.append(Span(trace, ids.span(), "judge", start, start + S, {
+                    **common, c.ROLE: c.ROLE_ORCHESTRATION, c.GEN_AI_USAGE_INPUT_TOKENS: 5000}))
+    return spans
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10**6), batches=st.integers(1, 6), resend=st.booleans())
+def test_incremental_windows_equal_a_rebuild_from_scratch(tmp_path_factory, seed, batches, resend):
+    spans = _random_spans(seed)
+    rng = random.Random(seed + 1)
+    order = spans[:]
+    rng.shuffle(order)
+    cuts = sorted(rng.sample(range(1, len(order)), min(batches - 1, len(order) - 1))) if len(order) > 1 else []
+    parts = [order[i:j] for i, j in zip([0, *cuts], [*cuts, len(order)])]
+    if resend and parts:
+        parts.append(rng.sample(order, max(1, len(order) // 3)))  # a client's retry of spans already stored
+    tmp = tmp_path_factory.mktemp("incremental")
+    (tmp / "incremental").mkdir()
+    (tmp / "at_once").mkdir()
+    incremental = SpanStore(str(tmp / "incremental" / "spans.duckdb"))
+    incremental.start()
+    at_once = SpanStore(str(tmp / "at_once" / "spans.duckdb"))
+    at_once.start()
+    try:
+        for part in parts:
+            store_spans(incremental, part)
+        store_spans(at_once, spans)
+        got = _windows(incremental)
+        assert got, "the spans define windows"
+        assert got == _windows(at_once)
+        incremental.refresh_all_windows()
+        assert _windows(incremental) == got
+    finally:
+        incremental.shutdown()
+        at_once.shutdown()
+
+
+def test_a_new_batch_of_new_tasks_reads_nothing_back(tmp_path):
+    store = SpanStore(str(tmp_path / "s.duckdb"))
+    store.start()
+    try:
+        ids = Ids(7)
+        for i in range(3):
+            trace = ids.trace()
+            store_spans(store, [Span(trace, ids.span(), "chat", T0 + i * S, T0 + i * S + S, {
+                c.TARGET_ID: "bot", c.GEN_AI_OPERATION_NAME: c.OP_CHAT, c.GEN_AI_USAGE_INPUT_TOKENS: 10})])
+        assert store.stats["closure_lookups"] == 0 and store.stats["closure_scans"] == 0
+        # a child of a stored span is looked up (its parent stops being counted as the call)
+        parent = store.query("select trace_id, span_id from spans limit 1").rows[0]
+        store_spans(store, [Span(parent[0], ids.span(), "chat", T0, T0 + S // 2, {
+            c.TARGET_ID: "bot", c.GEN_AI_OPERATION_NAME: c.OP_CHAT, c.GEN_AI_USAGE_INPUT_TOKENS: 4},
+            parent_span_id=parent[1])])
+        assert store.stats["closure_lookups"] >= 1
+        tokens = store.query("select value, sample_count from windows where metric = 'input_tokens'").rows
+        assert tokens == [(24.0, 3)]
+    finally:
+        store.shutdown()
+
+
+@given(st.lists(st.floats(allow_nan=False, allow_infinity=False, min_value=-1e300, max_value=1e300), max_size=60))
+def test_exact_sum_is_the_correctly_rounded_sum(values):
+    total = exact_sum(np.array(values, dtype=float))
+    assert total / (1 << SUM_SCALE) == math.fsum(values)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_multiset_order_statistics_match_a_sorted_list(data):
+    distinct = data.draw(st.sampled_from([5, 50, 5000]))
+    reference: list[float] = []
+    multiset = Multiset()
+    for _ in range(data.draw(st.integers(1, 12))):
+        added = data.draw(st.lists(st.integers(0, distinct), min_size=0, max_size=700))
+        multiset.add(np.array(added, dtype=float) / 7)
+        reference.extend(v / 7 for v in added)
+        if reference and data.draw(st.booleans()):
+            picked = set(data.draw(st.lists(st.integers(0, len(reference) - 1), max_size=20, unique=True)))
+            multiset.remove(np.array([reference[i] for i in sorted(picked)], dtype=float))
+            reference = [v for i, v in enumerate(reference) if i not in picked]
+        assert multiset.n == len(reference)
+        if reference:
+            ordered = sorted(reference)
+            ranks = sorted({0, len(ordered) - 1, len(ordered) // 2, data.draw(st.integers(0, len(ordered) - 1))})
+            assert multiset.order_statistics(ranks) == [ordered[r] for r in ranks]
+            for q, got in zip((0.5, 0.95), multiset.quantiles((0.5, 0.95))):
+                position = q * (len(ordered) - 1)
+                lo, hi = ordered[math.floor(position)], ordered[math.ceil(position)]
+                assert got == pytest.approx(lo + (hi - lo) * (position - math.floor(position)), rel=1e-12, abs=0)
+
+
+def test_multiset_refuses_to_remove_what_it_does_not_hold():
+    multiset = Multiset()
+    multiset.add(np.array([1.0, 2.0]))
+    with pytest.raises(StateMismatch):
+        multiset.remove(np.array([3.0]))
+
+
+def test_key_filter_never_forgets_a_key_and_keeps_its_size():
+    keys = np.random.default_rng(1).integers(0, 2**63, 200_000, dtype=np.int64).astype(np.uint64)
+    small = KeyFilter(64 * 1024)
+    small.add(keys)
+    assert small.may_contain(keys).all()
+    assert small.nbytes == 64 * 1024
+    others = np.random.default_rng(2).integers(0, 2**63, 200_000, dtype=np.int64).astype(np.uint64)
+    big = KeyFilter(4 * 1024 * 1024)
+    big.add(keys)
+    assert big.may_contain(others).mean() < 0.01 < small.may_contain(others).mean()
+
+
+def test_state_over_the_memory_budget_is_dropped_and_rebuilt_when_needed(tmp_path):
+    spans = _random_spans(11) + _random_spans(12) + _random_spans(13)
+    (tmp_path / "small").mkdir()
+    (tmp_path / "ref").mkdir()
+    small = SpanStore(str(tmp_path / "small" / "s.duckdb"), window_memory_bytes=1)
+    reference = SpanStore(str(tmp_path / "ref" / "s.duckdb"))
+    small.start()
+    reference.start()
+    try:
+        for i in range(0, len(spans), 4):
+            store_spans(small, spans[i:i + 4])
+        store_spans(reference, spans)
+        assert small.stats["rebuilds"] > 1  # evicted targets came back from their spans
+        assert len({k[0] for k in small._book.keys}) <= 1
+        assert _windows(small) == _windows(reference)
+    finally:
+        small.shutdown()
+        reference.shutdown()
