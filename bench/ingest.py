@@ -11,7 +11,13 @@ process (OTLP/HTTP protobuf, realistic spans: 15 attributes, 1 event) and report
 Correctness (both modes): rows in `spans` == spans sent, and the sum of the `input_tokens` windows
 (scope all) == the sum of input tokens sent, per target. Read through the running collector's /api/sql.
 
+Variants (bench/_serve_variant.py; otherwise the installed `meritlens serve` runs): `--impl obvious`
+receives with the pre-issue-7 decode/normalize walk, `--impl both` runs the obvious design and the
+production one one after the other on the same load; `--no-refresh` stores spans without refreshing
+windows (receive path only; the check then sums `input_tokens` of the stored spans per target).
+
 usage: python bench/ingest.py [--requests 60 --batch 1000 --concurrency 4] [--rate 10000 --seconds 60]
+                              [--impl production|obvious|both] [--no-refresh]
 """
 
 from __future__ import annotations
@@ -66,14 +72,21 @@ def sql(base: str, query: str) -> list:
     return r.json()["rows"]
 
 
-def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s: float = 0.0) -> dict:
+def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s: float = 0.0, *,
+        impl: str = "production", refresh: bool = True) -> dict:
     """Send `total` spans (paced at `rate` spans/s when given; no batch started after `deadline_s`)."""
     planned = total
     with tempfile.TemporaryDirectory(prefix="meritlens-bench-") as tmp:
         port = free_port()
         base = f"http://127.0.0.1:{port}"
+        if impl == "production" and refresh:
+            command = [os.path.join(BIN, "meritlens")]
+        else:
+            command = [sys.executable, os.path.join(HERE, "_serve_variant.py")]
+            command += ["--obvious"] if impl == "obvious" else []
+            command += [] if refresh else ["--no-refresh"]
         server = subprocess.Popen(
-            [os.path.join(BIN, "meritlens"), "serve", "--db", os.path.join(tmp, "bench.duckdb"),
+            [*command, "serve", "--db", os.path.join(tmp, "bench.duckdb"),
              "--http-port", str(port), "--no-grpc"],
             stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "server.log"), "w"))
         try:
@@ -102,8 +115,12 @@ def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s:
             cpu = cpu_seconds(server.pid) - cpu0
             rss_peak = status_kib(server.pid, "VmHWM")
             rows = sql(base, "select count(*) from spans")[0][0]
-            windows = {t: v for t, v in sql(
-                base, "select target_id, value from windows where metric = 'input_tokens' and scope = 'all'")}
+            if refresh:
+                windows = {t: v for t, v in sql(
+                    base, "select target_id, value from windows where metric = 'input_tokens' and scope = 'all'")}
+            else:  # windows were not refreshed: check what the spans hold
+                windows = {t: float(v) for t, v in sql(
+                    base, "select target_id, sum(input_tokens) from spans group by target_id")}
         finally:
             server.terminate()
             server.wait(60)
@@ -113,7 +130,7 @@ def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s:
         retries = int(report.rsplit(": ", 1)[1].rstrip(")"))
         expected = expected_tokens(total)
         ok = rows == total and windows == {k: float(v) for k, v in expected.items()}
-        return {"planned": planned, "sent": total, "stored": rows, "lost": total - rows, "send_s": send_s,
+        return {"impl": impl, "refresh": refresh, "planned": planned, "sent": total, "stored": rows, "lost": total - rows, "send_s": send_s,
                 "spans_per_s": total / send_s, "retries": retries, "cpu_s": cpu, "wall_s": wall,
                 "cpu_pct": 100 * cpu / wall, "rss_idle_mib": rss_idle / 1024, "rss_peak_mib": rss_peak / 1024,
                 "correct": ok, "windows": windows, "expected": expected}
@@ -121,16 +138,18 @@ def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s:
 
 def describe(r: dict, mode: str) -> str:
     unsent = f" ({r['planned'] - r['sent']:,} planned spans not sent by the deadline)" if r["sent"] < r["planned"] else ""
-    return (f"{mode}: {r['sent']:,} spans{unsent} in {r['send_s']:.2f}s = {r['spans_per_s']:,.0f} spans/s acknowledged; "
+    variant = f"[{r['impl']}{'' if r['refresh'] else ', no window refresh'}] "
+    return (f"{variant}{mode}: {r['sent']:,} spans{unsent} in {r['send_s']:.2f}s = {r['spans_per_s']:,.0f} spans/s acknowledged; "
             f"stored {r['stored']:,} (lost {r['lost']}), 503 retries {r['retries']}; collector CPU {r['cpu_s']:.1f}s "
-            f"= {r['cpu_pct']:.0f}% of one core; RSS idle {r['rss_idle_mib']:.0f} MiB, peak {r['rss_peak_mib']:.0f} MiB; "
+            f"= {r['cpu_pct']:.0f}% of one core ({1e6 * r['cpu_s'] / max(r['sent'], 1):.0f} µs/span); RSS idle {r['rss_idle_mib']:.0f} MiB, peak {r['rss_peak_mib']:.0f} MiB; "
             f"correctness {'OK' if r['correct'] else 'FAILED'}")
 
 
 def check(r: dict) -> None:
     if not r["correct"]:
+        what = "input_tokens windows" if r["refresh"] else "stored input_tokens per target"
         raise SystemExit(f"ingest bench: WRONG RESULT: stored {r['stored']} of {r['sent']}; "
-                         f"input_tokens windows {r['windows']} != sent {r['expected']}")
+                         f"{what} {r['windows']} != sent {r['expected']}")
 
 
 def main() -> None:
@@ -140,17 +159,23 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--rate", type=float, default=0.0, help="sustained mode: spans/s (needs --seconds)")
     parser.add_argument("--seconds", type=float, default=0.0)
+    parser.add_argument("--impl", choices=("production", "obvious", "both"), default="production",
+                        help="receive path: the collector's, the pre-issue-7 obvious walk, or both in turn")
+    parser.add_argument("--no-refresh", action="store_true",
+                        help="benchmark shim: store spans without refreshing windows (receive path only)")
     args = parser.parse_args()
-    if args.rate:
-        if not 0 < args.seconds <= 600:
-            parser.error("sustained mode needs 0 < --seconds <= 600")
-        # Bounded: no batch is started later than 2x the planned duration; what was not sent is reported.
-        r = run(int(args.rate * args.seconds), args.batch, args.concurrency, args.rate, 2 * args.seconds)
-        print(describe(r, f"sustained {args.rate:,.0f} spans/s for {args.seconds:g}s"))
-    else:
-        r = run(args.requests * args.batch, args.batch, args.concurrency)
-        print(describe(r, f"burst {args.requests} x {args.batch} spans, {args.concurrency} clients"))
-    check(r)
+    if args.rate and not 0 < args.seconds <= 600:
+        parser.error("sustained mode needs 0 < --seconds <= 600")
+    for impl in ("obvious", "production") if args.impl == "both" else (args.impl,):
+        if args.rate:
+            # Bounded: no batch is started later than 2x the planned duration; what was not sent is reported.
+            r = run(int(args.rate * args.seconds), args.batch, args.concurrency, args.rate, 2 * args.seconds,
+                    impl=impl, refresh=not args.no_refresh)
+            print(describe(r, f"sustained {args.rate:,.0f} spans/s for {args.seconds:g}s"), flush=True)
+        else:
+            r = run(args.requests * args.batch, args.batch, args.concurrency, impl=impl, refresh=not args.no_refresh)
+            print(describe(r, f"burst {args.requests} x {args.batch} spans, {args.concurrency} clients"), flush=True)
+        check(r)
 
 
 if __name__ == "__main__":

@@ -1,19 +1,22 @@
 """Run the issue 7 benchmarks at small sizes (a few minutes in all) and print one table.
 
 Each benchmark keeps its own correctness check and exits non-zero on a wrong result. Larger runs:
-call bench/ingest.py, bench/windows.py and bench/queries.py with their options (see bench/README.md).
+call bench/normalize.py, bench/ingest.py, bench/windows.py and bench/queries.py with their options (see
+bench/README.md).
 usage: python bench/run_all.py
 """
 
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import ingest  # noqa: E402
+import normalize  # noqa: E402
 import queries  # noqa: E402
 import windows  # noqa: E402
 
@@ -21,6 +24,11 @@ import windows  # noqa: E402
 def main() -> None:
     started = time.perf_counter()
     rows: list[tuple[str, str, str, str]] = []
+
+    walk = normalize.run(10_000, 1000, 3, 1000)["results"]["loadgen"]
+    rows.append(("receive path bytes -> Arrow, no store, 1 thread",
+                 f"{statistics.median(walk['production']):,.0f} spans/s", "(per-span CPU of ingest)",
+                 f"obvious walk {statistics.median(walk['obvious']):,.0f} spans/s"))
 
     burst = ingest.run(60 * 1000, 1000, 4)
     ingest.check(burst)

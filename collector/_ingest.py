@@ -19,10 +19,11 @@ import threading
 import uuid
 from dataclasses import dataclass
 
+import pyarrow as pa
 from google.rpc import code_pb2
 
 from meritlens.collector import _otlp
-from meritlens.collector._normalize import NormalizeOptions, normalize
+from meritlens.collector._normalize import NormalizeOptions, SpanBatch, normalize
 from meritlens.collector._pipeline import IngestPipeline, Overloaded
 from meritlens.collector._settings import RETRY_AFTER_SECONDS, SPAN_MEMORY_ESTIMATE_BYTES
 
@@ -193,9 +194,17 @@ class Ingest:
         return ExportOutcome(accepted=batch.size, rejected=len(refused), message=message)
 
     def _prepare(self, decoded: _otlp.DecodedRequest):
-        _otlp.check_spans(decoded.request, self._limits, decoded.refusals)
-        batch = normalize(decoded.request, decoded.refusals, self._normalize_options)
-        return batch, (batch.to_arrow() if batch.size else None)
+        return prepare(decoded, self._limits, self._normalize_options)
+
+
+def prepare(decoded: _otlp.DecodedRequest, limits: _otlp.SpanLimits,
+            options: NormalizeOptions) -> tuple[SpanBatch, pa.Table | None]:
+    """Check and normalize a decoded request: its SpanBatch, and its rows as an Arrow table (None if none)."""
+    body = decoded.body
+    lean = _otlp.lean_view(decoded.request, body)
+    checks = _otlp.SpanChecks(decoded.request, limits, None if body is None else len(body))
+    batch = normalize(decoded.request, decoded.refusals, options, lean=lean, checks=checks)
+    return batch, (batch.to_arrow() if batch.size else None)
 
 
 def _internal(what: str) -> IngestError:

@@ -5,6 +5,13 @@ losslessly as JSON. A promoted value of the wrong type, or not finite, or negati
 count is meant, stays out of its column (NULL) and is kept with the other attributes: it is
 never stored as something else. Spans that cannot be stored at all (bad IDs, bad times) are
 refused one by one, with the reason.
+
+How it stays cheap: spans are read through the lean view of the request (`_otlp.lean_view`), where
+each attribute is still its serialized KeyValue. Each distinct serialized attribute is decoded once
+into an `_Attribute` (its key, its JSON text, and the typed column value it may promote to) and
+remembered in a bounded cache, so a span's attributes cost a dictionary look-up each, and its
+`attributes` JSON is the joined texts of the attributes that stay. Rows are tuples; the Arrow
+columns are built once per batch, the time columns by Arrow casts from the nanosecond columns.
 """
 
 from __future__ import annotations
@@ -14,12 +21,15 @@ import datetime as _dt
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
+from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 
-from meritlens.analytics._schema import SPAN_COLUMN_NAMES
+from meritlens.analytics._schema import SPAN_COLUMN_NAMES, SPAN_COLUMNS
+from meritlens.collector import _otlp
 from meritlens.collector._settings import DEFAULT_TARGET_FALLBACK
 from meritlens.instrumentation import conventions as c
 
@@ -79,18 +89,21 @@ class _Source:
     kind: str
     rank: int
     values: dict | None  # a vocabulary map for derived sources
+    maximum: int  # the largest count the column can hold
 
 
+_INT64_MAX = 2**63 - 1
+# Counts too large for their column are invalid there (NULL, kept in attributes), like negative ones.
+_COUNT_MAXIMUM = {"INTEGER": 2**31 - 1, "BIGINT": _INT64_MAX}
+_SQL_TYPES = {column.name: column.sql_type.split()[0] for column in SPAN_COLUMNS}
 _KEY_TO_SOURCE: dict[str, _Source] = {}
 for _column, (_kind, _sources) in PROMOTED.items():
     for _rank, _source in enumerate(_sources):
         _key, _values = (_source, None) if isinstance(_source, str) else _source
-        _KEY_TO_SOURCE[_key] = _Source(_column, _kind, _rank, _values)
+        _KEY_TO_SOURCE[_key] = _Source(_column, _kind, _rank, _values, _COUNT_MAXIMUM.get(_SQL_TYPES[_column], 0))
 # Columns that may also come from the resource when the span does not carry them.
 _FROM_RESOURCE = ("target_id", "role", "assessment_id", "run_id")
 _ROLE_VALUES = frozenset(c.ROLES)
-
-_INT64_MAX = 2**63 - 1
 
 
 def any_value(v, kind: str | None = None):
@@ -115,8 +128,9 @@ def any_value(v, kind: str | None = None):
     return None
 
 
-def _typed(kind: str, v, which: str | None):
-    """The attribute's value if it is a valid value of ``kind``, else None."""
+def _typed(source: _Source, v, which: str | None):
+    """The attribute's value if it is a valid value of the source's column, else None."""
+    kind = source.kind
     if kind == STR:
         return v.string_value if which == "string_value" else None
     if kind == BOOL:
@@ -130,27 +144,12 @@ def _typed(kind: str, v, which: str | None):
     else:
         return None
     if kind == COUNT:
-        if number < 0 or number != int(number) or number > _INT64_MAX:
+        if number < 0 or number != int(number) or number > source.maximum:
             return None
         return int(number)
     if kind == NONNEG_FLOAT and number < 0:
         return None
     return float(number)
-
-
-@dataclass
-class SpanBatch:
-    """Normalized rows ready for the store, and the spans refused with their reasons."""
-
-    columns: dict[str, list] = field(default_factory=lambda: {name: [] for name in _ROW_COLUMNS})
-    refused: list[str] = field(default_factory=list)
-
-    @property
-    def size(self) -> int:
-        return len(self.columns["span_id"])
-
-    def to_arrow(self) -> pa.Table:
-        return pa.table({name: pa.array(self.columns[name], type=_ARROW_TYPES[name]) for name in _ROW_COLUMNS})
 
 
 _ROW_COLUMNS = tuple(name for name in SPAN_COLUMN_NAMES if name != "received_at")
@@ -166,6 +165,40 @@ for _column, (_kind, _keys) in PROMOTED.items():
         STR: pa.string(), COUNT: pa.int64(), NONNEG_FLOAT: pa.float64(), FLOAT: pa.float64(), BOOL: pa.bool_()
     }[_kind]
 _ARROW_TYPES.update(retries=pa.int32(), tool_calls=pa.int32(), agent_step=pa.int32())
+_PROMOTED_COLUMNS = tuple(PROMOTED)
+# A row as `normalize` builds it: these columns in this order. The time columns derived from
+# start/end are computed by Arrow in `SpanBatch.to_arrow`.
+_ROW_LAYOUT = (
+    "trace_id", "span_id", "parent_span_id", "name", "kind", "start_unix_nano", "end_unix_nano",
+    "status_code", "status_message", "service_name", "scope_name", "attributes", "resource", "events", "links",
+) + _PROMOTED_COLUMNS
+_DERIVED_COLUMNS = ("start_time", "end_time", "duration_s")
+if sorted(_ROW_LAYOUT + _DERIVED_COLUMNS) != sorted(_ROW_COLUMNS):
+    raise RuntimeError("_ROW_LAYOUT does not cover the spans table's columns; update it with analytics._schema")
+
+
+@dataclass
+class SpanBatch:
+    """Normalized rows ready for the store, and the spans refused with their reasons."""
+
+    rows: list[tuple] = field(default_factory=list)
+    """One tuple per span, in `_ROW_LAYOUT` order."""
+    refused: list[str] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return len(self.rows)
+
+    def to_arrow(self) -> pa.Table:
+        """The rows as an Arrow table in the `spans` row schema (every column but received_at)."""
+        values = zip(*self.rows) if self.rows else ((),) * len(_ROW_LAYOUT)
+        arrays = {name: pa.array(column, type=_ARROW_TYPES[name]) for name, column in zip(_ROW_LAYOUT, values)}
+        start, end = arrays["start_unix_nano"], arrays["end_unix_nano"]
+        # Times are checked to lie in 1..2**63-1 ns, so integer division is floor division.
+        arrays["start_time"] = pc.divide(start, 1000).cast(_TS)
+        arrays["end_time"] = pc.divide(end, 1000).cast(_TS)
+        arrays["duration_s"] = pc.divide(pc.subtract(end, start).cast(pa.float64(), safe=False), 1e9)
+        return pa.table([arrays[name] for name in _ROW_COLUMNS], names=list(_ROW_COLUMNS))
 
 
 def _valid_id(raw: bytes, size: int) -> bool:
@@ -188,35 +221,133 @@ def _span_problem(span) -> str | None:
     return None
 
 
-def _promote(attributes, into: dict) -> dict:
-    """Fill ``into`` (column -> (rank, value, key, AnyValue)) from the mapped keys; return the
-    attributes that are not held in a typed column (unmapped, invalid, outranked or derived)."""
-    rest = {}
-    for kv in attributes:
-        key = kv.key
-        v = kv.value
-        which = v.WhichOneof("value")
-        source = _KEY_TO_SOURCE.get(key)
-        if source is not None:
-            value = _typed(source.kind, v, which)
-            if source.values is not None:
-                value = source.values.get(value)
-            elif source.column == "role" and value not in _ROLE_VALUES:
-                value = None
-            if value is not None:
-                held = into.get(source.column)
-                if held is None or source.rank < held[0]:
-                    into[source.column] = (source.rank, value, key, v)
-                    if held is not None and held[2] not in rest:
-                        rest[held[2]] = any_value(held[3])
-                    if source.values is None:
-                        continue
-        rest[key] = v.string_value if which == "string_value" else any_value(v, which)
+class _Attribute(NamedTuple):
+    """What normalizing needs of one attribute, decoded once per distinct serialized KeyValue."""
+
+    key: str
+    json: str
+    """``"key":value`` as it appears in the JSON object of attributes."""
+    column: str | None
+    """The typed column it promotes to (None: it does not, or its value is not valid there)."""
+    rank: int
+    value: object
+    """The typed column value (when ``column`` is set)."""
+    kept: bool
+    """Whether it stays in ``attributes`` even when promoted (a derived source, not invertible)."""
+
+
+def _attribute(raw: bytes) -> _Attribute:
+    kv = KeyValue.FromString(raw)
+    key, v = kv.key, kv.value
+    which = v.WhichOneof("value")
+    text = orjson.dumps({key: any_value(v, which)})[1:-1].decode()
+    column, rank, value, kept = None, 0, None, True
+    source = _KEY_TO_SOURCE.get(key)
+    if source is not None:
+        value = _typed(source, v, which)
+        if source.values is not None:
+            value = source.values.get(value)
+        elif source.column == "role" and value not in _ROLE_VALUES:
+            value = None
+        if value is not None:
+            column, rank, kept = source.column, source.rank, source.values is not None
+    return _Attribute(key, text, column, rank, value, kept)
+
+
+class _BoundedCache(dict):
+    """key -> make(key), remembering at most ``entries`` results of keys of ``size`` up to ``max_bytes``
+    (longer ones are mostly unique content, such as messages); dropped whole when full. Shared by the
+    decode threads: single dict operations need no lock, and a lost race only computes twice."""
+
+    def __init__(self, make, entries: int, max_bytes: int, size=len):
+        super().__init__()
+        self._make, self._entries, self._max_bytes, self._size = make, entries, max_bytes, size
+
+    def __missing__(self, key):
+        value = self._make(key)
+        if self._size(key) <= self._max_bytes:
+            if len(self) >= self._entries:
+                self.clear()
+            self[key] = value
+        return value
+
+
+# Serialized KeyValue -> _Attribute: ordinary attributes repeat (the same model, finish reason,
+# server address ...), so most are decoded once per process rather than once per span.
+_attributes = _BoundedCache(_attribute, entries=8192, max_bytes=256)
+
+
+def _promote(serialized_attributes, values: dict, held: dict) -> dict[str, str]:
+    """Fill ``values`` (column -> typed value) from the mapped keys, keeping in ``held`` (column ->
+    (rank, key, JSON text)) where each came from; return, by key, the JSON texts of the attributes not
+    held in a typed column (unmapped, invalid, outranked or derived). A key given twice keeps its
+    first position and its last value, as in a JSON object built in order."""
+    rest: dict[str, str] = {}
+    for key, text, column, rank, value, kept in map(_attributes.__getitem__, serialized_attributes):
+        if column is not None:
+            current = held.get(column)
+            if current is None or rank < current[0]:
+                held[column] = (rank, key, text)
+                values[column] = value
+                if current is not None and current[1] not in rest:
+                    rest[current[1]] = current[2]
+                if not kept:
+                    continue
+        rest[key] = text
     return rest
+
+
+def _json_object(serialized_attributes) -> str:
+    """The attributes as one JSON object (no promotion), e.g. of an event or a link."""
+    texts: dict[str, str] = {}
+    for attribute in map(_attributes.__getitem__, serialized_attributes):
+        texts[attribute[0]] = attribute[1]
+    return "{" + ",".join(texts.values()) + "}"
+
+
+def _event_parts(shape: tuple) -> tuple[str, str, bool]:
+    """(text before the time, text after it, marks the first chunk) of an event's JSON object."""
+    name, *serialized_attributes = shape
+    return (f'{{"name":{orjson.dumps(name).decode()},"time_unix_nano":',
+            f',"attributes":{_json_object(serialized_attributes)}}}', name in FIRST_CHUNK_EVENTS)
+
+
+# (event name, serialized attributes...) -> _event_parts: events of one kind differ only in time.
+_event_shapes = _BoundedCache(_event_parts, entries=1024, max_bytes=1024,
+                              size=lambda shape: len(shape[0]) + sum(map(len, shape[1:])))
+
+
+def _events(span, want_first_chunk: bool) -> tuple[str | None, float | None]:
+    """The span's events as JSON, and the seconds to the first streamed chunk if asked for and marked."""
+    events = span.events
+    if not events:
+        return None, None
+    texts, first_chunk_s = [], None
+    for event in events:
+        before, after, first_chunk = _event_shapes[(event.name, *event.attributes)]
+        t = event.time_unix_nano
+        texts.append(f"{before}{t}{after}")
+        if want_first_chunk and first_chunk and t >= span.start_time_unix_nano:
+            first_chunk_s = (t - span.start_time_unix_nano) / 1e9
+            want_first_chunk = False
+    return "[" + ",".join(texts) + "]", first_chunk_s
+
+
+def _links_json(links) -> str | None:
+    if not links:
+        return None
+    return "[" + ",".join(
+        f'{{"trace_id":"{link.trace_id.hex()}","span_id":"{link.span_id.hex()}",'
+        f'"attributes":{_json_object(link.attributes)}}}'
+        for link in links
+    ) + "]"
 
 
 def _dumps(obj) -> str | None:
     return orjson.dumps(obj).decode() if obj else None
+
+
+_PRICED_BY_COLLECTOR = orjson.dumps({c.COST_PRICED_BY: "collector"})[1:-1].decode()
 
 
 PriceFunction = Callable[..., "float | None"]
@@ -259,13 +390,6 @@ def _fallback_target(template: str, values: dict, service_name, scope_name) -> s
     return None if missing else target
 
 
-def _first_chunk_seconds(span) -> float | None:
-    for event in span.events:
-        if event.name in FIRST_CHUNK_EVENTS and event.time_unix_nano >= span.start_time_unix_nano:
-            return (event.time_unix_nano - span.start_time_unix_nano) / 1e9
-    return None
-
-
 def _price(price: PriceFunction, values: dict, end_unix_nano: int) -> float | None:
     """The span's cost from its model and tokens; None unless both token counts are known. Cache and
     reasoning counts a span does not report are priced as ordinary tokens (an upper bound)."""
@@ -304,71 +428,72 @@ _DEFAULT_OPTIONS = NormalizeOptions()
 
 
 def normalize(request, refusals: dict[tuple[int, int, int], str] | None = None,
-              options: NormalizeOptions = _DEFAULT_OPTIONS) -> SpanBatch:
-    """Normalize an ExportTraceServiceRequest into a SpanBatch."""
+              options: NormalizeOptions = _DEFAULT_OPTIONS, *, lean=None,
+              checks: _otlp.SpanChecks | None = None) -> SpanBatch:
+    """Normalize an ExportTraceServiceRequest into a SpanBatch.
+
+    ``refusals``: spans already refused, by (resource, scope, span) position, with the reason.
+    ``lean``: the request's `_otlp.lean_view`, when the caller has it (else it is made here).
+    ``checks``: limits to apply to every span not already refused.
+    """
+    if lean is None:
+        lean = _otlp.lean_view(request)
     batch = SpanBatch()
-    cols = batch.columns
+    rows = batch.rows
+    add_row = rows.append
     refusals = refusals or {}
-    promoted_columns = tuple(PROMOTED)
-    for ri, rs in enumerate(request.resource_spans):
+    price = options.price
+    target_fallback = options.target_fallback
+    zero_trace, zero_span = bytes(16), bytes(8)
+    for ri, (rs, lean_rs) in enumerate(zip(request.resource_spans, lean.resource_spans)):
         resource = {kv.key: any_value(kv.value) for kv in rs.resource.attributes}
-        resource_promoted: dict = {}
-        _promote(rs.resource.attributes, resource_promoted)
+        resource_values: dict = {}
+        _promote([kv.SerializeToString() for kv in rs.resource.attributes], resource_values, {})
+        resource_defaults = [(column, resource_values[column]) for column in _FROM_RESOURCE
+                             if column in resource_values]
         service_name = resource.get(c.SERVICE_NAME) if isinstance(resource.get(c.SERVICE_NAME), str) else None
         resource_json = _dumps(resource)
-        for si, ss in enumerate(rs.scope_spans):
+        for si, (ss, lean_ss) in enumerate(zip(rs.scope_spans, lean_rs.scope_spans)):
             scope_name = ss.scope.name or None
-            for pi, span in enumerate(ss.spans):
-                problem = refusals.get((ri, si, pi)) or _span_problem(span)
+            for pi, span in enumerate(lean_ss.spans):
+                trace_id, span_id, parent = span.trace_id, span.span_id, span.parent_span_id
+                start, end = span.start_time_unix_nano, span.end_time_unix_nano
+                problem = refusals.get((ri, si, pi)) if refusals else None
+                if problem is None and checks is not None:
+                    problem = checks.problem((ri, si, pi), span)
+                if problem is None and (
+                    len(trace_id) != 16 or trace_id == zero_trace or len(span_id) != 8 or span_id == zero_span
+                    or (parent and len(parent) != 8) or not start or end < start or end > _INT64_MAX
+                ):
+                    problem = _span_problem(span)
                 if problem:
-                    batch.refused.append(f"span {span.span_id.hex() or '?'} in trace {span.trace_id.hex() or '?'}: {problem}")
+                    batch.refused.append(f"span {span_id.hex() or '?'} in trace {trace_id.hex() or '?'}: {problem}")
                     continue
-                found: dict = {}
-                rest = _promote(span.attributes, found)
-                for column in _FROM_RESOURCE:
-                    if column not in found and column in resource_promoted:
-                        found[column] = resource_promoted[column]
-                values = {column: hit[1] for column, hit in found.items()}
+                values: dict = {}
+                rest = _promote(span.attributes, values, {})
+                for column, value in resource_defaults:
+                    if column not in values:
+                        values[column] = value
                 if "role" not in values and c.ROLE not in rest:
                     # No role given: the target's own call. A role given but invalid stays NULL
                     # (kept in attributes), so a mistyped orchestration span is never counted.
                     values["role"] = c.ROLE_APPLICATION
-                if "ttft_s" not in values and span.events:
-                    values["ttft_s"] = _first_chunk_seconds(span)
-                if "target_id" not in values and options.target_fallback:
-                    values["target_id"] = _fallback_target(options.target_fallback, values, service_name, scope_name)
-                if "cost_usd" not in values and options.price is not None and c.COST_USD not in rest:
-                    cost = _price(options.price, values, span.end_time_unix_nano)
+                events_json, first_chunk_s = _events(span, "ttft_s" not in values)
+                if first_chunk_s is not None:
+                    values["ttft_s"] = first_chunk_s
+                if "target_id" not in values and target_fallback:
+                    values["target_id"] = _fallback_target(target_fallback, values, service_name, scope_name)
+                if "cost_usd" not in values and price is not None and c.COST_USD not in rest:
+                    cost = _price(price, values, end)
                     if cost is not None:
                         values["cost_usd"] = cost
-                        rest[c.COST_PRICED_BY] = "collector"
-                for column in promoted_columns:
-                    cols[column].append(values.get(column))
-                start, end = span.start_time_unix_nano, span.end_time_unix_nano
-                cols["trace_id"].append(span.trace_id.hex())
-                cols["span_id"].append(span.span_id.hex())
-                cols["parent_span_id"].append(span.parent_span_id.hex() if span.parent_span_id else None)
-                cols["name"].append(span.name)
-                cols["kind"].append(span.kind)
-                cols["start_unix_nano"].append(start)
-                cols["end_unix_nano"].append(end)
-                cols["start_time"].append(start // 1000)
-                cols["end_time"].append(end // 1000)
-                cols["duration_s"].append((end - start) / 1e9)
-                cols["status_code"].append(span.status.code)
-                cols["status_message"].append(span.status.message or None)
-                cols["service_name"].append(service_name)
-                cols["scope_name"].append(scope_name)
-                cols["attributes"].append(_dumps(rest))
-                cols["resource"].append(resource_json)
-                cols["events"].append(_dumps([
-                    {"name": e.name, "time_unix_nano": e.time_unix_nano,
-                     "attributes": {kv.key: any_value(kv.value) for kv in e.attributes}}
-                    for e in span.events
-                ]))
-                cols["links"].append(_dumps([
-                    {"trace_id": link.trace_id.hex(), "span_id": link.span_id.hex(),
-                     "attributes": {kv.key: any_value(kv.value) for kv in link.attributes}}
-                    for link in span.links
-                ]))
+                        rest[c.COST_PRICED_BY] = _PRICED_BY_COLLECTOR
+                status = span.status
+                add_row((
+                    trace_id.hex(), span_id.hex(), parent.hex() if parent else None, span.name, span.kind,
+                    start, end, status.code, status.message or None, service_name, scope_name,
+                    "{" + ",".join(rest.values()) + "}" if rest else None, resource_json,
+                    events_json, _links_json(span.links),
+                    *map(values.get, _PROMOTED_COLUMNS),
+                ))
     return batch

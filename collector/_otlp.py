@@ -9,13 +9,14 @@ import base64
 import json
 from dataclasses import dataclass, field
 
-from google.protobuf import any_pb2, duration_pb2, json_format
+from google.protobuf import any_pb2, descriptor_pb2, descriptor_pool, duration_pb2, json_format, message_factory
 from google.protobuf.message import DecodeError
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from opentelemetry.proto.trace.v1 import trace_pb2
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -31,6 +32,8 @@ class DecodedRequest:
     request: ExportTraceServiceRequest
     refusals: dict[tuple[int, int, int], str] = field(default_factory=dict)
     """Spans refused during decoding, by (resource, scope, span) position, with the reason."""
+    body: bytes | None = None
+    """The protobuf bytes ``request`` was parsed from (None for OTLP/JSON): `lean_view` reuses them."""
 
 
 def decode(body: bytes, media_type: str) -> DecodedRequest:
@@ -41,7 +44,7 @@ def decode(body: bytes, media_type: str) -> DecodedRequest:
             request.ParseFromString(body)
         except (DecodeError, RecursionError) as exc:
             raise BadRequest(f"body is not a valid OTLP protobuf ExportTraceServiceRequest: {exc}") from None
-        return DecodedRequest(request)
+        return DecodedRequest(request, body=body)
     try:
         return _decode_json(body)
     except RecursionError:
@@ -130,6 +133,57 @@ def _convert_ids(obj: dict) -> str | None:
     return problem
 
 
+# --- the lean view: spans whose attributes stay serialized -------------------------------------------
+# The same wire format read through mirror messages of ExportTraceServiceRequest, ResourceSpans,
+# ScopeSpans, Span, Span.Event, Span.Link and Status in which every other message field (attributes'
+# KeyValues, resource, scope) is declared `bytes`. Parsing is then cheap and each attribute comes out as
+# its own serialized KeyValue, which the normalizer maps to its JSON text once per distinct value instead
+# of building Python objects per attribute. Field numbers and types are copied from the OTLP descriptors,
+# never retyped. A message field that is repeated (attributes, events, links) reads the same either way;
+# non-repeated message fields of a span (status) stay messages, so repeated occurrences still merge.
+_MIRRORED = (
+    ExportTraceServiceRequest, trace_pb2.ResourceSpans, trace_pb2.ScopeSpans, trace_pb2.Span,
+    trace_pb2.Span.Event, trace_pb2.Span.Link, trace_pb2.Status,
+)
+_LEAN_PACKAGE = "meritlens.lean"
+
+
+def _lean_classes() -> dict[str, type]:
+    F = descriptor_pb2.FieldDescriptorProto
+    names = {m.DESCRIPTOR.full_name: m.DESCRIPTOR.name for m in _MIRRORED}
+    lean_file = descriptor_pb2.FileDescriptorProto(
+        name="meritlens/lean_otlp_trace.proto", package=_LEAN_PACKAGE, syntax="proto3")
+    for message in _MIRRORED:
+        proto = lean_file.message_type.add()
+        message.DESCRIPTOR.CopyToProto(proto)
+        del proto.nested_type[:], proto.enum_type[:]
+        for field_proto in proto.field:
+            if field_proto.type == F.TYPE_MESSAGE:
+                target = names.get(field_proto.type_name.lstrip("."))
+                if target is None:
+                    field_proto.type = F.TYPE_BYTES
+                    field_proto.ClearField("type_name")
+                else:
+                    field_proto.type_name = f".{_LEAN_PACKAGE}.{target}"
+            elif field_proto.type == F.TYPE_ENUM:
+                field_proto.type = F.TYPE_INT32  # proto3 enums are open: the same varint, kept as a number
+                field_proto.ClearField("type_name")
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(lean_file)
+    return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_LEAN_PACKAGE}.{name}"))
+            for name in names.values()}
+
+
+LeanRequest = _lean_classes()["ExportTraceServiceRequest"]
+
+
+def lean_view(request: ExportTraceServiceRequest, body: bytes | None = None):
+    """``request`` read as a `LeanRequest`: the same resource/scope/span positions, but each attribute,
+    resource and scope still serialized. ``body`` (the bytes ``request`` was parsed from) saves
+    serializing ``request`` again."""
+    return LeanRequest.FromString(request.SerializeToString() if body is None else body)
+
+
 # --- checks on decoded spans -------------------------------------------------------------------------
 _SPAN_KINDS = range(0, 6)  # UNSPECIFIED .. CONSUMER
 _STATUS_CODES = range(0, 3)  # UNSET, OK, ERROR
@@ -149,17 +203,55 @@ def count_spans(request: ExportTraceServiceRequest) -> int:
     return sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
 
 
-def check_spans(request: ExportTraceServiceRequest, limits: SpanLimits, refusals: dict) -> None:
-    """Add to ``refusals`` every span that breaks ``limits`` or carries a value the store cannot hold."""
-    for ri, rs in enumerate(request.resource_spans):
-        resource_problem = _attributes_problem("resource", rs.resource.attributes, limits)
-        for si, ss in enumerate(rs.scope_spans):
-            for pi, span in enumerate(ss.spans):
-                if (ri, si, pi) in refusals:
-                    continue
-                problem = resource_problem or _span_problem(span, limits)
-                if problem:
-                    refusals[(ri, si, pi)] = problem
+class SpanChecks:
+    """The per-span limit checks of one request, asked span by span while its spans are walked.
+
+    ``serialized_size``: the length of the bytes ``request`` was parsed from, if known.
+    """
+
+    def __init__(self, request: ExportTraceServiceRequest, limits: SpanLimits, serialized_size: int | None = None):
+        self._request = request
+        self._limits = limits
+        # Every string or bytes value is a contiguous part of the serialized message, so when the whole
+        # request (or a span) is no longer than the limit, none of its texts can be: only counts, kinds
+        # and status codes remain to check. This skips touching every attribute of ordinary requests.
+        if serialized_size is None:
+            serialized_size = request.ByteSize()
+        self._texts_fit = serialized_size <= limits.max_attribute_bytes
+        self._resource_problems = [
+            _attributes_problem("resource", rs.resource.attributes, limits) for rs in request.resource_spans
+        ]
+
+    def problem(self, position: tuple[int, int, int], span) -> str | None:
+        """Why the span at (resource, scope, span) ``position`` breaks the limits, or None.
+
+        ``span`` is that span, decoded (`ExportTraceServiceRequest`) or in the `lean_view`.
+        """
+        ri, si, pi = position
+        problem = self._resource_problems[ri]
+        if problem:
+            return problem
+        if self._texts_fit or span.ByteSize() <= self._limits.max_attribute_bytes:
+            return _counts_problem(span, self._limits.max_attributes)
+        return _span_problem(self._request.resource_spans[ri].scope_spans[si].spans[pi], self._limits)
+
+
+def _counts_problem(span, max_attributes: int) -> str | None:
+    """`_span_problem` for a span none of whose texts can be over the byte limit (same order, same words).
+    Reads only fields the decoded span and its lean view share."""
+    if span.kind not in _SPAN_KINDS:
+        return f"kind {span.kind} is not an OTLP SpanKind (0-5)"
+    if span.status.code not in _STATUS_CODES:
+        return f"status code {span.status.code} is not an OTLP StatusCode (0-2)"
+    if len(span.attributes) > max_attributes:
+        return f"span has {len(span.attributes)} attributes; the limit is {max_attributes}"
+    for i, event in enumerate(span.events):
+        if len(event.attributes) > max_attributes:
+            return f"event {i} has {len(event.attributes)} attributes; the limit is {max_attributes}"
+    for i, link in enumerate(span.links):
+        if len(link.attributes) > max_attributes:
+            return f"link {i} has {len(link.attributes)} attributes; the limit is {max_attributes}"
+    return None
 
 
 def _span_problem(span, limits: SpanLimits) -> str | None:

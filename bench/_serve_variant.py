@@ -1,0 +1,55 @@
+"""`meritlens serve` with benchmark-only changes, to separate the receive path's cost from the rest.
+
+usage: python bench/_serve_variant.py [--obvious] [--no-refresh] serve --db ... (the usual serve options)
+
+* --obvious: requests are checked and normalized by the pre-issue-7 walk (bench/_obvious_normalize.py)
+  instead of `meritlens.collector._ingest.prepare`: the obvious-design baseline, same server otherwise;
+* --no-refresh: `SpanStore.write` commits spans without refreshing windows, so a run measures receiving
+  and storing spans only. Not a product setting: `windows` stays stale, and bench/ingest.py checks the
+  stored spans instead of the windows in this mode.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def _use_obvious_walk() -> None:
+    import _obvious_normalize as obvious
+
+    from meritlens.collector import _ingest, _otlp
+
+    def prepare(decoded: _otlp.DecodedRequest, limits: _otlp.SpanLimits, options):
+        obvious.check_spans(decoded.request, limits, decoded.refusals)
+        batch = obvious.normalize(decoded.request, decoded.refusals, options)
+        return batch, (batch.to_arrow() if batch.size else None)
+
+    _ingest.prepare = prepare
+
+
+def _skip_window_refresh() -> None:
+    from meritlens.collector._store import SpanStore
+
+    write = SpanStore.write
+
+    def write_without_refresh(self, table, *, refresh_windows: bool = True):
+        return write(self, table, refresh_windows=False)
+
+    SpanStore.write = write_without_refresh
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    if "--obvious" in args:
+        args.remove("--obvious")
+        _use_obvious_walk()
+    if "--no-refresh" in args:
+        args.remove("--no-refresh")
+        _skip_window_refresh()
+    from meritlens.collector._cli import main
+
+    sys.argv = ["meritlens", *args]
+    main()
