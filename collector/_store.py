@@ -519,7 +519,7 @@ def _first_of_each_span(table: pa.Table) -> pa.Table:
     if pc.count_distinct(keys).as_py() == table.num_rows:
         return table
     first = pa.table({"k": keys, "i": pa.array(np.arange(table.num_rows))}).group_by("k").aggregate([("i", "min")])
-    return table.take(pc.sort_indices(first.column("i_min")))
+    return table.take(np.sort(first.column("i_min").to_numpy()))
 
 
 def _conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:

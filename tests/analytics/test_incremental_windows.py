@@ -82,7 +82,7 @@ def _random_spans(seed: int) -> list[Span]:
     return spans
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10**6), batches=st.integers(1, 6), resend=st.booleans())
 def test_incremental_windows_equal_a_rebuild_from_scratch(tmp_path_factory, seed, batches, resend):
     spans = _random_spans(seed)
@@ -204,3 +204,12 @@ def test_state_over_the_memory_budget_is_dropped_and_rebuilt_when_needed(tmp_pat
     finally:
         small.shutdown()
         reference.shutdown()
+
+
+def test_a_batch_keeps_the_first_copy_of_each_span():
+    from meritlens.collector._store import _first_of_each_span
+    import pyarrow as pa
+
+    table = pa.table({"trace_id": ["t1", "t2", "t1", "t3", "t2"], "span_id": ["a", "b", "a", "c", "b"],
+                      "n": [0, 1, 2, 3, 4]})
+    assert _first_of_each_span(table).column("n").to_pylist() == [0, 1, 3]
