@@ -26,7 +26,6 @@ import pyarrow.compute as pc
 
 from meritlens.analytics._catalogue import Aggregation
 from meritlens.analytics._windows import (
-    DEFINITIONS_BY_METRIC,
     EVIDENCE_MEDIA_TYPE,
     FACT_PREFIX,
     FACTS,
@@ -223,8 +222,8 @@ class WindowAccumulator:
         return 400 + self.values.nbytes
 
     def apply(self, removed: "SampleColumns | None", added: "SampleColumns | None") -> None:
-        removed = removed or SampleColumns.EMPTY
-        added = added or SampleColumns.EMPTY
+        removed = removed or _NO_SAMPLES
+        added = added or _NO_SAMPLES
         self.values.remove(removed.v)
         self.values.add(added.v)
         self.total += exact_sum(added.v) - exact_sum(removed.v)
@@ -310,20 +309,20 @@ class SampleColumns:
     key_high: int
     key_low: int
 
-    EMPTY = None  # set below
 
 
-SampleColumns.EMPTY = SampleColumns(*(np.empty(0, dtype=t) for t in (float, np.int64, np.int64, np.int64,
-                                                                    np.int64, bool, np.int64)), 0, 0)
+_NO_SAMPLES = SampleColumns(*(np.empty(0, dtype=t) for t in (float, np.int64, np.int64, np.int64, np.int64, bool,
+                                                              np.int64)), 0, 0)
 
 
 def group_samples(table: pa.Table) -> dict[tuple[str, str, str], SampleColumns]:
     """Sample rows (``SAMPLE_ROW_COLUMNS``) grouped by (target_id, scope, metric)."""
     if table.num_rows == 0:
         return {}
-    keys = pc.binary_join_element_wise(table.column("target_id"), table.column("scope"),
-                                       table.column("metric"), "\x1f").combine_chunks().dictionary_encode()
-    codes = keys.indices.to_numpy(zero_copy_only=False)
+    codes = np.zeros(table.num_rows, dtype=np.int64)
+    for name in ("target_id", "scope", "metric"):  # one integer per distinct (target, scope, metric)
+        encoded = table.column(name).combine_chunks().dictionary_encode()
+        codes = codes * len(encoded.dictionary) + encoded.indices.to_numpy(zero_copy_only=False)
     order = np.argsort(codes, kind="stable")
     codes = codes[order]
     starts = np.flatnonzero(np.diff(codes, prepend=-1))
@@ -413,5 +412,4 @@ class WindowBook:
         return [accumulators[d.metric].window(key[0], key[1], facts, db_name, computed_at) for d in WINDOW_DEFINITIONS]
 
 
-__all__ = ["DEFINITIONS_BY_METRIC", "Multiset", "SampleColumns", "StateMismatch", "WindowAccumulator",
-           "WindowBook", "exact_sum"]
+__all__ = ["Multiset", "SampleColumns", "StateMismatch", "WindowAccumulator", "WindowBook", "exact_sum"]

@@ -38,7 +38,7 @@ from meritlens.analytics._metric import (
 )
 from meritlens.analytics._schema import SPANS_TABLE
 from meritlens.analytics._sidecar import sidecar_path
-from meritlens.analytics._windows import span_keys_digest
+from meritlens.analytics._windows import evidence_uri, span_keys_digest
 from meritlens.analytics._windows import (
     EVALUATED_SUFFIX,
     EVIDENCE_MEDIA_TYPE,
@@ -153,17 +153,6 @@ def _min_samples(metric_name: str, aggregation: Aggregation) -> int:
 
 def base_metric(metric_name: str) -> str:
     return metric_name.split(PARTITION_SEPARATOR, 1)[0]
-
-
-def evidence_uri(db_name: str, target_id: str, scope: str, metric: str, *, sidecar: Path | None,
-                 judge_model: str | None) -> str:
-    uri = (f"meritlens://{quote(db_name, safe='')}/spans?target_id={quote(target_id, safe='')}"
-           f"&scope={quote(scope, safe='')}&metric={quote(metric, safe='')}")
-    if sidecar is not None:
-        uri += f"&sidecar={quote(str(sidecar), safe='')}"
-    if judge_model is not None:
-        uri += f"&judge={quote(judge_model, safe='')}"
-    return uri
 
 
 def measured_window(

@@ -420,10 +420,17 @@ def digest_from_sums(count: int, high: int, low: int) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def evidence_uri(db_name: str, target_id: str, scope: str, metric: str) -> str:
-    """Where a computed window's evidence (the spans that fed it) can be read."""
-    return (f"meritlens://{db_name}/spans?target_id={_quote(target_id)}&scope={_quote(scope)}"
-            f"&metric={metric}")
+def evidence_uri(db_name: str, target_id: str, scope: str, metric: str, *, sidecar=None,
+                 judge_model: str | None = None) -> str:
+    """Where a window's evidence can be read: the spans that fed it, plus the sidecar file and the
+    judge model of an evaluated metric."""
+    uri = (f"meritlens://{_quote(db_name)}/spans?target_id={_quote(target_id)}&scope={_quote(scope)}"
+           f"&metric={_quote(metric)}")
+    if sidecar is not None:
+        uri += f"&sidecar={_quote(str(sidecar))}"
+    if judge_model is not None:
+        uri += f"&judge={_quote(judge_model)}"
+    return uri
 
 
 def _quote(text: str) -> str:

@@ -166,27 +166,24 @@ class SpanStore:
             before = None
             if keys:
                 try:
-                    before = self._closure(table)
+                    before = self._closure(table, hashes)
                 except Exception:  # noqa: BLE001 - the spans must still be stored
                     log.exception("reading the stored spans a batch touches failed; windows rebuilt instead")
             rebuild = set() if before is not None else targets
             con.register("_incoming", table)
             try:
                 # Spans and the windows they change commit together: one durable write per batch.
-                con.execute("BEGIN")
-                inserted = con.execute(f"INSERT OR IGNORE INTO {SPANS_TABLE} SELECT * FROM _incoming").fetchone()[0]
+                inserted = _begin_and_insert(con)
                 if keys and before is not None:
                     try:
-                        self._write_window_rows(self._apply_batch(table, before))
+                        self._write_window_rows(self._apply_batch(table, before, targets))
                     except StateMismatch as exc:
                         log.info("window state rebuilt from the spans: %s", exc)
                         rebuild = targets
                     except Exception:  # noqa: BLE001 - the spans must still be stored
                         log.exception("updating windows failed; storing the spans alone, windows rebuilt")
                         _rollback(con)
-                        con.execute("BEGIN")
-                        inserted = con.execute(
-                            f"INSERT OR IGNORE INTO {SPANS_TABLE} SELECT * FROM _incoming").fetchone()[0]
+                        inserted = _begin_and_insert(con)
                         rebuild = targets
                 con.execute("COMMIT")
             except BaseException:
@@ -195,7 +192,7 @@ class SpanStore:
                 raise
             finally:
                 con.unregister("_incoming")
-            self._keys.add(hashes)
+            self._keys.add(np.fromiter(hashes.values(), dtype=np.uint64, count=len(hashes)))
             if rebuild:
                 self._forget(rebuild)
                 try:
@@ -223,19 +220,19 @@ class SpanStore:
             self._book = WindowBook()
             self._evicted.clear()
             self._recency.clear()
-            self._rebuild(None)
-            return len(self._book.keys) + sum(1 for _ in self._evicted)
+            return len(self._rebuild(None))
 
     # --- the window processor ------------------------------------------------------------------------
-    def _closure(self, table: pa.Table) -> pa.Table:
+    def _closure(self, table: pa.Table, hashes: dict[str, int]) -> pa.Table:
         """The stored spans (before this batch) of every task and trace the batch's application
-        spans touch, closed over: all spans of every task and of every trace in it."""
+        spans touch, closed over: all spans of every task and of every trace in it. ``hashes``
+        holds the key filter's hash of every trace and task id of the batch."""
         app = _application_rows(table)
-        wanted = set(app.column("trace_id").to_pylist()) | {
-            k for k in pc.coalesce(app.column("task_id"), app.column("trace_id")).to_pylist()
-        }
-        candidates = _maybe_seen(self._con, self._keys, wanted)
-        fetched = _empty_like(table)
+        wanted = sorted(set(app.column("trace_id").to_pylist())
+                        | set(pc.coalesce(app.column("task_id"), app.column("trace_id")).to_pylist()))
+        maybe = self._keys.may_contain(np.array([hashes[k] for k in wanted], dtype=np.uint64))
+        candidates = {k for k, m in zip(wanted, maybe.tolist()) if m}
+        fetched = table.schema.empty_table()
         seen_keys: set[str] = set()
         while candidates - seen_keys:
             todo = candidates - seen_keys
@@ -275,11 +272,11 @@ class SpanStore:
                 f" UNION SELECT * FROM {SPANS_TABLE} WHERE task_id IN ({marks})", params=chunk + chunk).to_arrow_table())
         return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
 
-    def _apply_batch(self, table: pa.Table, before: pa.Table) -> set[tuple[str, str]]:
-        """Apply the batch's delta to the window state (inside the batch's transaction); return
-        the keys whose rows must be written. Raises StateMismatch when the state cannot follow."""
+    def _apply_batch(self, table: pa.Table, before: pa.Table, targets: set[str]) -> set[tuple[str, str]]:
+        """Apply the batch's delta to the window state of ``targets`` (inside the batch's
+        transaction); return the keys whose rows must be written. Raises StateMismatch when the
+        state cannot follow."""
         after = _first_of_each_span(pa.concat_tables([before, table]))  # stored rows win over retries
-        targets = {k[0] for k in touched_keys(table)}
         evicted = targets & self._evicted
         rebuilt = self._rebuild_state(evicted) if evicted else set()
         removed, added = self._delta(before, after)
@@ -320,9 +317,12 @@ class SpanStore:
             con.unregister("_new")
         return only_old, only_new
 
-    def _rebuild(self, targets: set[str] | None) -> None:
-        """Window state and rows of ``targets`` (None: all) recomputed from every stored span."""
-        self._store_windows(self._rebuild_state(targets))
+    def _rebuild(self, targets: set[str] | None) -> set[tuple[str, str]]:
+        """Window state and rows of ``targets`` (None: all) recomputed from every stored span;
+        returns the (target, scope) keys."""
+        keys = self._rebuild_state(targets)
+        self._store_windows(keys)
+        return keys
 
     def _rebuild_state(self, targets: set[str] | None) -> set[tuple[str, str]]:
         """Window state of ``targets`` (None: all) recomputed from every stored span; returns its keys."""
@@ -533,32 +533,24 @@ def _conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.table(columns, schema=schema)
 
 
-def _empty_like(table: pa.Table) -> pa.Table:
-    return table.schema.empty_table()
-
-
-def _key_hashes(con: duckdb.DuckDBPyConnection, table: pa.Table) -> np.ndarray:
-    """DuckDB's hash of every trace_id and non-NULL task_id of ``table`` (the key filter's input)."""
+def _key_hashes(con: duckdb.DuckDBPyConnection, table: pa.Table) -> dict[str, int]:
+    """DuckDB's hash (the key filter's input) of every distinct trace_id and task_id of ``table``."""
     keys = pa.table({"k": pa.concat_arrays([
         table.column("trace_id").combine_chunks(), table.column("task_id").drop_null().combine_chunks()
     ])})
     cursor = con.cursor()
     try:
         cursor.register("_k", keys)
-        return cursor.sql("SELECT hash(k) FROM _k").to_arrow_table().column(0).to_numpy(zero_copy_only=False)
+        rows = cursor.sql("SELECT DISTINCT k, hash(k) FROM _k").fetchall()
     finally:
         cursor.close()
+    return dict(rows)
 
 
-def _maybe_seen(con: duckdb.DuckDBPyConnection, keys_filter: KeyFilter, keys: set[str]) -> set[str]:
-    """The keys the filter may have seen (all keys it has seen, and a few it has not)."""
-    if not keys:
-        return set()
-    ordered = sorted(keys)
-    hashes = _key_hashes(con, pa.table({"trace_id": pa.array(ordered, pa.string()),
-                                        "task_id": pa.nulls(len(ordered), pa.string())}))
-    maybe = keys_filter.may_contain(hashes)
-    return {k for k, m in zip(ordered, maybe.tolist()) if m}
+def _begin_and_insert(con: duckdb.DuckDBPyConnection) -> int:
+    """Open the batch's transaction and insert the registered ``_incoming`` rows; returns how many were new."""
+    con.execute("BEGIN")
+    return con.execute(f"INSERT OR IGNORE INTO {SPANS_TABLE} SELECT * FROM _incoming").fetchone()[0]
 
 
 def _windows_table(windows: list) -> pa.Table:
