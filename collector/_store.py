@@ -79,16 +79,11 @@ class QueryResult:
 
 def touched_keys(table: pa.Table) -> set[tuple[str, str]]:
     """The (target_id, scope) window keys that a batch of span rows can change."""
-    keys: set[tuple[str, str]] = set()
-    targets = table.column("target_id").to_pylist()
-    roles = table.column("role").to_pylist()
-    assessments = table.column("assessment_id").to_pylist()
-    for target, role, assessment in zip(targets, roles, assessments):
-        if target is None or role != ROLE_APPLICATION:
-            continue
-        keys.add((target, SCOPE_ALL))
-        if assessment is not None:
-            keys.add((target, assessment))
+    app = _application_rows(table)
+    keys = {(target, SCOPE_ALL) for target in pc.unique(app.column("target_id")).to_pylist()}
+    assessed = app.filter(pc.is_valid(app.column("assessment_id")))
+    pairs = assessed.group_by(["target_id", "assessment_id"]).aggregate([])
+    keys |= set(zip(pairs.column("target_id").to_pylist(), pairs.column("assessment_id").to_pylist()))
     return keys
 
 
