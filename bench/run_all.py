@@ -43,10 +43,16 @@ def main() -> None:
                  "lost 0, ≤ 30% CPU, ≤ 200 MiB", f"achieved {sustained['spans_per_s']:,.0f} spans/s"))
 
     small, large = windows.run([20_000, 200_000], 10_000, 5, 8)
-    rows.append(("window update, write(10k) at 20k vs 200k stored",
-                 f"ratio median {large['median_s'] / small['median_s']:.2f}, mean {large['mean_s'] / small['mean_s']:.2f}",
+    rows.append(("window refresh after 10k new spans, 20k vs 200k stored",
+                 f"ratio median {large['refresh_median_s'] / small['refresh_median_s']:.2f}, "
+                 f"mean {large['refresh_mean_s'] / small['refresh_mean_s']:.2f}",
                  "≤ 1.5 (1M vs 10M)",
-                 f"median {small['median_s'] * 1000:.0f} vs {large['median_s'] * 1000:.0f} ms"))
+                 f"median {small['refresh_median_s'] * 1000:.0f} vs {large['refresh_median_s'] * 1000:.0f} ms"))
+    rows.append(("span append of 10k (insert + commit), 20k vs 200k stored",
+                 f"ratio median {large['append_median_s'] / small['append_median_s']:.2f}, "
+                 f"mean {large['append_mean_s'] / small['append_mean_s']:.2f}",
+                 "—",
+                 f"median {small['append_median_s'] * 1000:.0f} vs {large['append_median_s'] * 1000:.0f} ms"))
 
     q = queries.run(200_000, 20, 8)
     rows.append(("windows query, 200k stored", f"{q['windows_ms']:.2f} ms", "≤ 10 ms",

@@ -1,8 +1,11 @@
-"""The ingest pipeline: a bounded queue in front of the store's single writer thread.
+"""The ingest pipeline: a bounded queue in front of the store's single span writer thread, and
+the window updater thread behind it.
 
-Requests wait for their own batch to be committed (and its windows refreshed) before they are
-answered; batches that arrive while the writer is busy are written together. When the queue is
-full a request is refused at once (the receivers answer 503/UNAVAILABLE), never queued without bound.
+Requests wait for their own batch's spans to be committed before they are answered; batches that
+arrive while the writer is busy are written together. The windows follow in a second thread,
+which takes every batch committed since its last pass at once, so their fixed cost is shared by
+however many batches arrived meanwhile. When the queue is full a request is refused at once (the
+receivers answer 503/UNAVAILABLE), never queued without bound.
 """
 
 from __future__ import annotations
@@ -33,26 +36,61 @@ class _Pending:
     loop: asyncio.AbstractEventLoop
 
 
+class WindowUpdater:
+    """A thread that brings the store's windows up to date whenever spans are committed."""
+
+    def __init__(self, store: SpanStore):
+        self._store = store
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="meritlens-windows", daemon=True)
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        """Process what is committed, then stop."""
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join()
+        self._thread = None
+        self._store.update_windows()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if self._store.wait_for_spans(timeout=0.5):
+                try:
+                    self._store.update_windows()
+                except Exception:  # noqa: BLE001 - keep following; the next pass retries
+                    log.exception("updating the windows failed")
+                    self._stop.wait(1.0)
+
+
 class IngestPipeline:
-    """Serializes writes to a SpanStore; coalesces batches that arrive while a write is running."""
+    """Serializes span writes to a SpanStore, coalescing batches that arrive while a write is
+    running; a `WindowUpdater` keeps the windows following the committed spans."""
 
     def __init__(self, store: SpanStore, *, max_pending_batches: int = 64, max_coalesced_rows: int = 50_000):
         self._store = store
         self._queue: queue.Queue = queue.Queue(maxsize=max_pending_batches)
         self._max_coalesced_rows = max_coalesced_rows
         self._thread: threading.Thread | None = None
+        self._windows = WindowUpdater(store)
 
     def start(self) -> None:
+        self._windows.start()
         self._thread = threading.Thread(target=self._run, name="meritlens-writer", daemon=True)
         self._thread.start()
 
     def shutdown(self) -> None:
-        """Write everything already accepted, then stop the writer."""
+        """Write everything already accepted, bring the windows up to date, then stop both threads."""
         if self._thread is None:
             return
         self._queue.put(_STOP)
         self._thread.join()
         self._thread = None
+        self._windows.shutdown()
 
     async def submit(self, table: pa.Table) -> None:
         """Queue a batch and wait until it is committed; raise Overloaded when the queue is full."""
@@ -87,7 +125,7 @@ class IngestPipeline:
     def _write(self, group: list[_Pending]) -> None:
         try:
             table = pa.concat_tables([p.table for p in group]) if len(group) > 1 else group[0].table
-            result = self._store.write(table)
+            result = self._store.append(table)
         except BaseException as exc:  # noqa: BLE001 - every waiter must hear about it
             log.exception("writing a batch of %d requests failed", len(group))
             for p in group:

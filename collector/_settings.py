@@ -43,6 +43,10 @@ DEFAULT_MAX_SPANS_PER_REQUEST = 50_000
 DEFAULT_MAX_INFLIGHT_BYTES = 128 * 1024 * 1024
 DEFAULT_WINDOW_MEMORY_BYTES = 256 * 1024 * 1024
 """Window processor state kept in memory; beyond it, least recently written targets are rebuilt on demand."""
+DEFAULT_WINDOW_LAG_ROWS = 50_000
+"""Committed span rows that may wait for the window processor; appends wait beyond it (bounds memory)."""
+DEFAULT_QUERY_WAIT_S = 10.0
+"""How long a query waits for the windows to include the spans committed before it."""
 DEFAULT_KEY_FILTER_BYTES = 8 * 1024 * 1024
 """Size of the filter of seen trace/task keys (fixed; more keys only cost more index lookups)."""
 DEFAULT_DB_MEMORY_BYTES = 512 * 1024 * 1024

@@ -17,6 +17,7 @@ import datetime as _dt
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass
 
 import duckdb
@@ -36,7 +37,12 @@ from meritlens.analytics._schema import (
 from meritlens.analytics._views import STORE_DDL
 from meritlens.analytics._windows import EVIDENCE_MEDIA_TYPE, SCOPE_ALL, sample_rows_sql
 from meritlens.collector._keyfilter import KeyFilter
-from meritlens.collector._settings import DEFAULT_KEY_FILTER_BYTES, DEFAULT_WINDOW_MEMORY_BYTES
+from meritlens.collector._settings import (
+    DEFAULT_KEY_FILTER_BYTES,
+    DEFAULT_QUERY_WAIT_S,
+    DEFAULT_WINDOW_LAG_ROWS,
+    DEFAULT_WINDOW_MEMORY_BYTES,
+)
 from meritlens.collector._sqlguard import check_read_only, run_read_only
 from meritlens.instrumentation.conventions import ROLE_APPLICATION
 
@@ -94,15 +100,41 @@ class SpanStore:
     ``key_filter_bytes`` and ``window_memory_bytes`` bound the memory of the window processor:
     the filter of seen trace/task keys has that fixed size (more keys only cost more lookups),
     and window state beyond the budget is dropped, least recently used first, and rebuilt from
-    the spans when its target is written to again."""
+    the spans when its target is written to again.
+
+    Spans and windows are written by two paths: `append` commits spans (the receivers answer
+    then), and `update_windows` brings the windows up to date with every committed batch at
+    once — a `WindowUpdater` thread runs it in the collector; `write` does both in turn. At most
+    ``window_lag_rows`` committed rows wait for the windows (appends wait beyond that), and
+    queries wait up to ``query_wait_s`` for the windows to include what was committed before
+    them, so a query after an acknowledged export sees its spans in the windows."""
 
     def __init__(self, path: str, *, read_only: bool = False, key_filter_bytes: int = DEFAULT_KEY_FILTER_BYTES,
-                 window_memory_bytes: int = DEFAULT_WINDOW_MEMORY_BYTES, db_memory_bytes: int | None = None):
+                 window_memory_bytes: int = DEFAULT_WINDOW_MEMORY_BYTES, db_memory_bytes: int | None = None,
+                 window_lag_rows: int = DEFAULT_WINDOW_LAG_ROWS, query_wait_s: float = DEFAULT_QUERY_WAIT_S):
         self.path = path
         self._db_memory_bytes = db_memory_bytes
         self.read_only = read_only
         self._con: duckdb.DuckDBPyConnection | None = None
-        self._write_lock = threading.Lock()
+        self._span_lock = threading.Lock()
+        """Serializes span inserts (on ``_span_cursor``)."""
+        self._span_cursor: duckdb.DuckDBPyConnection | None = None
+        self._window_lock = threading.RLock()
+        """Serializes the window processor and the other writers (on ``_con``)."""
+        self._changed = threading.Condition()
+        """Guards the queue of committed batches the windows do not include yet."""
+        self._pending: list[_Stored] = []
+        self._pending_rows = 0
+        self._window_lag_rows = window_lag_rows
+        self._query_wait_s = query_wait_s
+        self._stored = 0
+        """Batches committed since start."""
+        self._windowed = 0
+        """Of those, the batches the windows include (they are processed in commit order)."""
+        self._windowed_us = 0
+        """The windows include every span committed up to this time (µs since the epoch)."""
+        self._last_received_us = 0
+        self._closing = False
         self._reader: duckdb.DuckDBPyConnection | None = None
         self._reader_lock = threading.Lock()
         self._keys = KeyFilter(key_filter_bytes)
@@ -128,9 +160,20 @@ class SpanStore:
                 self._con.execute(statement)
         self._con.execute("SET lock_configuration = true")
         self._reader = self._con.cursor()
+        if not self.read_only:
+            self._span_cursor = self._con.cursor()
+            last = self._con.execute(f"SELECT max(epoch_us(received_at)) FROM {SPANS_TABLE}").fetchall()[0][0]
+            self._last_received_us = self._windowed_us = int(last or 0)
 
     def shutdown(self) -> None:
         if self._con is not None:
+            self.close_queue()
+            if not self.read_only:
+                try:
+                    self.update_windows()
+                except Exception:  # noqa: BLE001 - the spans are stored; windows are rebuilt at the next start
+                    log.exception("updating the windows at shutdown failed")
+                self._span_cursor.close()
             self._reader.close()
             if not self.read_only:
                 try:
@@ -142,70 +185,142 @@ class SpanStore:
 
     # --- writing ---------------------------------------------------------------------------------
     def write(self, table: pa.Table, *, refresh_windows: bool = True) -> WriteResult:
-        """Insert span rows, ignoring any (trace_id, span_id) already stored; commit; then update
-        the windows the new rows change. Returns once both are durable.
+        """Insert span rows, ignoring any (trace_id, span_id) already stored, and update the
+        windows the new rows change. Returns once both are durable.
 
         A bulk loader may pass ``refresh_windows=False`` and call `refresh_all_windows` (or
         `refresh_windows` with the keys it touched) once at the end."""
-        received_at = pa.array(
-            [_dt.datetime.now(_dt.timezone.utc)] * table.num_rows, type=pa.timestamp("us", tz="UTC")
-        )
-        table = table.append_column("received_at", received_at).select(list(SPAN_COLUMN_NAMES))
+        result = self.append(table, follow=refresh_windows, wait=False)
+        self.update_windows()
+        return result
+
+    def append(self, table: pa.Table, *, follow: bool = True, wait: bool = True) -> WriteResult:
+        """Insert span rows, ignoring any (trace_id, span_id) already stored, and commit. The
+        windows follow: the batch is queued for `update_windows` (run by a `WindowUpdater`
+        thread, or by the caller). With ``wait``, first wait while more than the window lag
+        budget of rows is queued, so memory stays bounded when the windows fall behind.
+
+        ``follow=False`` (bulk loads) leaves the windows as they are; rebuild them afterwards."""
+        if self._span_cursor is None:
+            raise RuntimeError("the store is not started, or was opened read-only")
         received = table.num_rows
-        table = _first_of_each_span(table)
-        with self._write_lock:
-            con = self._con
-            keys = touched_keys(table) if refresh_windows else set()
-            targets = {k[0] for k in keys}
-            hashes = _key_hashes(con, table)
-            before = None
-            if keys:
-                try:
-                    before = self._closure(table, hashes)
-                except Exception:  # noqa: BLE001 - the spans must still be stored
-                    log.exception("reading the stored spans a batch touches failed; windows rebuilt instead")
-            rebuild = set() if before is not None else targets
-            con.register("_incoming", table)
+        with self._span_lock:
+            if wait:
+                with self._changed:
+                    while self._pending_rows > self._window_lag_rows and not self._closing:
+                        self._changed.wait(1.0)
+            received_us = self._next_received_us()
+            received_at = pa.array(np.full(received, received_us, dtype=np.int64)).cast(
+                pa.timestamp("us")).cast(pa.timestamp("us", tz="UTC"))
+            table = table.append_column("received_at", received_at).select(list(SPAN_COLUMN_NAMES))
+            table = _first_of_each_span(table)
+            cursor = self._span_cursor
+            cursor.register("_incoming", table)
             try:
-                # Spans and the windows they change commit together: one durable write per batch.
-                inserted = _begin_and_insert(con)
-                if keys and before is not None:
-                    try:
-                        self._write_window_rows(self._apply_batch(table, before, targets))
-                    except StateMismatch as exc:
-                        log.info("window state rebuilt from the spans: %s", exc)
-                        rebuild = targets
-                    except Exception:  # noqa: BLE001 - the spans must still be stored
-                        log.exception("updating windows failed; storing the spans alone, windows rebuilt")
-                        _rollback(con)
-                        inserted = _begin_and_insert(con)
-                        rebuild = targets
-                con.execute("COMMIT")
-            except BaseException:
-                _rollback(con)
-                self._forget(targets)  # the state may hold what was rolled back
-                raise
+                inserted = cursor.execute(f"INSERT OR IGNORE INTO {SPANS_TABLE} SELECT * FROM _incoming").fetchall()[0][0]
             finally:
-                con.unregister("_incoming")
-            self._keys.add(np.fromiter(hashes.values(), dtype=np.uint64, count=len(hashes)))
-            if rebuild:
-                self._forget(rebuild)
-                try:
-                    self._rebuild(rebuild)
-                except Exception:  # noqa: BLE001 - the spans are stored; the windows follow later
-                    log.exception("rebuilding the windows of %s failed; retried on their next batch", sorted(rebuild))
+                cursor.unregister("_incoming")
+            with self._changed:
+                self._pending.append(_Stored(table, received_us, follow))
+                self._pending_rows += table.num_rows
+                self._stored += 1
+                self._changed.notify_all()
         return WriteResult(received=received, inserted=int(inserted))
+
+    def update_windows(self) -> int:
+        """Bring the windows up to date with every span committed so far: the queued batches are
+        processed together. Returns how many batches were processed."""
+        with self._window_lock:
+            with self._changed:
+                group = list(self._pending)
+            if not group:
+                return 0
+            until_us = group[-1].received_us
+            bulk = [s.table for s in group if not s.follow and s.table.num_rows]
+            if bulk:  # their windows are rebuilt by the loader; later batches must find their keys
+                self._keys.add(_hash_array(_key_hashes(self._con, _concat(bulk))))
+            followed = [s.table for s in group if s.follow and s.table.num_rows]
+            if followed:
+                self._follow(_concat(followed), until_us)
+            self._mark_processed(group, until_us)
+            return len(group)
+
+    def wait_for_spans(self, timeout: float | None = None) -> bool:
+        """Block until spans are queued for the windows (True) or ``timeout`` passes (False)."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self._pending or self._closing, timeout) and bool(self._pending)
+
+    def wait_for_windows(self, timeout: float | None = None) -> bool:
+        """Block until the windows include every span committed before this call; False on timeout."""
+        with self._changed:
+            target = self._stored
+            return self._changed.wait_for(lambda: self._windowed >= target, timeout)
+
+    def close_queue(self) -> None:
+        """Wake every waiter: a shutdown is under way (writers stop waiting for the window lag)."""
+        with self._changed:
+            self._closing = True
+            self._changed.notify_all()
+
+    def _follow(self, table: pa.Table, until_us: int) -> None:
+        """Apply the stored rows of ``table`` (the batches committed after the windows' watermark,
+        up to ``until_us``) to the windows, in one transaction of window rows."""
+        con = self._con
+        keys = touched_keys(table)
+        targets = {k[0] for k in keys}
+        hashes = _key_hashes(con, table)
+        rebuild: set[str] = set()
+        if keys:
+            try:
+                closure = self._closure(table, hashes, until_us)
+            except Exception:  # noqa: BLE001 - the windows are rebuilt instead
+                log.exception("reading the stored spans a batch touches failed; windows rebuilt instead")
+                closure, rebuild = None, targets
+            if closure is not None:
+                con.execute("BEGIN")
+                try:
+                    self._write_window_rows(self._apply_batch(table, closure, targets, until_us))
+                    con.execute("COMMIT")
+                except StateMismatch as exc:
+                    _rollback(con)
+                    log.info("window state rebuilt from the spans: %s", exc)
+                    rebuild = targets
+                except Exception:  # noqa: BLE001 - the spans are stored; the windows are rebuilt
+                    _rollback(con)
+                    log.exception("updating windows failed; windows rebuilt from the spans")
+                    rebuild = targets
+                except BaseException:
+                    _rollback(con)
+                    self._forget(targets)  # the state may hold what was rolled back
+                    raise
+        self._keys.add(_hash_array(hashes))
+        if rebuild:
+            self._forget(rebuild)
+            try:
+                self._rebuild(rebuild, until_us)
+            except Exception:  # noqa: BLE001 - the spans are stored; the windows follow later
+                log.exception("rebuilding the windows of %s failed; retried on their next batch", sorted(rebuild))
+
+    def _next_received_us(self) -> int:
+        """A commit time in µs, later than every earlier batch's: the windows' watermark orders batches by it."""
+        us = time.time_ns() // 1000
+        self._last_received_us = max(us, self._last_received_us + 1)
+        return self._last_received_us
 
     def refresh_windows(self, keys: set[tuple[str, str]]) -> None:
         """Recompute, from every stored span, the windows of the targets of the given (target_id, scope) keys."""
         if keys:
-            with self._write_lock:
-                self._rebuild({k[0] for k in keys})
+            self.update_windows()
+            with self._window_lock:
+                self._rebuild({k[0] for k in keys}, self._windowed_us)
 
     def refresh_all_windows(self) -> int:
         """Recompute every window from the stored spans (at start-up: windows equal a from-scratch
         run); fills the key filter. Returns the number of (target, scope) keys."""
-        with self._write_lock:
+        with self._window_lock:
+            with self._changed:
+                group = list(self._pending)
+            until_us = max(self._windowed_us, group[-1].received_us if group else 0)
             self._keys.clear()
             for batch in self._con.sql(
                 f"SELECT hash(trace_id) AS h FROM {SPANS_TABLE}"
@@ -215,13 +330,24 @@ class SpanStore:
             self._book = WindowBook()
             self._evicted.clear()
             self._recency.clear()
-            return len(self._rebuild(None))
+            rebuilt = len(self._rebuild(None, until_us))
+            self._mark_processed(group, until_us)
+            return rebuilt
+
+    def _mark_processed(self, group: list["_Stored"], until_us: int) -> None:
+        with self._changed:
+            del self._pending[:len(group)]
+            self._pending_rows -= sum(s.table.num_rows for s in group)
+            self._windowed_us = max(self._windowed_us, until_us)
+            self._windowed += len(group)
+            self._changed.notify_all()
 
     # --- the window processor ------------------------------------------------------------------------
-    def _closure(self, table: pa.Table, hashes: dict[str, int]) -> pa.Table:
-        """The stored spans (before this batch) of every task and trace the batch's application
-        spans touch, closed over: all spans of every task and of every trace in it. ``hashes``
-        holds the key filter's hash of every trace and task id of the batch."""
+    def _closure(self, table: pa.Table, hashes: dict[str, int], until_us: int) -> pa.Table:
+        """The stored spans (committed up to ``until_us``, the batch's own included) of every task
+        and trace the batch's application spans touch, closed over: all spans of every task and of
+        every trace in it. ``hashes`` holds the key filter's hash of every trace and task id of
+        the batch; keys the filter has not seen have no stored rows outside the batch."""
         app = _application_rows(table)
         wanted = sorted(set(app.column("trace_id").to_pylist())
                         | set(pc.coalesce(app.column("task_id"), app.column("trace_id")).to_pylist()))
@@ -232,7 +358,7 @@ class SpanStore:
         while candidates - seen_keys:
             todo = candidates - seen_keys
             seen_keys |= todo
-            rows = self._lookup(todo)
+            rows = self._lookup(todo, until_us)
             if rows.num_rows == 0:
                 continue
             rows = _conform(rows, table.schema)
@@ -243,8 +369,8 @@ class SpanStore:
             candidates |= found
         return _first_of_each_span(fetched)
 
-    def _lookup(self, keys: set[str]) -> pa.Table:
-        """Stored spans whose trace_id or task_id is one of ``keys``."""
+    def _lookup(self, keys: set[str], until_us: int) -> pa.Table:
+        """Stored spans, committed up to ``until_us``, whose trace_id or task_id is one of ``keys``."""
         con = self._con
         keys = sorted(keys)
         if len(keys) > _MAX_LOOKUPS:
@@ -252,8 +378,8 @@ class SpanStore:
             con.register("_keys", pa.table({"k": keys}))
             try:
                 return con.sql(
-                    f"SELECT * FROM {SPANS_TABLE} WHERE trace_id IN (SELECT k FROM _keys)"
-                    " OR task_id IN (SELECT k FROM _keys)").to_arrow_table()
+                    f"SELECT * FROM {SPANS_TABLE} WHERE (trace_id IN (SELECT k FROM _keys)"
+                    f" OR task_id IN (SELECT k FROM _keys)) AND epoch_us(received_at) <= {int(until_us)}").to_arrow_table()
             finally:
                 con.unregister("_keys")
         self.stats["closure_lookups"] += 1
@@ -263,17 +389,20 @@ class SpanStore:
             # Constant IN-lists are answered from the indexes; UNION keeps a span matching both once.
             marks = ", ".join("?" for _ in chunk)
             parts.append(con.sql(
-                f"SELECT * FROM {SPANS_TABLE} WHERE trace_id IN ({marks})"
-                f" UNION SELECT * FROM {SPANS_TABLE} WHERE task_id IN ({marks})", params=chunk + chunk).to_arrow_table())
+                f"SELECT * FROM (SELECT * FROM {SPANS_TABLE} WHERE trace_id IN ({marks})"
+                f" UNION SELECT * FROM {SPANS_TABLE} WHERE task_id IN ({marks}))"
+                f" WHERE epoch_us(received_at) <= {int(until_us)}", params=chunk + chunk).to_arrow_table())
         return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
 
-    def _apply_batch(self, table: pa.Table, before: pa.Table, targets: set[str]) -> set[tuple[str, str]]:
-        """Apply the batch's delta to the window state of ``targets`` (inside the batch's
-        transaction); return the keys whose rows must be written. Raises StateMismatch when the
-        state cannot follow."""
-        after = _first_of_each_span(pa.concat_tables([before, table]))  # stored rows win over retries
+    def _apply_batch(self, table: pa.Table, closure: pa.Table, targets: set[str], until_us: int) -> set[tuple[str, str]]:
+        """Apply the delta of ``table`` (the batches committed after the watermark, up to
+        ``until_us``) to the window state of ``targets``, given the closure's stored rows; return
+        the keys whose rows must be written. Raises StateMismatch when the state cannot follow."""
+        committed_us = pc.cast(closure.column("received_at"), pa.int64())
+        before = closure.filter(pc.less_equal(committed_us, self._windowed_us))
+        after = _first_of_each_span(pa.concat_tables([closure, table]))  # stored rows win over retries
         evicted = targets & self._evicted
-        rebuilt = self._rebuild_state(evicted) if evicted else set()
+        rebuilt = self._rebuild_state(evicted, until_us) if evicted else set()
         removed, added = self._delta(before, after)
         skip = {key for key in self._book.keys if key[0] in evicted}
         return rebuilt | self._book.apply_delta(removed, added, skip_keys=skip)
@@ -312,23 +441,25 @@ class SpanStore:
             con.unregister("_new")
         return only_old, only_new
 
-    def _rebuild(self, targets: set[str] | None) -> set[tuple[str, str]]:
-        """Window state and rows of ``targets`` (None: all) recomputed from every stored span;
-        returns the (target, scope) keys."""
-        keys = self._rebuild_state(targets)
+    def _rebuild(self, targets: set[str] | None, until_us: int) -> set[tuple[str, str]]:
+        """Window state and rows of ``targets`` (None: all) recomputed from every span committed
+        up to ``until_us``; returns the (target, scope) keys."""
+        keys = self._rebuild_state(targets, until_us)
         self._store_windows(keys)
         return keys
 
-    def _rebuild_state(self, targets: set[str] | None) -> set[tuple[str, str]]:
-        """Window state of ``targets`` (None: all) recomputed from every stored span; returns its keys."""
+    def _rebuild_state(self, targets: set[str] | None, until_us: int) -> set[tuple[str, str]]:
+        """Window state of ``targets`` (None: all) recomputed from every span committed up to
+        ``until_us``; returns its keys."""
         con = self._con
         self.stats["rebuilds"] += 1
+        committed = f"epoch_us(received_at) <= {int(until_us)}"
         if targets is None:
-            source = SPANS_TABLE
+            source = f"(SELECT * FROM {SPANS_TABLE} WHERE {committed})"
         else:
             con.register("_targets", pa.table({"t": sorted(targets)}))
-            source = (f"(SELECT * FROM {SPANS_TABLE} WHERE trace_id IN (SELECT trace_id FROM {SPANS_TABLE}"
-                      f" WHERE target_id IN (SELECT t FROM _targets)))")
+            source = (f"(SELECT * FROM {SPANS_TABLE} WHERE {committed} AND trace_id IN (SELECT trace_id"
+                      f" FROM {SPANS_TABLE} WHERE target_id IN (SELECT t FROM _targets)))")
         keys: set[tuple[str, str]] = set()
         try:
             for key in list(self._book.keys):
@@ -404,7 +535,7 @@ class SpanStore:
         ``create`` when the experiment exists."""
         from meritlens.analytics._experiments import save_manifest
 
-        with self._write_lock:
+        with self._window_lock:
             con = self._con
 
             def query(sql: str) -> QueryResult:
@@ -422,15 +553,16 @@ class SpanStore:
 
     def record_coverage(self, report: CoverageReport) -> None:
         """Append a readiness check to `coverage_checks` (the `coverage` view shows the latest)."""
-        with self._write_lock:
+        with self._window_lock:
             self._con.execute(record_coverage_sql(), coverage_row(report))
+
     def write_windows(self, windows: list) -> int:
         """Insert or replace evaluated windows (`meritlens.analytics.Window`) by (target_id, metric,
         scope), all in one transaction; return how many were written."""
         if not windows:
             return 0
         rows = [[getattr(w, name) for name in WINDOW_COLUMN_NAMES] for w in windows]
-        with self._write_lock:
+        with self._window_lock:
             con = self._con
             con.execute("BEGIN")
             try:
@@ -448,7 +580,9 @@ class SpanStore:
     # --- reading ---------------------------------------------------------------------------------
     def query(self, sql: str, *, max_rows: int | None = None, timeout_s: float | None = None) -> QueryResult:
         """Run one read-only statement (see `_sqlguard`); raise ValueError naming what was refused,
-        QueryTimeout when it ran past ``timeout_s``; keep at most ``max_rows`` rows."""
+        QueryTimeout when it ran past ``timeout_s``; keep at most ``max_rows`` rows. Waits (up to
+        ``query_wait_s``) until the windows include every span committed before the call."""
+        self._wait_before_query()
         with self._reader_lock:
             cursor = self._reader.cursor()
         try:
@@ -462,6 +596,7 @@ class SpanStore:
 
         Use as a context manager; the reader's batches hold at most ``batch_rows`` rows."""
         check_read_only(sql)
+        self._wait_before_query()
         with self._reader_lock:
             cursor = self._reader.cursor()
         try:
@@ -471,6 +606,12 @@ class SpanStore:
             cursor.close()
             raise
         return ArrowQuery(reader, cursor)
+
+
+    def _wait_before_query(self) -> None:
+        if not self.wait_for_windows(self._query_wait_s):
+            log.warning("the windows are more than %.0f s behind the stored spans; answering with them as they are",
+                        self._query_wait_s)
 
 
 class ArrowQuery:
@@ -542,10 +683,23 @@ def _key_hashes(con: duckdb.DuckDBPyConnection, table: pa.Table) -> dict[str, in
     return dict(rows)
 
 
-def _begin_and_insert(con: duckdb.DuckDBPyConnection) -> int:
-    """Open the batch's transaction and insert the registered ``_incoming`` rows; returns how many were new."""
-    con.execute("BEGIN")
-    return con.execute(f"INSERT OR IGNORE INTO {SPANS_TABLE} SELECT * FROM _incoming").fetchone()[0]
+def _hash_array(hashes: dict[str, int]) -> np.ndarray:
+    return np.fromiter(hashes.values(), dtype=np.uint64, count=len(hashes))
+
+
+def _concat(tables: list[pa.Table]) -> pa.Table:
+    return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """A committed batch whose rows the windows do not include yet."""
+
+    table: pa.Table
+    received_us: int
+    """Its commit time (µs since the epoch), later than every earlier batch's."""
+    follow: bool
+    """False for bulk loads: only the key filter learns their keys; their windows are rebuilt."""
 
 
 def _windows_table(windows: list) -> pa.Table:

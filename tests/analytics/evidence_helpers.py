@@ -83,14 +83,19 @@ def meritlens(*args: str) -> subprocess.CompletedProcess:
 
 
 # --- writing straight into a store (for the property test) ---------------------------------------
-def store_spans(store, spans: list[Span]) -> None:
-    """Decode and normalize ``spans`` exactly as the receiver does, then write them to ``store``."""
+def span_rows(spans: list[Span]):
+    """``spans`` decoded and normalized exactly as the receiver does: an Arrow table of span rows."""
     from meritlens.collector._normalize import normalize
     from meritlens.collector._otlp import PROTOBUF, decode
 
     batch = normalize(decode(export_body(spans), PROTOBUF).request)
     assert not batch.refused, batch.refused
-    store.write(batch.to_arrow())
+    return batch.to_arrow()
+
+
+def store_spans(store, spans: list[Span]) -> None:
+    """Write ``spans`` to ``store`` as the receiver would (spans and their windows)."""
+    store.write(span_rows(spans))
 
 
 # --- a task-level description of spans, with its own (Python) expected values ----------------------

@@ -22,7 +22,7 @@ from meritlens.analytics._accumulate import Multiset, StateMismatch, exact_sum, 
 from meritlens.collector._keyfilter import KeyFilter
 from meritlens.collector._store import SpanStore
 from meritlens.instrumentation import conventions as c
-from tests.analytics.evidence_helpers import Ids, S, Span, T0, store_spans
+from tests.analytics.evidence_helpers import Ids, S, Span, T0, span_rows, store_spans
 
 _COLUMNS = ("target_id", "metric", "scope", "aggregation", "value", "unit", "sample_count", "state", "count",
             "mean", "min", "max", "p50", "p90", "p95", "p99", "first_span_time", "last_span_time",
@@ -83,8 +83,10 @@ def _random_spans(seed: int) -> list[Span]:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 10**6), batches=st.integers(1, 6), resend=st.booleans())
-def test_incremental_windows_equal_a_rebuild_from_scratch(tmp_path_factory, seed, batches, resend):
+@given(seed=st.integers(0, 10**6), batches=st.integers(1, 6), resend=st.booleans(), coalesce=st.booleans())
+def test_incremental_windows_equal_a_rebuild_from_scratch(tmp_path_factory, seed, batches, resend, coalesce):
+    """``coalesce``: spans are committed batch by batch and the windows follow in passes that
+    take several committed batches at once, as the collector's window thread does."""
     spans = _random_spans(seed)
     rng = random.Random(seed + 1)
     order = spans[:]
@@ -102,7 +104,13 @@ def test_incremental_windows_equal_a_rebuild_from_scratch(tmp_path_factory, seed
     at_once.start()
     try:
         for part in parts:
-            store_spans(incremental, part)
+            if coalesce:
+                incremental.append(span_rows(part))
+                if rng.random() < 0.4:
+                    incremental.update_windows()
+            else:
+                store_spans(incremental, part)
+        incremental.update_windows()
         store_spans(at_once, spans)
         got = _windows(incremental)
         assert got, "the spans define windows"
@@ -213,3 +221,69 @@ def test_a_batch_keeps_the_first_copy_of_each_span():
     table = pa.table({"trace_id": ["t1", "t2", "t1", "t3", "t2"], "span_id": ["a", "b", "a", "c", "b"],
                       "n": [0, 1, 2, 3, 4]})
     assert _first_of_each_span(table).column("n").to_pylist() == [0, 1, 3]
+
+
+def _one_call(ids: Ids, tokens: int, target: str = "bot") -> list[Span]:
+    return [Span(ids.trace(), ids.span(), "chat", T0, T0 + S, {
+        c.TARGET_ID: target, c.GEN_AI_OPERATION_NAME: c.OP_CHAT, c.GEN_AI_USAGE_INPUT_TOKENS: tokens})]
+
+
+def test_windows_follow_in_their_own_thread_and_queries_see_every_committed_span(tmp_path):
+    from meritlens.collector._pipeline import WindowUpdater
+
+    store = SpanStore(str(tmp_path / "s.duckdb"))
+    store.start()
+    updater = WindowUpdater(store)
+    updater.start()
+    try:
+        ids = Ids(11)
+        total = 0
+        for i in range(30):
+            store.append(span_rows(_one_call(ids, i + 1)))
+            total += i + 1
+            # the query waits for the window thread to include every span committed before it
+            assert store.query("select value, sample_count from windows where metric = 'input_tokens'").rows == [
+                (float(total), i + 1)]
+        assert store.stats["rebuilds"] == 0
+    finally:
+        updater.shutdown()
+        store.shutdown()
+
+
+def test_appends_wait_while_too_many_rows_wait_for_the_windows(tmp_path):
+    import threading
+
+    store = SpanStore(str(tmp_path / "s.duckdb"), window_lag_rows=1)
+    store.start()
+    try:
+        ids = Ids(12)
+        store.append(span_rows(_one_call(ids, 5)))
+        store.append(span_rows(_one_call(ids, 6)))  # 2 rows wait now: over the budget of 1
+        done = threading.Event()
+        third = threading.Thread(target=lambda: (store.append(span_rows(_one_call(ids, 7))), done.set()))
+        third.start()
+        assert not done.wait(0.5), "the append went on while the windows were over their lag budget"
+        assert store.update_windows() == 2
+        assert done.wait(10), "the append did not resume once the windows caught up"
+        third.join()
+        store.update_windows()
+        assert store.query("select value from windows where metric = 'input_tokens'").rows == [(18.0,)]
+    finally:
+        store.shutdown()
+
+
+def test_spans_committed_before_shutdown_reach_the_windows_and_survive_a_restart(tmp_path):
+    path = str(tmp_path / "s.duckdb")
+    store = SpanStore(path)
+    store.start()
+    ids = Ids(13)
+    store.append(span_rows(_one_call(ids, 9)))
+    store.append(span_rows(_one_call(ids, 4)))
+    store.shutdown()  # no window thread ran: shutdown brings the windows up to date first
+    reopened = SpanStore(path, read_only=True)
+    reopened.start()
+    try:
+        assert reopened.query("select value, sample_count from windows where metric = 'input_tokens'").rows == [
+            (13.0, 2)]
+    finally:
+        reopened.shutdown()
