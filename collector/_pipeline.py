@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from meritlens.collector._settings import DEFAULT_WINDOW_GATHER_S
 from meritlens.collector._store import SpanStore
 
 log = logging.getLogger("meritlens.collector.pipeline")
@@ -37,10 +38,14 @@ class _Pending:
 
 
 class WindowUpdater:
-    """A thread that brings the store's windows up to date whenever spans are committed."""
+    """A thread that brings the store's windows up to date whenever spans are committed.
 
-    def __init__(self, store: SpanStore):
+    After the first batch of a pass is committed, it lets more gather for up to ``gather_s``
+    (a pass costs a fixed ~20-40 ms whatever its size), unless a query is waiting for them."""
+
+    def __init__(self, store: SpanStore, *, gather_s: float = DEFAULT_WINDOW_GATHER_S):
         self._store = store
+        self._gather_s = gather_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -60,6 +65,7 @@ class WindowUpdater:
     def _run(self) -> None:
         while not self._stop.is_set():
             if self._store.wait_for_spans(timeout=0.5):
+                self._store.wait_for_demand(self._gather_s)
                 try:
                     self._store.update_windows()
                 except Exception:  # noqa: BLE001 - keep following; the next pass retries

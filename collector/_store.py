@@ -135,6 +135,7 @@ class SpanStore:
         """The windows include every span committed up to this time (µs since the epoch)."""
         self._last_received_us = 0
         self._closing = False
+        self._readers_waiting = 0
         self._reader: duckdb.DuckDBPyConnection | None = None
         self._reader_lock = threading.Lock()
         self._keys = KeyFilter(key_filter_bytes)
@@ -254,7 +255,21 @@ class SpanStore:
         """Block until the windows include every span committed before this call; False on timeout."""
         with self._changed:
             target = self._stored
-            return self._changed.wait_for(lambda: self._windowed >= target, timeout)
+            if self._windowed >= target:
+                return True
+            self._readers_waiting += 1
+            self._changed.notify_all()
+            try:
+                return self._changed.wait_for(lambda: self._windowed >= target, timeout)
+            finally:
+                self._readers_waiting -= 1
+
+    def wait_for_demand(self, timeout: float) -> None:
+        """Let committed batches gather for up to ``timeout``: return sooner when a query waits
+        for the windows, when half the lag budget is queued, or at shutdown."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._readers_waiting or self._closing
+                                   or 2 * self._pending_rows >= self._window_lag_rows, timeout)
 
     def close_queue(self) -> None:
         """Wake every waiter: a shutdown is under way (writers stop waiting for the window lag)."""

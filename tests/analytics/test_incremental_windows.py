@@ -287,3 +287,21 @@ def test_spans_committed_before_shutdown_reach_the_windows_and_survive_a_restart
             (13.0, 2)]
     finally:
         reopened.shutdown()
+
+
+def test_a_query_answers_after_its_wait_when_the_windows_do_not_follow(tmp_path, caplog):
+    store = SpanStore(str(tmp_path / "s.duckdb"), query_wait_s=0.2)
+    store.start()
+    try:
+        ids = Ids(14)
+        store.write(span_rows(_one_call(ids, 3)))
+        store.append(span_rows(_one_call(ids, 8)))  # committed; no window thread runs
+        with caplog.at_level("WARNING", logger="meritlens.collector.store"):
+            rows = store.query("select value from windows where metric = 'input_tokens'").rows
+        assert rows == [(3.0,)], "the windows as they were, not a made-up value"
+        assert store.query("select count(*) from spans").rows == [(2,)]
+        assert "behind the stored spans" in caplog.text
+        store.update_windows()
+        assert store.query("select value from windows where metric = 'input_tokens'").rows == [(11.0,)]
+    finally:
+        store.shutdown()
