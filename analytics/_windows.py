@@ -174,14 +174,16 @@ _TOOL_SPAN = f"(operation = '{OP_EXECUTE_TOOL}' OR tool_name IS NOT NULL)"
 _ERROR = "(status_code = 2 OR error_type IS NOT NULL)"
 
 
-def _sum_over_calls(column: str) -> str:
+def _sum_over_calls(column: str, *, integer: bool = False) -> str:
     """A task's total of ``column`` over its LLM calls: known only when every call reported it
-    (a partial sum would understate it), NULL when no call did (never 0). Summed in value order,
-    so the total of doubles does not depend on the order the spans were stored in."""
+    (a partial sum would understate it), NULL when no call did (never 0). Doubles are summed in
+    value order, so their total does not depend on the order the spans were stored in (an
+    ``integer`` column's sum is exact in any order)."""
+    order = "" if integer else f" ORDER BY {column}"
     return (
         f"CASE WHEN count({column}) FILTER (WHERE is_call) > 0"
         f" AND count({column}) FILTER (WHERE is_call) = count(*) FILTER (WHERE is_call)"
-        f" THEN sum({column} ORDER BY {column}) FILTER (WHERE is_call) END"
+        f" THEN sum({column}{order}) FILTER (WHERE is_call) END"
     )
 
 
@@ -204,11 +206,11 @@ TASK_FIELDS: tuple[TaskField, ...] = (
     TaskField("llm_calls", "count(*) FILTER (WHERE is_call)", "LLM calls (wrappers around a call excluded)"),
     TaskField("start_time", "min(start_time)", "earliest span start"),
     TaskField("end_time", "max(end_time)", "latest span end"),
-    TaskField("input_tokens", f"CAST({_sum_over_calls('input_tokens')} AS BIGINT)",
+    TaskField("input_tokens", f"CAST({_sum_over_calls('input_tokens', integer=True)} AS BIGINT)",
               "input tokens of all calls; NULL unless every call reported them"),
-    TaskField("output_tokens", f"CAST({_sum_over_calls('output_tokens')} AS BIGINT)",
+    TaskField("output_tokens", f"CAST({_sum_over_calls('output_tokens', integer=True)} AS BIGINT)",
               "output tokens of all calls; NULL unless every call reported them"),
-    TaskField("reasoning_tokens", f"CAST({_sum_over_calls('reasoning_tokens')} AS BIGINT)",
+    TaskField("reasoning_tokens", f"CAST({_sum_over_calls('reasoning_tokens', integer=True)} AS BIGINT)",
               "reasoning tokens of all calls; NULL unless every call reported them"),
     TaskField("cost_usd", _sum_over_calls("cost_usd"),
               "provider cost of all calls in USD; NULL unless every call was priced"),
@@ -443,29 +445,36 @@ SAMPLE_ROW_COLUMNS = ("target_id", "scope", "metric", "v", "first_end_us", "last
 """Columns of ``sample_rows_sql``: one row per (sample, metric) with a value, and per fact that holds."""
 
 _SPAN_KEY = "trace_id || ':' || span_id"
+# md5_number() once per span: its low 64 bits are md5_number_upper (the md5's first 8 bytes read
+# little-endian), its high 64 bits md5_number_lower.
+_KEY_HIGH = f"CAST(span_md5 & {(1 << 64) - 1}::UHUGEINT AS UBIGINT)"
+_KEY_LOW = "CAST(span_md5 >> 64 AS UBIGINT)"
 _TASK_ROW_COLUMNS = ("first_end", "last_end", "start_ns", "end_ns", "outcome_success AS success",
                      "span_count", "key_high", "key_low")
 _CALL_ROW_COLUMNS = ("end_time AS first_end", "end_time AS last_end", "start_unix_nano AS start_ns",
                      "end_unix_nano AS end_ns", "NULL::BOOLEAN AS success", "1 AS span_count",
-                     f"md5_number_upper({_SPAN_KEY}) AS key_high", f"md5_number_lower({_SPAN_KEY}) AS key_low")
+                     f"{_KEY_HIGH} AS key_high", f"{_KEY_LOW} AS key_low")
 
 
 def _scoped_sql(source: str) -> str:
     """CTEs up to `scoped` (every application span of ``source`` once in scope 'all' and once in its
     assessment's scope) and `tasks` (one row per (target, scope, task))."""
     return f"""WITH {_flagged_spans_sql("", source)},
+keyed AS (
+  SELECT *, md5_number({_SPAN_KEY}) AS span_md5 FROM flagged
+),
 scoped AS (
-  SELECT *, '{SCOPE_ALL}' AS scope FROM flagged
+  SELECT *, '{SCOPE_ALL}' AS scope FROM keyed
   UNION ALL
-  SELECT *, assessment_id AS scope FROM flagged WHERE assessment_id IS NOT NULL
+  SELECT *, assessment_id AS scope FROM keyed WHERE assessment_id IS NOT NULL
 ),
 tasks AS (
   SELECT target_id, scope, task_key,
     {_task_columns_sql()},
     {", ".join(_TASK_INTERNALS)},
     count(*) AS span_count,
-    CAST(sum(md5_number_upper({_SPAN_KEY})) % {1 << 64} AS UBIGINT) AS key_high,
-    CAST(sum(md5_number_lower({_SPAN_KEY})) % {1 << 64} AS UBIGINT) AS key_low
+    CAST(sum({_KEY_HIGH}) % {1 << 64} AS UBIGINT) AS key_high,
+    CAST(sum({_KEY_LOW}) % {1 << 64} AS UBIGINT) AS key_low
   FROM scoped GROUP BY target_id, scope, task_key
 )"""
 

@@ -31,9 +31,10 @@ from _history import expected_input_tokens, load, span_table  # noqa: E402
 from meritlens.collector._store import SpanStore  # noqa: E402
 
 
-def measure(stored: int, batch: int, repeats: int, targets: int) -> dict:
+def measure(stored: int, batch: int, repeats: int, targets: int, key_filter_bytes: int | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="meritlens-bench-") as tmp:
-        store = SpanStore(os.path.join(tmp, "bench.duckdb"))
+        options = {"key_filter_bytes": key_filter_bytes} if key_filter_bytes else {}
+        store = SpanStore(os.path.join(tmp, "bench.duckdb"), **options)
         store.start()
         try:
             t0 = time.perf_counter()
@@ -41,6 +42,7 @@ def measure(stored: int, batch: int, repeats: int, targets: int) -> dict:
             load_s = time.perf_counter() - t0
             batches = [span_table(stored + r * batch, batch, targets) for r in range(repeats)]
             times, appends, refreshes = [], [], []
+            lookups_before = dict(store.stats)
             for table in batches:
                 t = time.perf_counter()
                 result = store.append(table)
@@ -65,11 +67,12 @@ def measure(stored: int, batch: int, repeats: int, targets: int) -> dict:
         return {"stored": stored, "load_s": load_s, "times": times, "median_s": statistics.median(times),
                 "mean_s": statistics.mean(times), "append_times": appends, "refresh_times": refreshes,
                 "append_median_s": statistics.median(appends), "append_mean_s": statistics.mean(appends),
-                "refresh_median_s": statistics.median(refreshes), "refresh_mean_s": statistics.mean(refreshes)}
+                "refresh_median_s": statistics.median(refreshes), "refresh_mean_s": statistics.mean(refreshes),
+                "keys_looked_up": store.stats["closure_keys"] - lookups_before["closure_keys"]}
 
 
-def run(sizes: list[int], batch: int, repeats: int, targets: int) -> list[dict]:
-    results = [measure(n, batch, repeats, targets) for n in sizes]
+def run(sizes: list[int], batch: int, repeats: int, targets: int, key_filter_bytes: int | None = None) -> list[dict]:
+    results = [measure(n, batch, repeats, targets, key_filter_bytes) for n in sizes]
     return results
 
 
@@ -79,14 +82,17 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--targets", type=int, default=8)
+    parser.add_argument("--key-filter-bytes", type=int, default=None, help="default: the collector's")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    results = run(sizes, args.batch, args.repeats, args.targets)
+    results = run(sizes, args.batch, args.repeats, args.targets, args.key_filter_bytes)
     def runs(times):
         return ", ".join(f"{t * 1000:.0f}" for t in times)
 
     for r in results:
-        print(f"stored {r['stored']:>10,} (history load {r['load_s']:.1f}s), batch {args.batch:,}:")
+        print(f"stored {r['stored']:>10,} (history load {r['load_s']:.1f}s), batch {args.batch:,}; "
+              f"stored keys the key filter could not rule out, looked up: {r['keys_looked_up']:,} "
+              f"in {args.repeats} batches of new tasks")
         for name, key in (("append (spans)", "append"), ("update_windows", "refresh"), ("both", "")):
             med, mean = (r[f"{key}_median_s"], r[f"{key}_mean_s"]) if key else (r["median_s"], r["mean_s"])
             times = r[f"{key}_times"] if key else r["times"]

@@ -145,7 +145,7 @@ class SpanStore:
         self._writes = 0
         self._evicted: set[str] = set()
         """Targets whose window state was dropped; rebuilt from the spans on their next write."""
-        self.stats = {"closure_lookups": 0, "closure_scans": 0, "rebuilds": 0}
+        self.stats = {"closure_lookups": 0, "closure_scans": 0, "closure_keys": 0, "rebuilds": 0}
 
     @property
     def db_name(self) -> str:
@@ -388,6 +388,7 @@ class SpanStore:
         """Stored spans, committed up to ``until_us``, whose trace_id or task_id is one of ``keys``."""
         con = self._con
         keys = sorted(keys)
+        self.stats["closure_keys"] += len(keys)
         if len(keys) > _MAX_LOOKUPS:
             self.stats["closure_scans"] += 1
             con.register("_keys", pa.table({"k": keys}))
