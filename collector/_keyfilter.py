@@ -26,7 +26,7 @@ class KeyFilter:
         return self._words.nbytes
 
     def clear(self) -> None:
-        self._words = np.zeros_like(self._words)  # fresh zero pages: untouched ones cost no memory
+        self._words = np.zeros(self._words.shape, dtype=np.uint64)  # calloc: untouched pages cost no memory
 
     def _positions(self, hashes: np.ndarray) -> np.ndarray:
         h = hashes.astype(np.uint64, copy=False)
