@@ -124,13 +124,15 @@ def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s:
         finally:
             server.terminate()
             server.wait(60)
+            with open(os.path.join(tmp, "server.log")) as fh:
+                log_tail = fh.read()[-4000:]
         # loadgen: "N spans in Xs = Y spans/s (503 retries: R)"
         total = int(report.split(" spans")[0])
         send_s = float(report.split(" in ")[1].split("s")[0])
         retries = int(report.rsplit(": ", 1)[1].rstrip(")"))
         expected = expected_tokens(total)
         ok = rows == total and windows == {k: float(v) for k, v in expected.items()}
-        return {"impl": impl, "refresh": refresh, "planned": planned, "sent": total, "stored": rows, "lost": total - rows, "send_s": send_s,
+        return {"log_tail": log_tail, "impl": impl, "refresh": refresh, "planned": planned, "sent": total, "stored": rows, "lost": total - rows, "send_s": send_s,
                 "spans_per_s": total / send_s, "retries": retries, "cpu_s": cpu, "wall_s": wall,
                 "cpu_pct": 100 * cpu / wall, "rss_idle_mib": rss_idle / 1024, "rss_peak_mib": rss_peak / 1024,
                 "correct": ok, "windows": windows, "expected": expected}
@@ -149,7 +151,7 @@ def check(r: dict) -> None:
     if not r["correct"]:
         what = "input_tokens windows" if r["refresh"] else "stored input_tokens per target"
         raise SystemExit(f"ingest bench: WRONG RESULT: stored {r['stored']} of {r['sent']}; "
-                         f"{what} {r['windows']} != sent {r['expected']}")
+                         f"{what} {r['windows']} != sent {r['expected']}\ncollector log (end):\n{r['log_tail']}")
 
 
 def main() -> None:

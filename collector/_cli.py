@@ -199,6 +199,9 @@ def sql(query: str, db: str, url: str | None, token: str | None, token_file: str
     render(result, fmt)
     if result.truncated:
         click.echo(f"note: only the first {len(result.rows)} rows are shown (the collector's row limit)", err=True)
+    if result.windows_behind:
+        click.echo("warning: the collector's windows do not yet include every stored span (the window processor"
+                   " is behind or failing; see its log): window rows may be stale", err=True)
 
 
 _format_option = click.option(

@@ -210,7 +210,8 @@ class HttpReceiver:
         return web.json_response({"error": message}, status=401, headers=headers)
 
     async def health(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
+        batches, rows = self._store.window_lag()
+        return web.json_response({"status": "ok", "windows_lag": {"batches": batches, "rows": rows}})
 
     async def traces(self, request: web.Request) -> web.Response:
         media_type = (request.content_type or "").lower()
@@ -262,6 +263,8 @@ class HttpReceiver:
             "columns": result.columns, "types": result.types, "rows": result.rows,
             "truncated": result.truncated, "row_limit": self._sql_max_rows,
         }
+        if result.windows_behind:
+            body["windows_behind"] = True
         return web.Response(body=json.dumps(body, default=json_default), content_type="application/json")
 
 

@@ -106,6 +106,7 @@ def query_url(
     body = post_json(url, SQL_PATH, {"sql": sql}, token=token, ca_file=ca_file, timeout=timeout)
     return QueryResult(
         body["columns"], body.get("types", []), [tuple(r) for r in body["rows"]], bool(body.get("truncated")),
+        bool(body.get("windows_behind")),
     )
 
 

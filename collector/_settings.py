@@ -53,6 +53,8 @@ DEFAULT_KEY_FILTER_BYTES = 32 * 1024 * 1024
 """Size of the filter of seen trace/task keys (fixed; more keys only cost more index lookups).
 At 10M keys it answers a wrong "maybe" for ~0.003% of new keys (8 MiB: ~5%)."""
 DEFAULT_DB_MEMORY_BYTES = 512 * 1024 * 1024
+MIN_DB_MEMORY_BYTES = 128 * 1024 * 1024
+"""Below this DuckDB can run out of memory committing a batch, which invalidates the database until restart."""
 """DuckDB's memory limit (its buffer pool; larger operations spill to a temporary directory)."""
 DEFAULT_MAX_ATTRIBUTES = 1024
 DEFAULT_MAX_ATTRIBUTE_BYTES = 1024 * 1024
@@ -260,6 +262,9 @@ class ServerSettings:
         for name, value in positive.items():
             if value <= 0:
                 raise SettingsError(f"{name} must be positive, got {value}")
+        if self.db_memory_bytes < MIN_DB_MEMORY_BYTES:
+            raise SettingsError(f"DuckDB memory bytes must be at least {MIN_DB_MEMORY_BYTES // (1024 * 1024)}MiB"
+                                f" (DuckDB can fail a commit below it), got {self.db_memory_bytes}")
         if self.sql_timeout_s <= 0 or self.shutdown_timeout_s < 0:
             raise SettingsError("the SQL timeout must be positive and the shutdown timeout not negative")
         for name, port in (("HTTP port", self.http_port), ("gRPC port", self.grpc_port)):

@@ -81,6 +81,9 @@ class QueryResult:
     rows: list[tuple]
     truncated: bool = False
     """True when a row limit cut the result."""
+    windows_behind: bool = False
+    """True when the windows did not include every span committed before the query within the
+    store's wait (the window processor is behind or failing): window rows may be stale."""
 
 
 def touched_keys(table: pa.Table) -> set[tuple[str, str]]:
@@ -270,6 +273,11 @@ class SpanStore:
         with self._changed:
             self._changed.wait_for(lambda: self._readers_waiting or self._closing
                                    or 2 * self._pending_rows >= self._window_lag_rows, timeout)
+
+    def window_lag(self) -> tuple[int, int]:
+        """(batches, rows) committed that the windows do not include yet."""
+        with self._changed:
+            return len(self._pending), self._pending_rows
 
     def close_queue(self) -> None:
         """Wake every waiter: a shutdown is under way (writers stop waiting for the window lag)."""
@@ -598,12 +606,12 @@ class SpanStore:
         """Run one read-only statement (see `_sqlguard`); raise ValueError naming what was refused,
         QueryTimeout when it ran past ``timeout_s``; keep at most ``max_rows`` rows. Waits (up to
         ``query_wait_s``) until the windows include every span committed before the call."""
-        self._wait_before_query()
+        behind = not self._wait_before_query()
         with self._reader_lock:
             cursor = self._reader.cursor()
         try:
             result = run_read_only(cursor, sql, max_rows=max_rows, timeout_s=timeout_s)
-            return QueryResult(result.columns, result.types, result.rows, result.truncated)
+            return QueryResult(result.columns, result.types, result.rows, result.truncated, behind)
         finally:
             cursor.close()
 
@@ -624,10 +632,12 @@ class SpanStore:
         return ArrowQuery(reader, cursor)
 
 
-    def _wait_before_query(self) -> None:
-        if not self.wait_for_windows(self._query_wait_s):
-            log.warning("the windows are more than %.0f s behind the stored spans; answering with them as they are",
-                        self._query_wait_s)
+    def _wait_before_query(self) -> bool:
+        if self.wait_for_windows(self._query_wait_s):
+            return True
+        log.warning("the windows are more than %.0f s behind the stored spans; answering with them as they are",
+                    self._query_wait_s)
+        return False
 
 
 class ArrowQuery:

@@ -296,12 +296,15 @@ def test_a_query_answers_after_its_wait_when_the_windows_do_not_follow(tmp_path,
         ids = Ids(14)
         store.write(span_rows(_one_call(ids, 3)))
         store.append(span_rows(_one_call(ids, 8)))  # committed; no window thread runs
+        assert store.window_lag() == (1, 1)
         with caplog.at_level("WARNING", logger="meritlens.collector.store"):
-            rows = store.query("select value from windows where metric = 'input_tokens'").rows
-        assert rows == [(3.0,)], "the windows as they were, not a made-up value"
+            result = store.query("select value from windows where metric = 'input_tokens'")
+        assert result.rows == [(3.0,)], "the windows as they were, not a made-up value"
+        assert result.windows_behind, "the answer says its window rows may be stale"
         assert store.query("select count(*) from spans").rows == [(2,)]
         assert "behind the stored spans" in caplog.text
         store.update_windows()
-        assert store.query("select value from windows where metric = 'input_tokens'").rows == [(11.0,)]
+        result = store.query("select value from windows where metric = 'input_tokens'")
+        assert result.rows == [(11.0,)] and not result.windows_behind and store.window_lag() == (0, 0)
     finally:
         store.shutdown()
