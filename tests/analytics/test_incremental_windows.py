@@ -82,7 +82,7 @@ def _random_spans(seed: int) -> list[Span]:
     return spans
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10**6), batches=st.integers(1, 6), resend=st.booleans(), coalesce=st.booleans())
 def test_incremental_windows_equal_a_rebuild_from_scratch(tmp_path_factory, seed, batches, resend, coalesce):
     """``coalesce``: spans are committed batch by batch and the windows follow in passes that
