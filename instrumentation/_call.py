@@ -427,7 +427,9 @@ class ChatStreamObservation(StreamObservation):
         reasons = self.reasons
         tools = self.tools
         if reasons is not None:  # every choice finished: the stream was seen to its end
-            attributes[_FINISH_REASONS] = [reasons[index] for index in sorted(reasons)]
+            attributes[_FINISH_REASONS] = (
+                list(reasons.values()) if len(reasons) == 1 else [reasons[index] for index in sorted(reasons)]
+            )
             if tools is None:
                 attributes[_TOOL_CALLS] = 0
             else:
@@ -540,7 +542,6 @@ def observe_sdk_chat_stream(stream: Any, call: CallRecorder, drop_usage_only: bo
         generator = stream._iterator = observe_chat_stream(stream._iterator, observation)
         observation.generator = weakref.ref(generator)
     _hook_response_close(response, observation, is_async)
-    observation.watch(response)
     return True
 
 
@@ -619,22 +620,27 @@ def observe_sdk_stream(stream: Any, observation: StreamObservation, is_async: bo
     inner = stream._iterator
     stream._iterator = (observe_async_iterator if is_async else observe_iterator)(inner, observation)
     _hook_response_close(response, observation, is_async)
-    observation.watch(response)
     return True
 
 
 def _hook_response_close(response: Any, observation: StreamObservation, is_async: bool) -> None:
-    # The hook holds the response weakly: a response -> hook -> response cycle would delay its collection.
+    """End the observation's span when ``response`` is closed (by any path) or garbage-collected unclosed.
+
+    One weak reference serves both: the close hook reaches the response through it (a response -> hook ->
+    response cycle would delay its collection), and its callback is the garbage-collection finalizer
+    (see StreamObservation.watch).
+    """
     name = "aclose" if is_async else "close"
     own = response.__dict__.get(name)
     original = getattr(type(response), name)
-    response_ref = weakref.ref(response)
-    on_close = observation.on_close
+    response_ref = weakref.ref(response, observation._collected)
+    observation.finalizer = response_ref
+    _watched.add(response_ref)
 
     if is_async:
 
         async def aclose() -> None:
-            on_close()
+            observation.on_close()
             if own is not None:
                 return await own()
             target = response_ref()
@@ -644,7 +650,7 @@ def _hook_response_close(response: Any, observation: StreamObservation, is_async
     else:
 
         def close() -> None:
-            on_close()
+            observation.on_close()
             if own is not None:
                 return own()
             target = response_ref()

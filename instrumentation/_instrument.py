@@ -432,7 +432,6 @@ def _finish_at_close(call: CallRecorder, route: _Route, http_response: Any, is_a
 
     observation = _AtClose(call, StreamReader("sse" if _is_sse(http_response) else route.family))
     _hook_response_close(http_response, observation, is_async)
-    observation.watch(http_response)
 
 
 def _is_sse(http_response: Any) -> bool:
