@@ -23,6 +23,11 @@ The peers are not dependencies of meritlens; install them into a scratch venv to
       opentelemetry-instrumentation-openai-v2 opentelemetry-util-genai==1.1b0
 
 Run:  .venv/bin/python bench/instrumentation_overhead.py [--rounds 200] [--batch 20]
+
+``--same-process`` runs bare, handwritten and meritlens (which patch nothing process-wide) in ONE process instead,
+each on its own client, interleaved batch by batch: it removes the offsets between processes (the bare-control
+spread, up to tens of µs on a busy machine) from the meritlens / handwritten comparison. The peers cannot run
+this way (they patch the openai classes for every client in the process).
 """
 
 from __future__ import annotations
@@ -239,6 +244,33 @@ def worker(name: str, connection: Any, clock_name: str = "wall") -> None:
 # --- measurement ---------------------------------------------------------------------------------------------
 
 
+def same_process(args: argparse.Namespace) -> dict[tuple[str, bool], list[int]]:
+    """bare, handwritten and meritlens interleaved in this one process; per-call times in ns."""
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(DropExporter(), max_queue_size=65536, schedule_delay_millis=500))
+    calls = {name: build_variant(name, provider) for name in ("bare", "handwritten", "meritlens")}
+    clock = time.thread_time_ns if args.clock == "cpu" else time.perf_counter_ns
+    for call in calls.values():
+        for stream in (False, True):
+            for _ in range(args.warmup):
+                call(stream)
+    samples: dict[tuple[str, bool], list[int]] = {(name, stream): [] for name in calls for stream in (False, True)}
+    names = list(calls)
+    for round_number in range(args.rounds):
+        shift = round_number % len(names)
+        order = names[shift:] + names[:shift]
+        for stream in (False, True):
+            for name in order:
+                call = calls[name]
+                out = samples[(name, stream)]
+                for _ in range(args.batch):
+                    started = clock()
+                    call(stream)
+                    out.append(clock() - started)
+    provider.shutdown()
+    return samples
+
+
 def percentile(values: list[int], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] / 1000.0
@@ -256,7 +288,16 @@ def main() -> None:
         default="wall",
         help="wall: perf_counter; cpu: the worker thread's CPU time (robust when other processes load the machine)",
     )
+    parser.add_argument(
+        "--same-process",
+        action="store_true",
+        help="bare, handwritten and meritlens interleaved in one process (no peers, no per-process offsets)",
+    )
     args = parser.parse_args()
+    if args.same_process:
+        samples = same_process(args)
+        report(args, samples, ["bare", "handwritten", "meritlens"], ["one process for all variants"])
+        return
     chosen = [name for name in VARIANTS if not args.only or name in args.only.split(",") or name == "bare"]
 
     context = multiprocessing.get_context("spawn")
@@ -288,14 +329,19 @@ def main() -> None:
     for process, connection in workers.values():
         connection.send(None)
         process.join()
+    report(args, samples, names, ["one process per variant", *notes])
 
+
+def report(
+    args: argparse.Namespace, samples: dict[tuple[str, bool], list[int]], names: list[str], notes: list[str]
+) -> None:
     print(
         f"python {platform.python_version()} on {platform.machine()} ({os.cpu_count()} cpus), "
         f"openai {openai.__version__}; "
-        f"{args.rounds} rounds x {args.batch} calls per variant and mode, interleaved, one process per variant, "
+        f"{args.rounds} rounds x {args.batch} calls per variant and mode, interleaved, {notes[0]}, "
         f"{args.clock} clock"
     )
-    for note in notes:
+    for note in notes[1:]:
         print("  " + note)
     for stream in (False, True):
         mode = "streaming (read to the end)" if stream else "non-streaming"

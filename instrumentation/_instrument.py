@@ -2,8 +2,9 @@
 
 The client's ``request`` method (through which every SDK method, helper, ``with_raw_response`` and
 ``with_streaming_response`` goes, once per logical call, retries included) is wrapped on the instance; the
-class is untouched, so other clients are unaffected. Retries are counted by an httpx request event hook on the
-client's own HTTP client, active only for the duration of an observed call (via a context variable).
+class is untouched, so other clients are unaffected. Retries are counted by wrapping the client's
+``_sleep_for_retry`` (which both SDKs call before each retry, and only then), attributed to the observed call
+in progress through a context variable: a call that is not retried pays nothing for it.
 """
 
 from __future__ import annotations
@@ -15,15 +16,20 @@ import weakref
 from typing import Any
 
 from meritlens.instrumentation import conventions as c
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
 from meritlens.instrumentation._call import (
     _watched,
     CallRecorder,
     StreamObservation,
     _hook_response_close,
+    finish_chat_completion,
+    observe_sdk_chat_stream,
     observe_sdk_stream,
     scope_attributes,
 )
-from meritlens.instrumentation._state import current_call, current_scope, report_internal_error
+from meritlens.instrumentation._state import config, current_call, current_scope, report_internal_error
 from meritlens.instrumentation._usage import (
     CHAT,
     COMPLETION,
@@ -38,20 +44,25 @@ from meritlens.instrumentation._usage import (
 )
 
 _MARK = "_meritlens_instrumentation"
-_INSTANCE_METHODS = ("request", "copy", "with_options")
+_RETRY_METHOD = "_sleep_for_retry"
+_INSTANCE_METHODS = ("request", "copy", "with_options", _RETRY_METHOD)
 
 
 class _Route:
     """A generation endpoint: which operation it is, how to read it, and its constant span attributes."""
 
-    __slots__ = ("operation", "family", "own", "usage_option")
+    __slots__ = ("operation", "family", "own", "usage_option", "plain_attributes")
 
-    def __init__(self, operation: str, family: str, provider: str, role: str, usage_option: bool) -> None:
+    def __init__(
+        self, operation: str, family: str, provider: str, role: str, usage_option: bool, explicit: dict[str, Any]
+    ) -> None:
         self.operation = operation
         self.family = family
         self.own = {c.GEN_AI_OPERATION_NAME: operation, c.GEN_AI_PROVIDER_NAME: provider, c.ROLE: role}
         # Whether the endpoint accepts stream_options.include_usage (openai chat and legacy completions).
         self.usage_option = usage_option
+        # The start attributes of a call made outside any task or observed function, without configured defaults.
+        self.plain_attributes = {**self.own, **explicit}
 
 
 _OPENAI_ROUTES = (
@@ -74,6 +85,7 @@ class _Settings:
         "explicit",
         "is_async",
         "saved",
+        "count_retries",
     )
 
     def __init__(
@@ -92,18 +104,20 @@ class _Settings:
         self.include_usage = include_usage
         self.keep_sdk_spans = keep_sdk_spans
         self.is_async = is_async
-        table = _OPENAI_ROUTES if kind == PROVIDER_OPENAI else _ANTHROPIC_ROUTES
-        self.routes = {
-            url: _Route(operation, family, provider, c.ROLE_APPLICATION, usage_option)
-            for url, operation, family, usage_option in table
-        }
         explicit: dict[str, Any] = {}
         if target is not None:
             explicit[c.TARGET_ID] = target
         if role is not None:
             explicit[c.ROLE] = role
         self.explicit = explicit or None
+        table = _OPENAI_ROUTES if kind == PROVIDER_OPENAI else _ANTHROPIC_ROUTES
+        self.routes = {
+            url: _Route(operation, family, provider, c.ROLE_APPLICATION, usage_option, explicit)
+            for url, operation, family, usage_option in table
+        }
         self.saved: dict[str, Any] = {}
+        # Whether this client's retries can be counted (an SDK without _sleep_for_retry: no retry count at all).
+        self.count_retries = False
 
 
 def _client_kind(client: Any) -> tuple[str, str, bool] | None:
@@ -165,7 +179,10 @@ def instrument(
     # The wrappers reach the client through a weak reference: a client -> wrapper -> client cycle would
     # leave every short-lived instrumented client (and its connection pool) to the cyclic garbage collector.
     client_ref = weakref.ref(client)
-    client.request = (_async_request if is_async else _sync_request)(_original(client, client_ref, "request"), settings)
+    own_request = client.__dict__.get("request")
+    client.request = (_async_request if is_async else _sync_request)(
+        type(client).request if own_request is None else _unbound(own_request), client_ref, settings
+    )
     original_copy = _original(client, client_ref, "copy")
 
     def copy(*args: Any, **kwargs: Any) -> Any:
@@ -178,7 +195,7 @@ def instrument(
 
     client.copy = copy
     client.with_options = copy
-    _add_retry_hook(client, is_async)
+    settings.count_retries = _hook_retries(client, client_ref, is_async)
     if sdk == PROVIDER_ANTHROPIC and not keep_sdk_spans and "_lazy_tracer" in client.__dict__:
         settings.saved["_lazy_tracer"] = client.__dict__["_lazy_tracer"]
         client._lazy_tracer = None  # the SDK's own span would count this call a second time
@@ -200,6 +217,16 @@ def _original(client: Any, client_ref: weakref.ref[Any], name: str) -> Any:
     return original
 
 
+def _unbound(method: Any) -> Any:
+    """A callable taking the client first, around an instance attribute that already has it bound."""
+
+    def unbound(_client: Any, *args: Any, **kwargs: Any) -> Any:
+        return method(*args, **kwargs)
+
+    unbound.__wrapped__ = method  # type: ignore[attr-defined]
+    return unbound
+
+
 def uninstrument(client: Any) -> Any:
     """Undo :func:`instrument` on this client (copies made meanwhile stay instrumented). Returns the client."""
     settings = client.__dict__.pop(_MARK, None)
@@ -211,60 +238,41 @@ def uninstrument(client: Any) -> Any:
             client.__dict__[name] = settings.saved[name]
     if "_lazy_tracer" in settings.saved:
         client._lazy_tracer = settings.saved["_lazy_tracer"]
-    _remove_retry_hook(client, settings.is_async)
     return client
 
 
 # --- retries ---------------------------------------------------------------------------------------------------
 
 
-def _count_attempt(_request: Any) -> None:
-    call = current_call.get()
-    if call is not None:
-        call.attempts += 1
+def _hook_retries(client: Any, client_ref: weakref.ref[Any], is_async: bool) -> bool:
+    """Count each retry of an observed call: wrap the client's ``_sleep_for_retry``. False if it has none."""
+    function = getattr(type(client), _RETRY_METHOD, None)
+    if function is None:
+        return False
+    own = client.__dict__.get(_RETRY_METHOD)
+    if is_async:
 
+        async def sleep_for_retry_async(*args: Any, **kwargs: Any) -> Any:
+            call = current_call.get()
+            if call is not None:
+                call.retries += 1
+            if own is not None:
+                return await own(*args, **kwargs)
+            return await function(client_ref(), *args, **kwargs)
 
-async def _count_attempt_async(_request: Any) -> None:
-    call = current_call.get()
-    if call is not None:
-        call.attempts += 1
+        setattr(client, _RETRY_METHOD, sleep_for_retry_async)
+    else:
 
+        def sleep_for_retry(*args: Any, **kwargs: Any) -> Any:
+            call = current_call.get()
+            if call is not None:
+                call.retries += 1
+            if own is not None:
+                return own(*args, **kwargs)
+            return function(client_ref(), *args, **kwargs)
 
-def _http_client(client: Any) -> Any:
-    http_client = getattr(client, "_client", None)
-    return http_client if http_client is not None and hasattr(http_client, "event_hooks") else None
-
-
-# How many instrumented clients use each HTTP client (several SDK clients may share one).
-_hook_users: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
-
-
-def _add_retry_hook(client: Any, is_async: bool) -> None:
-    http_client = _http_client(client)
-    if http_client is None:
-        return
-    hooks = http_client.event_hooks.get("request")
-    if hooks is None:
-        return
-    hook = _count_attempt_async if is_async else _count_attempt
-    if hook not in hooks:
-        hooks.append(hook)
-    _hook_users[http_client] = _hook_users.get(http_client, 0) + 1
-
-
-def _remove_retry_hook(client: Any, is_async: bool) -> None:
-    http_client = _http_client(client)
-    if http_client is None:
-        return
-    users = _hook_users.get(http_client, 1) - 1
-    if users > 0:
-        _hook_users[http_client] = users
-        return
-    _hook_users.pop(http_client, None)
-    hooks = http_client.event_hooks.get("request")
-    hook = _count_attempt_async if is_async else _count_attempt
-    if hooks is not None and hook in hooks:
-        hooks.remove(hook)
+        setattr(client, _RETRY_METHOD, sleep_for_retry)
+    return True
 
 
 # --- the request wrappers ----------------------------------------------------------------------------------------
@@ -285,16 +293,28 @@ def _start(settings: _Settings, route: _Route, options: Any, stream: bool) -> tu
                     "stream_options": {**(stream_options or {}), "include_usage": True},
                 }
                 injected = True
-    attributes = scope_attributes(route.own, settings.explicit)
+    scope = current_scope.get()
+    if scope is None and not config.default_attributes:
+        attributes = route.plain_attributes.copy()
+    else:
+        attributes = scope_attributes(route.own, settings.explicit)
+        if scope is not None and scope.frame is not None:
+            scope.frame.nested_calls += 1
     if model.__class__ is not str:
         model = None
     else:
-        attributes[c.GEN_AI_REQUEST_MODEL] = model
-    attributes[c.GEN_AI_REQUEST_STREAM] = stream
-    scope = current_scope.get()
-    if scope is not None and scope.frame is not None:
-        scope.frame.nested_calls += 1
-    return CallRecorder(attributes, route.operation, settings.provider, model, count_retries=True), injected
+        attributes[_REQUEST_MODEL] = model
+    attributes[_REQUEST_STREAM] = stream
+    return CallRecorder(attributes, route.operation, settings.provider, model, count_retries=settings.count_retries), (
+        injected
+    )
+
+
+_REQUEST_MODEL = c.GEN_AI_REQUEST_MODEL
+_REQUEST_STREAM = c.GEN_AI_REQUEST_STREAM
+_attach = otel_context.attach
+_detach = otel_context.detach
+_set_span_in_context = trace.set_span_in_context
 
 
 def _settle(
@@ -308,14 +328,22 @@ def _settle(
 ) -> Any:
     """Read a completed request's result into the span (or arrange to, for a stream). Returns ``result``."""
     try:
+        family = route.family
         if stream:
-            observation = StreamObservation(call, StreamReader(route.family, injected, sdk_objects=True))
-            if observe_sdk_stream(result, observation, is_async):
-                return result
+            if family is CHAT:
+                if observe_sdk_chat_stream(result, call, injected, is_async):
+                    return result
+            else:
+                observation = StreamObservation(call, StreamReader(family, injected, sdk_objects=True))
+                if observe_sdk_stream(result, observation, is_async):
+                    return result
         elif not isinstance(result, raw_types):
-            reading = Reading()
-            read_response(route.family, result, reading)
-            call.finish(reading)
+            if family is CHAT:
+                finish_chat_completion(call, result)
+            else:
+                reading = Reading()
+                read_response(family, result, reading)
+                call.finish(reading)
             return result
         _settle_raw(call, route, result, stream, injected, is_async)
     except Exception:
@@ -404,7 +432,6 @@ def _finish_at_close(call: CallRecorder, route: _Route, http_response: Any, is_a
 
     observation = _AtClose(call, StreamReader("sse" if _is_sse(http_response) else route.family))
     _hook_response_close(http_response, observation, is_async)
-    observation.watch(http_response)
 
 
 def _is_sse(http_response: Any) -> bool:
@@ -412,56 +439,62 @@ def _is_sse(http_response: Any) -> bool:
     return "text/event-stream" in content_type
 
 
-def _sync_request(original: Any, settings: _Settings) -> Any:
+def _sync_request(function: Any, client_ref: weakref.ref[Any], settings: _Settings) -> Any:
+    """The instance's ``request``: ``function`` (the class's, taking the client first) observed."""
     routes = settings.routes
     raw_types = _raw_response_types()
 
     def request(cast_to: Any, options: Any, *args: Any, stream: bool = False, **kwargs: Any) -> Any:
         route = routes.get(options.url)
         if route is None:
-            return original(cast_to, options, *args, stream=stream, **kwargs)
+            return function(client_ref(), cast_to, options, *args, stream=stream, **kwargs)
         try:
             call, injected = _start(settings, route, options, stream)
-            context_token = call.activate()
+            context_token = _attach(_set_span_in_context(call.span))
             call_token = current_call.set(call)
         except Exception:
             report_internal_error("starting an instrumented call")
-            return original(cast_to, options, *args, stream=stream, **kwargs)
+            return function(client_ref(), cast_to, options, *args, stream=stream, **kwargs)
         try:
-            result = original(cast_to, options, *args, stream=stream, **kwargs)
+            result = function(client_ref(), cast_to, options, *args, stream=stream, **kwargs)
         except BaseException as error:
-            _leave(call, call_token, context_token)
+            _leave(call_token, context_token)
             call.finish(None, error)
             raise
-        _leave(call, call_token, context_token)
+        try:
+            current_call.reset(call_token)
+            _detach(context_token)
+        except Exception:
+            report_internal_error("leaving an instrumented call")
         return _settle(call, route, result, stream, injected, False, raw_types)
 
-    request.__wrapped__ = original  # type: ignore[attr-defined]
+    request.__wrapped__ = function  # type: ignore[attr-defined]
     return request
 
 
-def _async_request(original: Any, settings: _Settings) -> Any:
+def _async_request(function: Any, client_ref: weakref.ref[Any], settings: _Settings) -> Any:
+    """The async twin of _sync_request."""
     routes = settings.routes
     raw_types = _raw_response_types()
 
     async def request(cast_to: Any, options: Any, *args: Any, stream: bool = False, **kwargs: Any) -> Any:
         route = routes.get(options.url)
         if route is None:
-            return await original(cast_to, options, *args, stream=stream, **kwargs)
+            return await function(client_ref(), cast_to, options, *args, stream=stream, **kwargs)
         try:
             call, injected = _start(settings, route, options, stream)
-            context_token = call.activate()
+            context_token = _attach(_set_span_in_context(call.span))
             call_token = current_call.set(call)
         except Exception:
             report_internal_error("starting an instrumented call")
-            return await original(cast_to, options, *args, stream=stream, **kwargs)
+            return await function(client_ref(), cast_to, options, *args, stream=stream, **kwargs)
         try:
-            result = await original(cast_to, options, *args, stream=stream, **kwargs)
+            result = await function(client_ref(), cast_to, options, *args, stream=stream, **kwargs)
         except BaseException as error:
-            _leave(call, call_token, context_token)
+            _leave(call_token, context_token)
             call.finish(None, error)
             raise
-        _leave(call, call_token, context_token)
+        _leave(call_token, context_token)
         if stream and hasattr(result, "http_response"):
             parse = getattr(result, "parse", None)
             if parse is not None and inspect.iscoroutinefunction(parse):
@@ -472,7 +505,7 @@ def _async_request(original: Any, settings: _Settings) -> Any:
                 return _settle_async_raw_stream(call, route, result, injected)
         return _settle(call, route, result, stream, injected, True, raw_types)
 
-    request.__wrapped__ = original  # type: ignore[attr-defined]
+    request.__wrapped__ = function  # type: ignore[attr-defined]
     return request
 
 
@@ -489,9 +522,9 @@ def _settle_async_raw_stream(call: CallRecorder, route: _Route, result: Any, inj
     return result
 
 
-def _leave(call: CallRecorder, call_token: Any, context_token: Any) -> None:
+def _leave(call_token: Any, context_token: Any) -> None:
     try:
         current_call.reset(call_token)
-        CallRecorder.deactivate(context_token)
+        _detach(context_token)
     except Exception:
         report_internal_error("leaving an instrumented call")

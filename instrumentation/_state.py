@@ -65,7 +65,7 @@ class Scope:
 
 current_scope: ContextVar[Scope | None] = ContextVar("meritlens_scope", default=None)
 
-# The LLM call whose HTTP attempts are being counted (read by the httpx event hook to count retries).
+# The instrumented LLM call in progress (read by instrument()'s retry hook to count its retries).
 current_call: ContextVar[Any] = ContextVar("meritlens_call", default=None)
 
 _reported: set[str] = set()

@@ -70,6 +70,10 @@ def normalize_usage(provider: str | None, usage: Any) -> TokenUsage | None:
     """
     if usage is None:
         return None
+    if usage.__class__ is not dict and provider != PROVIDER_ANTHROPIC:
+        counts = openai_usage_counts(usage)
+        if counts is not None:
+            return TokenUsage(*counts)
     if usage.__class__ is dict:
         field = usage.get
     else:
@@ -115,6 +119,37 @@ def normalize_usage(provider: str | None, usage: Any) -> TokenUsage | None:
         None if input_details is None else _int(get(input_details, "cache_write_tokens")),
         None if output_details is None else _int(get(output_details, "reasoning_tokens")),
     )
+
+
+def openai_usage_counts(usage: Any) -> tuple[int, int, int | None, int | None, int | None] | None:
+    """normalize_usage's counts for the openai SDK's ``CompletionUsage`` object, read directly (the hot path).
+
+    Returns ``(input, output, cache_read, cache_creation, reasoning)``, or None when ``usage`` is not that
+    object with int counts (the general reading in normalize_usage then applies). OpenAI's ``prompt_tokens``
+    already include the cached and cache-write tokens, and ``completion_tokens`` the reasoning tokens.
+    """
+    try:
+        input_tokens = usage.prompt_tokens
+        output_tokens = usage.completion_tokens
+        prompt_details = usage.prompt_tokens_details
+        completion_details = usage.completion_tokens_details
+        if prompt_details is None:
+            cache_read = cache_creation = None
+        else:
+            cache_read = prompt_details.cached_tokens
+            cache_creation = prompt_details.cache_write_tokens
+        reasoning = None if completion_details is None else completion_details.reasoning_tokens
+    except AttributeError:
+        return None
+    if (
+        input_tokens.__class__ is int
+        and output_tokens.__class__ is int
+        and (cache_read is None or cache_read.__class__ is int)
+        and (cache_creation is None or cache_creation.__class__ is int)
+        and (reasoning is None or reasoning.__class__ is int)
+    ):
+        return input_tokens, output_tokens, cache_read, cache_creation, reasoning
+    return None
 
 
 # --- recognizing a returned object ------------------------------------------------------------------------
@@ -432,21 +467,9 @@ class StreamReader:
         return True
 
     def _feed_tool_deltas(self, choice: Any, tool_calls: Any) -> None:
-        tools = self._tools
-        if tools is None:
-            tools = self._tools = {}
-        for call in tool_calls:
-            key = (get(choice, "index") or 0, get(call, "index"))
-            entry = tools.get(key)
-            if entry is None:
-                entry = tools[key] = ["", ""]
-            call_id = get(call, "id")
-            if call_id:
-                entry[1] = str(call_id)
-            function = get(call, "function") or get(call, "custom")
-            name = get(function, "name") if function is not None else None
-            if name:
-                entry[0] = str(name)
+        if self._tools is None:
+            self._tools = {}
+        add_tool_deltas(self._tools, choice, tool_calls)
 
     def _feed_anthropic(self, event: Any) -> None:
         kind = get(event, "type")
@@ -517,9 +540,7 @@ class StreamReader:
             if self._reasons is not None:
                 reading.finish_reasons = list(self._reasons.values())
         if family is not RESPONSES and self._tools is not None:
-            ordered = [self._tools[key] for key in sorted(self._tools, key=_sort_key)]
-            reading.tool_names = [entry[0] for entry in ordered]
-            reading.tool_ids = [entry[1] for entry in ordered]
+            reading.tool_names, reading.tool_ids = tool_names_and_ids(self._tools)
         elif family is not RESPONSES and reading.complete:
             reading.tool_names = []
             reading.tool_ids = []
@@ -547,3 +568,25 @@ def _sort_key(key: Any) -> tuple[Any, ...]:
     if isinstance(key, tuple):
         return tuple(-1 if part is None else part for part in key)
     return (-1 if key is None else key,)
+
+
+def add_tool_deltas(tools: dict[Any, list[str]], choice: Any, tool_calls: Any) -> None:
+    """Merge a chat chunk's tool-call deltas into ``tools``: (choice index, call index) -> [name, id]."""
+    for call in tool_calls:
+        key = (get(choice, "index") or 0, get(call, "index"))
+        entry = tools.get(key)
+        if entry is None:
+            entry = tools[key] = ["", ""]
+        call_id = get(call, "id")
+        if call_id:
+            entry[1] = str(call_id)
+        function = get(call, "function") or get(call, "custom")
+        name = get(function, "name") if function is not None else None
+        if name:
+            entry[0] = str(name)
+
+
+def tool_names_and_ids(tools: dict[Any, list[str]]) -> tuple[list[str], list[str]]:
+    """The requested tool calls' names and ids, in choice and call order."""
+    ordered = [tools[key] for key in sorted(tools, key=_sort_key)]
+    return [entry[0] for entry in ordered], [entry[1] for entry in ordered]

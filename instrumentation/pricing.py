@@ -235,6 +235,66 @@ def _price(
 _MISSING: Any = object()
 # (provider, model, fallback model, day) as given -> what prices them; cleared when the user prices change.
 _resolved: dict[tuple[str | None, str, str | None, _dt.date], Any] = {}
+# (provider, model, fallback model) -> (UTC day number, what prices them that day): the per-call fast path.
+_resolved_today: dict[tuple[str | None, str | None, str | None], tuple[float, Any]] = {}
+_SECONDS_PER_DAY = 86400.0
+_time = time.time
+
+
+def _price_now(
+    provider: str | None,
+    model: str | None,
+    fallback_model: str | None,
+    input_tokens: int,
+    output_tokens: int,
+    cache_read_tokens: int,
+    cache_creation_tokens: int,
+    reasoning_tokens: int,
+) -> float | None:
+    """_price for a call made now whose counts are ints (never bools): one look-up and the formula.
+
+    Anything but a consistent call of a flat-priced model already looked up today goes through _price.
+    """
+    entry = _resolved_today.get((provider, model, fallback_model))
+    if (
+        entry is not None
+        and entry[0] == _time() // _SECONDS_PER_DAY
+        and cache_read_tokens >= 0
+        and cache_creation_tokens >= 0
+        and cache_read_tokens + cache_creation_tokens <= input_tokens
+        and 0 <= reasoning_tokens <= output_tokens
+    ):
+        rates = entry[1]
+        if rates is None:
+            return None  # warned when first looked up
+        if rates.__class__ is _Rates and not rates.tiers:
+            uncached = input_tokens - cache_read_tokens - cache_creation_tokens
+            return (
+                uncached * rates.input
+                + cache_read_tokens * rates.cache_read
+                + cache_creation_tokens * rates.cache_write
+                + output_tokens * rates.output
+            ) / _PER_MILLION
+    day_number = _time() // _SECONDS_PER_DAY
+    cost = _price(
+        provider,
+        model,
+        fallback_model,
+        input_tokens,
+        output_tokens,
+        cache_read_tokens,
+        cache_creation_tokens,
+        reasoning_tokens,
+    )
+    if model:
+        key = (provider, model, fallback_model)
+    else:
+        key = (provider, fallback_model, None)
+    day = _EPOCH + _dt.timedelta(days=int(day_number))
+    resolved = _resolved.get((*key, day), _MISSING) if key[1] else None
+    if resolved is not _MISSING:
+        _resolved_today[(provider, model, fallback_model)] = (day_number, resolved)
+    return cost
 
 
 def _resolve(provider: str | None, model: str, fallback_model: str | None, day: _dt.date) -> _Rates | _SlowPath | None:
@@ -370,6 +430,7 @@ def set_price_file(path: str | os.PathLike[str] | None) -> None:
         _user_prices.clear()
         _user_prices.update(table)
         _resolved.clear()
+        _resolved_today.clear()
         _user_file_loaded = True
 
 
@@ -392,6 +453,7 @@ def _reset_for_tests() -> None:
         _user_prices.clear()
         _catalogue_cache.clear()
         _resolved.clear()
+        _resolved_today.clear()
         _warned.clear()
         _user_file_loaded = False
 
