@@ -3,9 +3,10 @@
 Write a batch idempotently and update the windows it changes, run a read-only query. A
 distributed engine can later stand behind the same calls.
 
-Windows are updated in O(new spans): the batch's *closure* (the stored spans of every task and
-trace the batch touches) is read before the insert, the samples of that closure are computed
-before and after, and only the difference is applied to the window accumulators
+Windows are updated in O(new spans), after the spans are committed and for every batch committed
+since the last update at once: the batches' *closure* (the stored spans of every task and trace
+they touch, up to the last of them) is read, the samples of that closure are computed before (up
+to the windows' watermark) and after, and only the difference is applied to the window accumulators
 (`meritlens.analytics._accumulate`). A fixed-size key filter answers "was this trace or task
 seen before?" without reading the table, so a batch of new tasks reads nothing back; keys the
 filter may have seen are looked up through indexes on `trace_id` and `task_id`.
