@@ -1,146 +1,40 @@
-"""meritlens.analytics: metric catalogue, windows, profiles, readiness and queries."""
+"""meritlens.analytics: metric catalogue, windows, profiles, readiness and queries.
 
-from meritlens.analytics._catalogue import (
-    CATALOGUE,
-    METRIC_IDS,
-    METRICS,
-    Aggregation,
-    Direction,
-    MetricGroup,
-    MetricKind,
-    MetricSpec,
-    SampleUnit,
-    Source,
-    get_metric,
-)
-from meritlens.analytics._compare import (
-    Comparison,
-    ComparisonError,
-    MetricRule,
-    ResultState,
-    Verdict,
-    compare,
-    recompute_interval,
-)
-from meritlens.analytics._experiments import (
-    Arm,
-    ArmCheck,
-    ExperimentError,
-    ExperimentManifest,
-    ExperimentNotFound,
-    check_arm,
-    load_experiment,
-    shuffled_case_order,
-)
-from meritlens.analytics._frontier import Frontier, frontier
-from meritlens.analytics._plots import plot_frontier
-from meritlens.analytics._profiles import (
-    MetricPlan,
-    ProfileError,
-    ProfileProblem,
-    SamplingStrategy,
-    TaskProfile,
-    load_profile,
-    profile_from_dict,
-)
-from meritlens.analytics._readiness import CoverageReport, MetricReadiness, QueryFunction, check_readiness
-from meritlens.analytics._evaluate import EvaluationError, EvaluationResult, evaluate
-from meritlens.analytics._judge import FakeJudge, Judge, JudgeCall, JudgeError, JudgeReply, JudgeSession
-from meritlens.analytics._metric import (
-    Measurement,
-    Metric,
-    MetricOptions,
-    OptionError,
-    ScopeEvidence,
-    SpanRow,
-    TaskRecord,
-)
-from meritlens.analytics._registry import BUILTIN_METRICS, ENTRY_POINT_GROUP, MetricRegistry, load_registry
-from meritlens.analytics._sidecar import KeyedObservation, read_sidecar, sidecar_path, write_sidecar
-from meritlens.analytics._windows import (
-    PLUGIN_ONLY_METRICS,
-    SCOPE_ALL,
-    SPAN_WINDOW_METRICS,
-    TASK_FIELDS,
-    WINDOW_DEFINITIONS,
-    Window,
-    WindowDefinition,
-    WindowState,
-    list_windows_sql,
-)
+Names are imported from their private modules on first use, so a process that needs only a few
+(the collector reads the schema and the window model) does not load the rest."""
 
-__all__ = [
-    "Arm",
-    "ArmCheck",
-    "Comparison",
-    "ComparisonError",
-    "ExperimentError",
-    "ExperimentManifest",
-    "ExperimentNotFound",
-    "Frontier",
-    "MetricRule",
-    "ResultState",
-    "Verdict",
-    "check_arm",
-    "compare",
-    "frontier",
-    "load_experiment",
-    "plot_frontier",
-    "recompute_interval",
-    "shuffled_case_order",
-    "BUILTIN_METRICS",
-    "CATALOGUE",
-    "ENTRY_POINT_GROUP",
-    "EvaluationError",
-    "EvaluationResult",
-    "FakeJudge",
-    "Judge",
-    "JudgeCall",
-    "JudgeError",
-    "JudgeReply",
-    "JudgeSession",
-    "KeyedObservation",
-    "Measurement",
-    "Metric",
-    "MetricOptions",
-    "MetricRegistry",
-    "OptionError",
-    "ScopeEvidence",
-    "SpanRow",
-    "TaskRecord",
-    "evaluate",
-    "load_registry",
-    "read_sidecar",
-    "sidecar_path",
-    "write_sidecar",
-    "METRIC_IDS",
-    "METRICS",
-    "PLUGIN_ONLY_METRICS",
-    "SCOPE_ALL",
-    "SPAN_WINDOW_METRICS",
-    "TASK_FIELDS",
-    "WINDOW_DEFINITIONS",
-    "Aggregation",
-    "CoverageReport",
-    "Direction",
-    "MetricGroup",
-    "MetricKind",
-    "MetricPlan",
-    "MetricReadiness",
-    "MetricSpec",
-    "ProfileError",
-    "ProfileProblem",
-    "QueryFunction",
-    "SampleUnit",
-    "SamplingStrategy",
-    "Source",
-    "TaskProfile",
-    "Window",
-    "WindowDefinition",
-    "WindowState",
-    "check_readiness",
-    "get_metric",
-    "list_windows_sql",
-    "load_profile",
-    "profile_from_dict",
-]
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "_catalogue": ("CATALOGUE", "METRIC_IDS", "METRICS", "Aggregation", "Direction", "MetricGroup", "MetricKind", "MetricSpec", "SampleUnit", "Source", "get_metric",),
+    "_compare": ("Comparison", "ComparisonError", "MetricRule", "ResultState", "Verdict", "compare", "recompute_interval",),
+    "_experiments": ("Arm", "ArmCheck", "ExperimentError", "ExperimentManifest", "ExperimentNotFound", "check_arm", "load_experiment", "shuffled_case_order",),
+    "_frontier": ("Frontier", "frontier",),
+    "_plots": ("plot_frontier",),
+    "_profiles": ("MetricPlan", "ProfileError", "ProfileProblem", "SamplingStrategy", "TaskProfile", "load_profile", "profile_from_dict",),
+    "_readiness": ("CoverageReport", "MetricReadiness", "QueryFunction", "check_readiness",),
+    "_evaluate": ("EvaluationError", "EvaluationResult", "evaluate",),
+    "_judge": ("FakeJudge", "Judge", "JudgeCall", "JudgeError", "JudgeReply", "JudgeSession",),
+    "_metric": ("Measurement", "Metric", "MetricOptions", "OptionError", "ScopeEvidence", "SpanRow", "TaskRecord",),
+    "_registry": ("BUILTIN_METRICS", "ENTRY_POINT_GROUP", "MetricRegistry", "load_registry",),
+    "_sidecar": ("KeyedObservation", "read_sidecar", "sidecar_path", "write_sidecar",),
+    "_windows": ("PLUGIN_ONLY_METRICS", "SCOPE_ALL", "SPAN_WINDOW_METRICS", "TASK_FIELDS", "WINDOW_DEFINITIONS", "Window", "WindowDefinition", "WindowState", "list_windows_sql",),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str):
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
