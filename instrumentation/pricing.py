@@ -253,7 +253,7 @@ def _price_now(
 ) -> float | None:
     """_price for a call made now whose counts are ints (never bools): one look-up and the formula.
 
-    Anything but a consistent call of a flat-priced model already looked up today goes through _price.
+    Anything but a consistent call of a model with its own rates, already looked up today, goes through _price.
     """
     entry = _resolved_today.get((provider, model, fallback_model))
     if (
@@ -267,14 +267,8 @@ def _price_now(
         rates = entry[1]
         if rates is None:
             return None  # warned when first looked up
-        if rates.__class__ is _Rates and not rates.tiers:
-            uncached = input_tokens - cache_read_tokens - cache_creation_tokens
-            return (
-                uncached * rates.input
-                + cache_read_tokens * rates.cache_read
-                + cache_creation_tokens * rates.cache_write
-                + output_tokens * rates.output
-            ) / _PER_MILLION
+        if rates.__class__ is _Rates:
+            return rates.cost(input_tokens, output_tokens, cache_read_tokens, cache_creation_tokens)
     day_number = _time() // _SECONDS_PER_DAY
     cost = _price(
         provider,
