@@ -45,7 +45,7 @@ DEFAULT_WINDOW_MEMORY_BYTES = 256 * 1024 * 1024
 """Window processor state kept in memory; beyond it, least recently written targets are rebuilt on demand."""
 DEFAULT_WINDOW_LAG_ROWS = 50_000
 """Committed span rows that may wait for the window processor; appends wait beyond it (bounds memory)."""
-DEFAULT_WINDOW_GATHER_S = 0.25
+DEFAULT_WINDOW_GATHER_S = 1.0
 """How long the window thread lets committed batches gather before a pass (a waiting query ends it early)."""
 DEFAULT_QUERY_WAIT_S = 10.0
 """How long a query waits for the windows to include the spans committed before it."""

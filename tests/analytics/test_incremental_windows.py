@@ -228,6 +228,26 @@ def _one_call(ids: Ids, tokens: int, target: str = "bot") -> list[Span]:
         c.TARGET_ID: target, c.GEN_AI_OPERATION_NAME: c.OP_CHAT, c.GEN_AI_USAGE_INPUT_TOKENS: tokens})]
 
 
+def test_a_retried_batch_stores_only_its_new_spans_and_keeps_the_first_copies(tmp_path):
+    ids = Ids(7)
+    first, second, third = _one_call(ids, 1), _one_call(ids, 2), _one_call(ids, 4)
+    store = SpanStore(str(tmp_path / "s.duckdb"))
+    store.start()
+    try:
+        assert store.write(span_rows(first)).inserted == 1
+        assert store.stats["retried_inserts"] == 0  # new spans take the plain insert
+        retried = [Span(**{**vars(first[0]), "attributes": {**first[0].attributes,
+                                                            c.GEN_AI_USAGE_INPUT_TOKENS: 99}})]
+        result = store.write(span_rows(retried + second))
+        assert (result.received, result.inserted, result.duplicates) == (2, 1, 1)
+        assert store.stats["retried_inserts"] == 1
+        assert store.write(span_rows(third)).inserted == 1  # the writer goes on after a refused insert
+        assert store.query("select input_tokens from spans order by input_tokens").rows == [(1,), (2,), (4,)]
+        assert store.query("select value from windows where metric = 'input_tokens' and scope = 'all'").rows == [(7.0,)]
+    finally:
+        store.shutdown()
+
+
 def test_windows_follow_in_their_own_thread_and_queries_see_every_committed_span(tmp_path):
     from meritlens.collector._pipeline import WindowUpdater
 
