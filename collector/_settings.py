@@ -16,6 +16,7 @@ ENV_MAX_PENDING_BATCHES = "MERITLENS_MAX_PENDING_BATCHES"
 ENV_MAX_INFLIGHT_BYTES = "MERITLENS_MAX_INFLIGHT_BYTES"
 ENV_WINDOW_MEMORY_BYTES = "MERITLENS_WINDOW_MEMORY_BYTES"
 ENV_KEY_FILTER_BYTES = "MERITLENS_KEY_FILTER_BYTES"
+ENV_SPAN_INDEX_BYTES = "MERITLENS_SPAN_INDEX_BYTES"
 ENV_DB_MEMORY_BYTES = "MERITLENS_DB_MEMORY_BYTES"
 ENV_MAX_SPANS_PER_REQUEST = "MERITLENS_MAX_SPANS_PER_REQUEST"
 ENV_MAX_ATTRIBUTES = "MERITLENS_MAX_ATTRIBUTES"
@@ -50,8 +51,10 @@ DEFAULT_WINDOW_GATHER_S = 1.0
 DEFAULT_QUERY_WAIT_S = 10.0
 """How long a query waits for the windows to include the spans committed before it."""
 DEFAULT_KEY_FILTER_BYTES = 32 * 1024 * 1024
-"""Size of the filter of seen trace/task keys (fixed; more keys only cost more index lookups).
+"""Size of the filter of seen trace/task keys (fixed; more keys only cost more reads of stored spans).
 At 10M keys it answers a wrong "maybe" for ~0.003% of new keys (8 MiB: ~5%)."""
+DEFAULT_SPAN_INDEX_BYTES = 32 * 1024 * 1024
+"""Size of the locator of stored span, trace and task keys (fixed; more keys only cost larger reads)."""
 DEFAULT_DB_MEMORY_BYTES = 512 * 1024 * 1024
 MIN_DB_MEMORY_BYTES = 128 * 1024 * 1024
 """Below this DuckDB can run out of memory committing a batch, which invalidates the database until restart."""
@@ -212,6 +215,7 @@ class ServerSettings:
         default_factory=lambda: _env_bytes(ENV_WINDOW_MEMORY_BYTES, DEFAULT_WINDOW_MEMORY_BYTES)
     )
     key_filter_bytes: int = field(default_factory=lambda: _env_bytes(ENV_KEY_FILTER_BYTES, DEFAULT_KEY_FILTER_BYTES))
+    span_index_bytes: int = field(default_factory=lambda: _env_bytes(ENV_SPAN_INDEX_BYTES, DEFAULT_SPAN_INDEX_BYTES))
     db_memory_bytes: int = field(default_factory=lambda: _env_bytes(ENV_DB_MEMORY_BYTES, DEFAULT_DB_MEMORY_BYTES))
     max_attributes: int = field(default_factory=lambda: _env_int(ENV_MAX_ATTRIBUTES, DEFAULT_MAX_ATTRIBUTES))
     max_attribute_bytes: int = field(
@@ -257,6 +261,7 @@ class ServerSettings:
             "SQL max rows": self.sql_max_rows,
             "window memory bytes": self.window_memory_bytes,
             "key filter bytes": self.key_filter_bytes,
+            "span index bytes": self.span_index_bytes,
             "DuckDB memory bytes": self.db_memory_bytes,
         }
         for name, value in positive.items():
