@@ -55,7 +55,7 @@ DEFAULT_KEY_FILTER_BYTES = 32 * 1024 * 1024
 At 10M keys it answers a wrong "maybe" for ~0.003% of new keys (8 MiB: ~5%)."""
 DEFAULT_SPAN_INDEX_BYTES = 128 * 1024 * 1024
 """Size of the locator of stored span, trace and task keys (fixed; more keys only cost larger reads).
-Its blocks fill as spans arrive (~5 bytes a span); they hold ~20M spans before merging starts."""
+Its blocks fill as spans arrive (~6 bytes a span); they hold ~16M spans before merging starts."""
 DEFAULT_DB_MEMORY_BYTES = 512 * 1024 * 1024
 MIN_DB_MEMORY_BYTES = 128 * 1024 * 1024
 """Below this DuckDB can run out of memory committing a batch, which invalidates the database until restart."""
