@@ -38,9 +38,13 @@ from meritlens.analytics._schema import (
 from meritlens.analytics._views import STORE_DDL
 from meritlens.analytics._windows import EVIDENCE_MEDIA_TYPE, SCOPE_ALL, sample_rows_sql
 from meritlens.collector._keyfilter import KeyFilter
+from meritlens.collector._partitions import partition_spans
 from meritlens.collector._settings import (
     DEFAULT_KEY_FILTER_BYTES,
     DEFAULT_QUERY_WAIT_S,
+    DEFAULT_DB_MEMORY_BYTES,
+    MIN_REBUILD_ROWS_PER_PARTITION,
+    REBUILD_POOL_BYTES_PER_ROW,
     DEFAULT_WINDOW_LAG_ROWS,
     DEFAULT_WINDOW_MEMORY_BYTES,
 )
@@ -63,6 +67,9 @@ _LOOKUP_CHUNK = 500
 """Keys per indexed IN-list lookup."""
 _MAX_LOOKUPS = 4000
 """More keys that may be stored than this: one scan of the key columns is cheaper than lookups."""
+_REBUILD_BATCH_ROWS = 65_536
+"""Sample rows per Arrow batch read by a rebuild."""
+_REBUILD_TRACES = "_rebuild_traces"
 
 
 @dataclass(frozen=True)
@@ -111,12 +118,20 @@ class SpanStore:
     once — a `WindowUpdater` thread runs it in the collector; `write` does both in turn. At most
     ``window_lag_rows`` committed rows wait for the windows (appends wait beyond that), and
     queries wait up to ``query_wait_s`` for the windows to include what was committed before
-    them, so a query after an acknowledged export sees its spans in the windows."""
+    them, so a query after an acknowledged export sees its spans in the windows.
+    ``rebuild_rows_per_partition`` is how many scoped application rows (see `_partitions`) a window
+    rebuild (at start, and for a target whose state was dropped) reads per statement; by default
+    the DuckDB memory limit over ``REBUILD_POOL_BYTES_PER_ROW``."""
 
     def __init__(self, path: str, *, read_only: bool = False, key_filter_bytes: int = DEFAULT_KEY_FILTER_BYTES,
                  window_memory_bytes: int = DEFAULT_WINDOW_MEMORY_BYTES, db_memory_bytes: int | None = None,
-                 window_lag_rows: int = DEFAULT_WINDOW_LAG_ROWS, query_wait_s: float = DEFAULT_QUERY_WAIT_S):
+                 window_lag_rows: int = DEFAULT_WINDOW_LAG_ROWS, query_wait_s: float = DEFAULT_QUERY_WAIT_S,
+                 rebuild_rows_per_partition: int | None = None):
         self.path = path
+        if rebuild_rows_per_partition is None:
+            pool = db_memory_bytes if db_memory_bytes is not None else DEFAULT_DB_MEMORY_BYTES
+            rebuild_rows_per_partition = max(MIN_REBUILD_ROWS_PER_PARTITION, pool // REBUILD_POOL_BYTES_PER_ROW)
+        self._rebuild_rows_per_partition = rebuild_rows_per_partition
         self._db_memory_bytes = db_memory_bytes
         self.read_only = read_only
         self._con: duckdb.DuckDBPyConnection | None = None
@@ -149,7 +164,9 @@ class SpanStore:
         self._writes = 0
         self._evicted: set[str] = set()
         """Targets whose window state was dropped; rebuilt from the spans on their next write."""
-        self.stats = {"closure_lookups": 0, "closure_scans": 0, "closure_keys": 0, "rebuilds": 0}
+        self.stats = {"closure_lookups": 0, "closure_scans": 0, "closure_keys": 0, "rebuilds": 0,
+                      "rebuild_partitions": 0, "label_rounds": 0}
+        """Counters; ``rebuild_partitions`` and ``label_rounds`` describe the last rebuild."""
 
     @property
     def db_name(self) -> str:
@@ -475,7 +492,11 @@ class SpanStore:
 
     def _rebuild_state(self, targets: set[str] | None, until_us: int) -> set[tuple[str, str]]:
         """Window state of ``targets`` (None: all) recomputed from every span committed up to
-        ``until_us``; returns its keys."""
+        ``until_us``; returns its keys.
+
+        The spans are read in partitions of about ``rebuild_rows_per_partition`` scoped rows,
+        each a union of whole task/trace components (`_partitions`), so DuckDB's memory for one
+        statement does not grow with the stored spans."""
         con = self._con
         self.stats["rebuilds"] += 1
         committed = f"epoch_us(received_at) <= {int(until_us)}"
@@ -483,22 +504,33 @@ class SpanStore:
             source = f"(SELECT * FROM {SPANS_TABLE} WHERE {committed})"
         else:
             con.register("_targets", pa.table({"t": sorted(targets)}))
-            source = (f"(SELECT * FROM {SPANS_TABLE} WHERE {committed} AND trace_id IN (SELECT trace_id"
-                      f" FROM {SPANS_TABLE} WHERE target_id IN (SELECT t FROM _targets)))")
+            con.execute(f"CREATE OR REPLACE TEMP TABLE {_REBUILD_TRACES} AS SELECT DISTINCT trace_id"
+                        f" FROM {SPANS_TABLE} WHERE target_id IN (SELECT t FROM _targets) AND {committed}")
+            con.unregister("_targets")
+            source = (f"(SELECT * FROM {SPANS_TABLE} WHERE {committed}"
+                      f" AND trace_id IN (SELECT trace_id FROM {_REBUILD_TRACES}))")
         keys: set[tuple[str, str]] = set()
         try:
             for key in list(self._book.keys):
                 if targets is None or key[0] in targets:
                     self._book.drop(key)
             wanted = pa.array(sorted(targets)) if targets is not None else None
-            for batch in con.sql(sample_rows_sql(source)).to_arrow_reader(1 << 20):
-                chunk = pa.Table.from_batches([batch])
-                if wanted is not None:
-                    chunk = chunk.filter(pc.is_in(chunk.column("target_id"), wanted))
-                keys |= self._book.apply_delta(None, chunk)
+            parts = partition_spans(con, source, self._rebuild_rows_per_partition)
+            try:
+                self.stats["rebuild_partitions"] = parts.count
+                self.stats["label_rounds"] = parts.rounds
+                for p in range(parts.count):
+                    reader = con.sql(sample_rows_sql(parts.source_of(p))).to_arrow_reader(_REBUILD_BATCH_ROWS)
+                    for batch in reader:
+                        chunk = pa.Table.from_batches([batch])
+                        if wanted is not None:
+                            chunk = chunk.filter(pc.is_in(chunk.column("target_id"), wanted))
+                        keys |= self._book.apply_delta(None, chunk)
+            finally:
+                parts.close()
         finally:
             if targets is not None:
-                con.unregister("_targets")
+                con.execute(f"DROP TABLE IF EXISTS {_REBUILD_TRACES}")
         if targets is not None:
             self._evicted -= targets
         return keys
