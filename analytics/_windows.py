@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import math
+import os
 import urllib.parse
 from dataclasses import dataclass
 from enum import Enum
@@ -512,6 +513,28 @@ FROM (
   UNION ALL BY NAME
   {_samples_sql(SampleUnit.CALL, "scoped", _CALL_ROW_COLUMNS)}
 )"""
+
+
+_ROW_SOURCES = ("_windows.py", "_accumulate.py", "_catalogue.py")
+"""The modules whose code computes a window row from the spans."""
+
+
+def window_definitions_digest(db_name: str) -> str:
+    """A digest of everything a stored window row of the processor depends on besides the spans:
+    the code of the window definitions, the accumulator and the catalogue, the package version and
+    the database name (evidence URIs hold it). Rows stored under another digest are recomputed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        package = version("meritlens")
+    except PackageNotFoundError:
+        package = "unknown"
+    digest = hashlib.sha256(f"{package}\n{db_name}\n".encode())
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in _ROW_SOURCES:
+        with open(os.path.join(here, name), "rb") as fh:
+            digest.update(fh.read())
+    return digest.hexdigest()
 
 
 # --- the samples behind a window ---------------------------------------------------------------------

@@ -33,11 +33,20 @@ from meritlens.analytics._schema import (
     SPANS_TABLE,
     WINDOW_COLUMN_NAMES,
     WINDOW_COLUMNS,
+    WINDOW_WATERMARK_COLUMN_NAMES,
+    WINDOW_WATERMARK_TABLE,
     WINDOWS_TABLE,
 )
 from meritlens.analytics._views import STORE_DDL
-from meritlens.analytics._windows import EVIDENCE_MEDIA_TYPE, SCOPE_ALL, sample_rows_sql
+from meritlens.analytics._windows import (
+    APPLICATION_SPANS,
+    EVIDENCE_MEDIA_TYPE,
+    SCOPE_ALL,
+    sample_rows_sql,
+    window_definitions_digest,
+)
 from meritlens.collector._keyfilter import KeyFilter
+from meritlens.collector._normalize import _ARROW_TYPES
 from meritlens.collector._partitions import partition_spans
 from meritlens.collector._settings import (
     DEFAULT_KEY_FILTER_BYTES,
@@ -164,8 +173,13 @@ class SpanStore:
         self._writes = 0
         self._evicted: set[str] = set()
         """Targets whose window state was dropped; rebuilt from the spans on their next write."""
+        self._digest: str | None = None
+        self._watermark_valid = True
+        """Whether the window rows equal a computation from the spans up to ``_windowed_us`` for every
+        target, so the watermark may be stored with them. False after a bulk load (its windows wait
+        for the loader's rebuild) or a failed rebuild, until `refresh_all_windows`."""
         self.stats = {"closure_lookups": 0, "closure_scans": 0, "closure_keys": 0, "rebuilds": 0,
-                      "rebuild_partitions": 0, "label_rounds": 0}
+                      "rebuild_partitions": 0, "label_rounds": 0, "resumes": 0}
         """Counters; ``rebuild_partitions`` and ``label_rounds`` describe the last rebuild."""
 
     @property
@@ -261,6 +275,7 @@ class SpanStore:
             bulk = [s.table for s in group if not s.follow and s.table.num_rows]
             if bulk:  # their windows are rebuilt by the loader; later batches must find their keys
                 self._keys.add(_hash_array(_key_hashes(self._con, _concat(bulk))))
+                self._invalidate_watermark()
             followed = [s.table for s in group if s.follow and s.table.num_rows]
             if followed:
                 self._follow(_concat(followed), until_us)
@@ -320,7 +335,7 @@ class SpanStore:
             if closure is not None:
                 con.execute("BEGIN")
                 try:
-                    self._write_window_rows(self._apply_batch(table, closure, targets, until_us))
+                    self._write_window_rows(self._apply_batch(table, closure, targets, until_us), until_us)
                     con.execute("COMMIT")
                 except StateMismatch as exc:
                     _rollback(con)
@@ -334,6 +349,8 @@ class SpanStore:
                     _rollback(con)
                     self._forget(targets)  # the state may hold what was rolled back
                     raise
+        else:  # no application span: only the watermark moves
+            self._store_windows(set(), until_us)
         self._keys.add(_hash_array(hashes))
         if rebuild:
             self._forget(rebuild)
@@ -341,6 +358,7 @@ class SpanStore:
                 self._rebuild(rebuild, until_us)
             except Exception:  # noqa: BLE001 - the spans are stored; the windows follow later
                 log.exception("rebuilding the windows of %s failed; retried on their next batch", sorted(rebuild))
+                self._invalidate_watermark()
 
     def _next_received_us(self) -> int:
         """A commit time in µs, later than every earlier batch's: the windows' watermark orders batches by it."""
@@ -362,18 +380,81 @@ class SpanStore:
             with self._changed:
                 group = list(self._pending)
             until_us = max(self._windowed_us, group[-1].received_us if group else 0)
-            self._keys.clear()
-            for batch in self._con.sql(
-                f"SELECT hash(trace_id) AS h FROM {SPANS_TABLE}"
-                f" UNION ALL SELECT hash(task_id) FROM {SPANS_TABLE} WHERE task_id IS NOT NULL"
-            ).to_arrow_reader(1 << 20):
-                self._keys.add(batch.column(0).to_numpy(zero_copy_only=False))
+            self._fill_key_filter()
             self._book = WindowBook()
             self._evicted.clear()
             self._recency.clear()
+            self._watermark_valid = True
             rebuilt = len(self._rebuild(None, until_us))
             self._mark_processed(group, until_us)
             return rebuilt
+
+    def open_windows(self) -> tuple[int, bool]:
+        """At start: take up the stored windows where they were left, else recompute them all.
+
+        The stored rows are taken as they are when the watermark stored with them was written by
+        this version of the window definitions (`window_definitions_digest`) and at most the window
+        lag budget of rows was committed after it: no state is loaded (every target's is rebuilt
+        from its spans on its next batch, as after an eviction), the key filter is filled, and the
+        spans committed after the watermark are applied. Otherwise `refresh_all_windows`.
+        Returns (the number of (target, scope) keys, whether the stored windows were taken up)."""
+        with self._window_lock:
+            resumed = self._resume()
+        if resumed is not None:
+            return resumed, True
+        return self.refresh_all_windows(), False
+
+    def _resume(self) -> int | None:
+        con = self._con
+        with self._changed:
+            if self._pending:
+                return None
+        stored = con.execute(f"SELECT windowed_us, definitions_digest FROM {WINDOW_WATERMARK_TABLE}"
+                             f" WHERE store = '{SPANS_TABLE}'").fetchall()
+        if not stored:
+            return None
+        watermark, digest = stored[0]
+        if digest != window_definitions_digest(self.db_name):
+            log.info("the window definitions changed since the windows were stored; recomputing them")
+            return None
+        later = con.execute(f"SELECT count(*) FROM {SPANS_TABLE} WHERE epoch_us(received_at) > {int(watermark)}"
+                            ).fetchall()[0][0]
+        if later > self._window_lag_rows:
+            log.info("%d spans were committed after the stored windows; recomputing them", later)
+            return None
+        self._fill_key_filter()
+        self._book = WindowBook()
+        self._recency.clear()
+        self._evicted = {t for (t,) in con.execute(
+            f"SELECT DISTINCT target_id FROM {SPANS_TABLE} WHERE {APPLICATION_SPANS}").fetchall()}
+        self._watermark_valid = True
+        self._windowed_us = int(watermark)
+        if later:
+            rows = con.sql(f"SELECT * FROM {SPANS_TABLE} WHERE epoch_us(received_at) > {int(watermark)}"
+                           " ORDER BY received_at").to_arrow_table()
+            table = _conform(rows, _INCOMING_SCHEMA)
+            until_us = int(pc.max(pc.cast(table.column("received_at"), pa.int64())).as_py())
+            self._follow(table, until_us)
+            self._mark_processed([], until_us)
+        self.stats["resumes"] += 1
+        return con.execute(f"SELECT count(*) FROM (SELECT DISTINCT target_id, scope FROM {WINDOWS_TABLE})"
+                           ).fetchall()[0][0]
+
+    def _fill_key_filter(self) -> None:
+        self._keys.clear()
+        for batch in self._con.sql(
+            f"SELECT hash(trace_id) AS h FROM {SPANS_TABLE}"
+            f" UNION ALL SELECT hash(task_id) FROM {SPANS_TABLE} WHERE task_id IS NOT NULL"
+        ).to_arrow_reader(_REBUILD_BATCH_ROWS):
+            self._keys.add(batch.column(0).to_numpy(zero_copy_only=False))
+
+    def _invalidate_watermark(self) -> None:
+        """The window rows may now miss committed spans: store no watermark until a full rebuild."""
+        self._watermark_valid = False
+        try:
+            self._con.execute(f"DELETE FROM {WINDOW_WATERMARK_TABLE}")
+        except duckdb.Error:
+            log.exception("removing the windows' watermark failed")
 
     def _mark_processed(self, group: list["_Stored"], until_us: int) -> None:
         with self._changed:
@@ -487,7 +568,7 @@ class SpanStore:
         """Window state and rows of ``targets`` (None: all) recomputed from every span committed
         up to ``until_us``; returns the (target, scope) keys."""
         keys = self._rebuild_state(targets, until_us)
-        self._store_windows(keys)
+        self._store_windows(keys, until_us)
         return keys
 
     def _rebuild_state(self, targets: set[str] | None, until_us: int) -> set[tuple[str, str]]:
@@ -535,24 +616,29 @@ class SpanStore:
             self._evicted -= targets
         return keys
 
-    def _store_windows(self, keys: set[tuple[str, str]]) -> None:
-        """Write the rows of ``keys``' windows in a transaction of their own."""
+    def _store_windows(self, keys: set[tuple[str, str]], until_us: int) -> None:
+        """Write the rows of ``keys``' windows, and the watermark ``until_us``, in a transaction of their own."""
         con = self._con
         con.execute("BEGIN")
         try:
-            self._write_window_rows(keys)
+            self._write_window_rows(keys, until_us)
             con.execute("COMMIT")
         except BaseException:
             _rollback(con)
             raise
 
-    def _write_window_rows(self, keys: set[tuple[str, str]]) -> None:
-        """Write the rows of ``keys``' windows (inside the caller's transaction); a stored row with
-        a value and another producer's evidence (a plugin's) is never replaced by a row of ours
-        without one."""
+    def _write_window_rows(self, keys: set[tuple[str, str]], until_us: int) -> None:
+        """Write the rows of ``keys``' windows (inside the caller's transaction) and, while the rows
+        are whole, the watermark ``until_us`` (the windows include every span committed up to it);
+        a stored row with a value and another producer's evidence (a plugin's) is never replaced by
+        a row of ours without one."""
+        now = _dt.datetime.now(_dt.timezone.utc)
+        if self._watermark_valid:
+            self._con.execute(
+                f"INSERT OR REPLACE INTO {WINDOW_WATERMARK_TABLE} ({', '.join(WINDOW_WATERMARK_COLUMN_NAMES)})"
+                " VALUES (?, ?, ?, ?)", [SPANS_TABLE, int(until_us), self._definitions_digest(), now])
         if not keys:
             return
-        now = _dt.datetime.now(_dt.timezone.utc)
         windows = [w for key in sorted(keys) for w in self._book.windows(key, self.db_name, now)]
         con = self._con
         con.register("_windows", _windows_table(windows))
@@ -568,6 +654,11 @@ class SpanStore:
         for key in keys:
             self._recency[key] = self._writes
         self._evict()
+
+    def _definitions_digest(self) -> str:
+        if self._digest is None:
+            self._digest = window_definitions_digest(self.db_name)
+        return self._digest
 
     def _evict(self) -> None:
         """Drop the least recently written targets' state while the book is over its budget."""
@@ -759,6 +850,11 @@ class _Stored:
     """Its commit time (µs since the epoch), later than every earlier batch's."""
     follow: bool
     """False for bulk loads: only the key filter learns their keys; their windows are rebuilt."""
+
+
+_INCOMING_SCHEMA = pa.schema([(name, _ARROW_TYPES.get(name, pa.timestamp("us", tz="UTC")))
+                              for name in SPAN_COLUMN_NAMES])
+"""The Arrow types of the batches `append` queues (received_at added to the normalizer's rows)."""
 
 
 def _windows_table(windows: list) -> pa.Table:
