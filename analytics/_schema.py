@@ -151,12 +151,15 @@ WINDOW_WATERMARK_COLUMNS: tuple[Column, ...] = (
 WINDOW_WATERMARK_COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in WINDOW_WATERMARK_COLUMNS)
 
 
-def create_table_sql(table: str, columns: tuple[Column, ...], primary_key: tuple[str, ...]) -> str:
+def create_table_sql(table: str, columns: tuple[Column, ...], primary_key: tuple[str, ...] = ()) -> str:
     body = ",\n  ".join(f"{c.name} {c.sql_type}" for c in columns)
-    return f"CREATE TABLE IF NOT EXISTS {table} (\n  {body},\n  PRIMARY KEY ({', '.join(primary_key)})\n)"
+    key = f",\n  PRIMARY KEY ({', '.join(primary_key)})" if primary_key else ""
+    return f"CREATE TABLE IF NOT EXISTS {table} (\n  {body}{key}\n)"
 
 
-SPANS_DDL = create_table_sql(SPANS_TABLE, SPAN_COLUMNS, ("trace_id", "span_id"))
+# No primary key: (trace_id, span_id) is unique by the store's own check (collector/_store.py says
+# why a B-tree index is not kept), and the table stays in commit order.
+SPANS_DDL = create_table_sql(SPANS_TABLE, SPAN_COLUMNS)
 WINDOWS_DDL = create_table_sql(WINDOWS_TABLE, WINDOW_COLUMNS, ("target_id", "metric", "scope"))
 COVERAGE_DDL = create_table_sql(COVERAGE_TABLE, COVERAGE_COLUMNS, ("target_id", "scope", "checked_at"))
 EXPERIMENTS_DDL = create_table_sql(EXPERIMENTS_TABLE, EXPERIMENT_COLUMNS, ("experiment_id",))

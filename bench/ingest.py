@@ -23,6 +23,7 @@ usage: python bench/ingest.py [--requests 60 --batch 1000 --concurrency 4] [--ra
 from __future__ import annotations
 
 import argparse
+import re
 import os
 import socket
 import subprocess
@@ -50,6 +51,43 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime (fields 14, 15)
 
 
+def thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
+    """CPU seconds and kernel name of each of the process's threads."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                head, rest = f.read().rsplit(")", 1)
+        except OSError:  # the thread ended
+            continue
+        fields = rest.split()
+        out[int(tid)] = (head.split("(", 1)[1], (int(fields[11]) + int(fields[12])) / CLK_TCK)
+    return out
+
+
+def python_thread_names(pid: int) -> dict[int, str]:
+    """OS thread id -> Python thread name, read with py-spy when it is installed (not a dependency)."""
+    spy = os.path.join(BIN, "py-spy")
+    if not os.path.exists(spy):
+        return {}
+    try:
+        dump = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return {int(tid): name for tid, name in re.findall(r'^Thread (\d+) \(\w+\): "([^"]*)"', dump, re.M)}
+
+
+def per_thread_report(before: dict, after: dict, names: dict[int, str], wall: float) -> str:
+    """Threads' share of one core over ``wall`` seconds, busiest first; DuckDB's and other native
+    threads are grouped by their kernel name."""
+    shares: dict[str, float] = {}
+    for tid, (comm, cpu) in after.items():
+        label = names.get(tid) or f"[native {comm}]"
+        shares[label] = shares.get(label, 0.0) + cpu - before.get(tid, (comm, 0.0))[1]
+    busy = sorted(((100 * cpu / wall, label) for label, cpu in shares.items() if cpu > 0), reverse=True)
+    return "per thread (% of one core): " + ", ".join(f"{label} {pct:.0f}%" for pct, label in busy)
+
+
 def status_kib(pid: int, key: str) -> int:
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -73,7 +111,7 @@ def sql(base: str, query: str) -> list:
 
 
 def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s: float = 0.0, *,
-        impl: str = "production", refresh: bool = True) -> dict:
+        impl: str = "production", refresh: bool = True, threads: bool = False) -> dict:
     """Send `total` spans (paced at `rate` spans/s when given; no batch started after `deadline_s`)."""
     planned = total
     with tempfile.TemporaryDirectory(prefix="meritlens-bench-") as tmp:
@@ -106,6 +144,7 @@ def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s:
                  str(concurrency), str(TARGETS), str(rate), str(deadline_s)], stdout=subprocess.PIPE, text=True)
             first = loadgen.stdout.readline().strip()
             cpu0, t0 = cpu_seconds(server.pid), time.perf_counter()
+            threads0 = thread_cpu(server.pid) if threads else {}
             if first != "sending":
                 raise SystemExit(f"loadgen failed before sending: {first!r}")
             report = loadgen.stdout.read().strip()
@@ -113,6 +152,8 @@ def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s:
                 raise SystemExit(f"loadgen failed: {report}")
             wall = time.perf_counter() - t0
             cpu = cpu_seconds(server.pid) - cpu0
+            thread_line = (per_thread_report(threads0, thread_cpu(server.pid), python_thread_names(server.pid), wall)
+                           if threads else "")
             rss_peak = status_kib(server.pid, "VmHWM")
             rows = sql(base, "select count(*) from spans")[0][0]
             if refresh:
@@ -135,7 +176,7 @@ def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s:
         return {"log_tail": log_tail, "impl": impl, "refresh": refresh, "planned": planned, "sent": total, "stored": rows, "lost": total - rows, "send_s": send_s,
                 "spans_per_s": total / send_s, "retries": retries, "cpu_s": cpu, "wall_s": wall,
                 "cpu_pct": 100 * cpu / wall, "rss_idle_mib": rss_idle / 1024, "rss_peak_mib": rss_peak / 1024,
-                "correct": ok, "windows": windows, "expected": expected}
+                "correct": ok, "windows": windows, "expected": expected, "threads": thread_line}
 
 
 def describe(r: dict, mode: str) -> str:
@@ -144,7 +185,7 @@ def describe(r: dict, mode: str) -> str:
     return (f"{variant}{mode}: {r['sent']:,} spans{unsent} in {r['send_s']:.2f}s = {r['spans_per_s']:,.0f} spans/s acknowledged; "
             f"stored {r['stored']:,} (lost {r['lost']}), 503 retries {r['retries']}; collector CPU {r['cpu_s']:.1f}s "
             f"= {r['cpu_pct']:.0f}% of one core ({1e6 * r['cpu_s'] / max(r['sent'], 1):.0f} µs/span); RSS idle {r['rss_idle_mib']:.0f} MiB, peak {r['rss_peak_mib']:.0f} MiB; "
-            f"correctness {'OK' if r['correct'] else 'FAILED'}")
+            f"correctness {'OK' if r['correct'] else 'FAILED'}" + (f"\n  {r['threads']}" if r.get("threads") else ""))
 
 
 def check(r: dict) -> None:
@@ -165,6 +206,8 @@ def main() -> None:
                         help="receive path: the collector's, the pre-issue-7 obvious walk, or both in turn")
     parser.add_argument("--no-refresh", action="store_true",
                         help="benchmark shim: store spans without refreshing windows (receive path only)")
+    parser.add_argument("--threads", action="store_true",
+                        help="also report each collector thread's CPU over the sending period")
     args = parser.parse_args()
     if args.rate and not 0 < args.seconds <= 600:
         parser.error("sustained mode needs 0 < --seconds <= 600")
@@ -172,10 +215,10 @@ def main() -> None:
         if args.rate:
             # Bounded: no batch is started later than 2x the planned duration; what was not sent is reported.
             r = run(int(args.rate * args.seconds), args.batch, args.concurrency, args.rate, 2 * args.seconds,
-                    impl=impl, refresh=not args.no_refresh)
+                    impl=impl, refresh=not args.no_refresh, threads=args.threads)
             print(describe(r, f"sustained {args.rate:,.0f} spans/s for {args.seconds:g}s"), flush=True)
         else:
-            r = run(args.requests * args.batch, args.batch, args.concurrency, impl=impl, refresh=not args.no_refresh)
+            r = run(args.requests * args.batch, args.batch, args.concurrency, impl=impl, refresh=not args.no_refresh, threads=args.threads)
             print(describe(r, f"burst {args.requests} x {args.batch} spans, {args.concurrency} clients"), flush=True)
         check(r)
 

@@ -9,6 +9,12 @@ each are reported. The means include the DuckDB checkpoints that some commits tr
 of write-ahead log), which the medians hide. Ratio large/small of each is the figure the issue
 bounds (≤ 1.5) for the window refresh.
 
+`--continue-fraction F` makes that fraction of each new batch's spans join stored traces among the
+newest 100,000 stored spans (10 s at 10k spans/s), as spans of a trace do when an exporter sends them
+in several batches: their traces' stored spans are then read back through the key locator's
+commit-time ranges. (Traces picked anywhere in the history would make every range a candidate: the
+locator has no per-key precision beyond its blocks.)
+
 Correctness: after the timed writes, `spans` holds exactly N + repeats*batch rows, and every target's
 `input_tokens` window (scope all) equals the independently computed sum of what was written.
 
@@ -24,6 +30,9 @@ import sys
 import tempfile
 import time
 
+import numpy as np
+import pyarrow as pa
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _history import expected_input_tokens, load, span_table  # noqa: E402
@@ -31,7 +40,22 @@ from _history import expected_input_tokens, load, span_table  # noqa: E402
 from meritlens.collector._store import SpanStore  # noqa: E402
 
 
-def measure(stored: int, batch: int, repeats: int, targets: int, key_filter_bytes: int | None = None) -> dict:
+def join_stored_traces(table: pa.Table, stored: int, fraction: float, rng: np.random.Generator) -> pa.Table:
+    """``table`` with ``fraction`` of its spans moved into stored traces among the newest 100k
+    (span i's trace is ``'0' * 16 + '%016x' % (i + 1)`` in bench/_history.py)."""
+    n = int(table.num_rows * fraction)
+    if n == 0:
+        return table
+    rows = rng.choice(table.num_rows, n, replace=False)
+    picked = rng.integers(max(0, stored - 100_000), stored, n)
+    traces = table.column("trace_id").to_pylist()
+    for row, j in zip(rows, picked):
+        traces[row] = "0" * 16 + "%016x" % (j + 1)
+    return table.set_column(table.schema.get_field_index("trace_id"), "trace_id", pa.array(traces, pa.string()))
+
+
+def measure(stored: int, batch: int, repeats: int, targets: int, key_filter_bytes: int | None = None,
+            continue_fraction: float = 0.0) -> dict:
     with tempfile.TemporaryDirectory(prefix="meritlens-bench-") as tmp:
         options = {"key_filter_bytes": key_filter_bytes} if key_filter_bytes else {}
         store = SpanStore(os.path.join(tmp, "bench.duckdb"), **options)
@@ -40,7 +64,9 @@ def measure(stored: int, batch: int, repeats: int, targets: int, key_filter_byte
             t0 = time.perf_counter()
             load(store, stored, targets)
             load_s = time.perf_counter() - t0
-            batches = [span_table(stored + r * batch, batch, targets) for r in range(repeats)]
+            rng = np.random.default_rng(stored)
+            batches = [join_stored_traces(span_table(stored + r * batch, batch, targets), stored, continue_fraction, rng)
+                       for r in range(repeats)]
             times, appends, refreshes = [], [], []
             lookups_before = dict(store.stats)
             for table in batches:
@@ -68,11 +94,13 @@ def measure(stored: int, batch: int, repeats: int, targets: int, key_filter_byte
                 "mean_s": statistics.mean(times), "append_times": appends, "refresh_times": refreshes,
                 "append_median_s": statistics.median(appends), "append_mean_s": statistics.mean(appends),
                 "refresh_median_s": statistics.median(refreshes), "refresh_mean_s": statistics.mean(refreshes),
-                "keys_looked_up": store.stats["closure_keys"] - lookups_before["closure_keys"]}
+                "keys_looked_up": store.stats["closure_keys"] - lookups_before["closure_keys"],
+                "ranges_read": store.stats["closure_ranges"] - lookups_before["closure_ranges"]}
 
 
-def run(sizes: list[int], batch: int, repeats: int, targets: int, key_filter_bytes: int | None = None) -> list[dict]:
-    results = [measure(n, batch, repeats, targets, key_filter_bytes) for n in sizes]
+def run(sizes: list[int], batch: int, repeats: int, targets: int, key_filter_bytes: int | None = None,
+        continue_fraction: float = 0.0) -> list[dict]:
+    results = [measure(n, batch, repeats, targets, key_filter_bytes, continue_fraction) for n in sizes]
     return results
 
 
@@ -83,16 +111,19 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--targets", type=int, default=8)
     parser.add_argument("--key-filter-bytes", type=int, default=None, help="default: the collector's")
+    parser.add_argument("--continue-fraction", type=float, default=0.0,
+                        help="fraction of each new batch's spans that join stored traces")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    results = run(sizes, args.batch, args.repeats, args.targets, args.key_filter_bytes)
+    results = run(sizes, args.batch, args.repeats, args.targets, args.key_filter_bytes, args.continue_fraction)
     def runs(times):
         return ", ".join(f"{t * 1000:.0f}" for t in times)
 
     for r in results:
         print(f"stored {r['stored']:>10,} (history load {r['load_s']:.1f}s), batch {args.batch:,}; "
               f"stored keys the key filter could not rule out, looked up: {r['keys_looked_up']:,} "
-              f"in {args.repeats} batches of new tasks")
+              f"in {args.repeats} batches ({args.continue_fraction:.0%} of spans joining stored traces); "
+              f"commit-time ranges read: {r['ranges_read']:,}")
         for name, key in (("append (spans)", "append"), ("update_windows", "refresh"), ("both", "")):
             med, mean = (r[f"{key}_median_s"], r[f"{key}_mean_s"]) if key else (r["median_s"], r["mean_s"])
             times = r[f"{key}_times"] if key else r["times"]

@@ -50,3 +50,100 @@ class KeyFilter:
         positions = self._positions(hashes)
         bits = (self._words[positions >> np.uint64(6)] >> (positions & np.uint64(63))) & np.uint64(1)
         return bits.all(axis=0).astype(bool)
+
+
+class _Block:
+    """The keys committed between two times (µs since the epoch), as a Bloom filter."""
+
+    __slots__ = ("first_us", "last_us", "keys", "filter")
+
+    def __init__(self, first_us: int, size_bytes: int):
+        self.first_us = self.last_us = first_us
+        self.keys = 0
+        self.filter = KeyFilter(size_bytes)
+
+
+class KeyLocator:
+    """Where stored keys are: for a key hash, the commit-time ranges that may hold it.
+
+    It stands in for a B-tree over the stored spans' keys, whose memory would grow with every
+    span: commits are grouped in blocks of consecutive commit times, each with a Bloom filter of
+    its keys, and a filter over all keys answers "stored anywhere?" first. The spans table is
+    kept in commit order, so a range is read through DuckDB's min/max pruning. Its memory is
+    ``size_bytes`` whatever the load: half for the overall filter, half for the blocks; when the
+    blocks fill it, the two adjacent blocks with the fewest keys are merged (their filters OR'ed),
+    so older ranges get coarser and a wrong "maybe" costs a larger read — never a wrong answer.
+    """
+
+    def __init__(self, size_bytes: int, *, block_bytes: int = 256 * 1024, block_keys: int | None = None):
+        self._all = KeyFilter(size_bytes // 2)
+        self._block_bytes = min(block_bytes, max(1024, size_bytes // 8))
+        # ~12 bits a key: under 0.5% wrong "maybe"s per block with 7 probes
+        self._block_keys = block_keys or self._block_bytes * 8 // 12
+        self._max_blocks = max(2, (size_bytes - self._all.nbytes) // self._block_bytes)
+        self._blocks: list[_Block] = []
+
+    @property
+    def nbytes(self) -> int:
+        return self._all.nbytes + sum(b.filter.nbytes for b in self._blocks)
+
+    @property
+    def blocks(self) -> int:
+        return len(self._blocks)
+
+    def clear(self) -> None:
+        self._all.clear()
+        self._blocks = []
+
+    def add(self, hashes: np.ndarray, first_us: int, last_us: int | None = None) -> None:
+        """Record ``hashes`` as committed between ``first_us`` and ``last_us`` (default: at
+        ``first_us``); never earlier than the keys added before."""
+        if hashes.size == 0:
+            return
+        last_us = first_us if last_us is None else last_us
+        self._all.add(hashes)
+        start = 0
+        while start < hashes.size:
+            block = self._blocks[-1] if self._blocks else None
+            if block is None or block.keys >= self._block_keys:
+                block = _Block(first_us, self._block_bytes)
+                self._blocks.append(block)
+                if len(self._blocks) > self._max_blocks:
+                    self._merge_smallest_pair()
+            part = hashes[start:start + self._block_keys - block.keys]
+            block.filter.add(part)
+            block.keys += int(part.size)
+            block.last_us = max(block.last_us, last_us)
+            start += part.size
+
+    def _merge_smallest_pair(self) -> None:
+        sealed = self._blocks[:-1]  # the open block keeps filling
+        i = min(range(len(sealed) - 1), key=lambda j: sealed[j].keys + sealed[j + 1].keys)
+        a, b = self._blocks[i], self._blocks[i + 1]
+        a.filter._words |= b.filter._words
+        a.keys += b.keys
+        a.last_us = b.last_us
+        del self._blocks[i + 1]
+
+    def may_contain(self, hashes: np.ndarray) -> np.ndarray:
+        """One bool per hash: False only for keys never added."""
+        return self._all.may_contain(hashes)
+
+    def ranges(self, hashes: np.ndarray, until_us: int | None = None) -> list[tuple[int, int]]:
+        """The (first_us, last_us) commit-time ranges, oldest first and coalesced, that may hold
+        any of ``hashes``; only ranges starting at or before ``until_us`` when it is given."""
+        hashes = hashes[self._all.may_contain(hashes)] if hashes.size else hashes
+        found: list[tuple[int, int]] = []
+        if hashes.size == 0:
+            return found
+        previous = -2
+        for i, block in enumerate(self._blocks):
+            if until_us is not None and block.first_us > until_us:
+                break
+            if block.filter.may_contain(hashes).any():
+                if previous == i - 1:
+                    found[-1] = (found[-1][0], block.last_us)
+                else:
+                    found.append((block.first_us, block.last_us))
+                previous = i
+        return found

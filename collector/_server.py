@@ -40,6 +40,7 @@ class Collector:
         settings.validate()
         self.settings = settings
         self.store = SpanStore(settings.db, key_filter_bytes=settings.key_filter_bytes,
+                               span_index_bytes=settings.span_index_bytes,
                                window_memory_bytes=settings.window_memory_bytes,
                                db_memory_bytes=settings.db_memory_bytes)
         self.pipeline = IngestPipeline(self.store, max_pending_batches=settings.max_pending_batches)

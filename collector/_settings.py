@@ -16,6 +16,7 @@ ENV_MAX_PENDING_BATCHES = "MERITLENS_MAX_PENDING_BATCHES"
 ENV_MAX_INFLIGHT_BYTES = "MERITLENS_MAX_INFLIGHT_BYTES"
 ENV_WINDOW_MEMORY_BYTES = "MERITLENS_WINDOW_MEMORY_BYTES"
 ENV_KEY_FILTER_BYTES = "MERITLENS_KEY_FILTER_BYTES"
+ENV_SPAN_INDEX_BYTES = "MERITLENS_SPAN_INDEX_BYTES"
 ENV_DB_MEMORY_BYTES = "MERITLENS_DB_MEMORY_BYTES"
 ENV_MAX_SPANS_PER_REQUEST = "MERITLENS_MAX_SPANS_PER_REQUEST"
 ENV_MAX_ATTRIBUTES = "MERITLENS_MAX_ATTRIBUTES"
@@ -45,7 +46,7 @@ DEFAULT_WINDOW_MEMORY_BYTES = 256 * 1024 * 1024
 """Window processor state kept in memory; beyond it, least recently written targets are rebuilt on demand."""
 DEFAULT_WINDOW_LAG_ROWS = 50_000
 """Committed span rows that may wait for the window processor; appends wait beyond it (bounds memory)."""
-DEFAULT_WINDOW_GATHER_S = 0.25
+DEFAULT_WINDOW_GATHER_S = 1.0
 """How long the window thread lets committed batches gather before a pass (a waiting query ends it early)."""
 DEFAULT_QUERY_WAIT_S = 10.0
 """How long a query waits for the windows to include the spans committed before it."""
@@ -56,8 +57,10 @@ The per-task aggregation does not spill; measured on one-span tasks, 150k rows f
 did not (~0.7-0.9 KiB a row), see bench/README.md "Start-up rebuild in partitions"."""
 MIN_REBUILD_ROWS_PER_PARTITION = 10_000
 DEFAULT_KEY_FILTER_BYTES = 32 * 1024 * 1024
-"""Size of the filter of seen trace/task keys (fixed; more keys only cost more index lookups).
+"""Size of the filter of seen trace/task keys (fixed; more keys only cost more reads of stored spans).
 At 10M keys it answers a wrong "maybe" for ~0.003% of new keys (8 MiB: ~5%)."""
+DEFAULT_SPAN_INDEX_BYTES = 32 * 1024 * 1024
+"""Size of the locator of stored span, trace and task keys (fixed; more keys only cost larger reads)."""
 DEFAULT_DB_MEMORY_BYTES = 512 * 1024 * 1024
 MIN_DB_MEMORY_BYTES = 128 * 1024 * 1024
 """Below this DuckDB can run out of memory committing a batch, which invalidates the database until restart."""
@@ -218,6 +221,7 @@ class ServerSettings:
         default_factory=lambda: _env_bytes(ENV_WINDOW_MEMORY_BYTES, DEFAULT_WINDOW_MEMORY_BYTES)
     )
     key_filter_bytes: int = field(default_factory=lambda: _env_bytes(ENV_KEY_FILTER_BYTES, DEFAULT_KEY_FILTER_BYTES))
+    span_index_bytes: int = field(default_factory=lambda: _env_bytes(ENV_SPAN_INDEX_BYTES, DEFAULT_SPAN_INDEX_BYTES))
     db_memory_bytes: int = field(default_factory=lambda: _env_bytes(ENV_DB_MEMORY_BYTES, DEFAULT_DB_MEMORY_BYTES))
     max_attributes: int = field(default_factory=lambda: _env_int(ENV_MAX_ATTRIBUTES, DEFAULT_MAX_ATTRIBUTES))
     max_attribute_bytes: int = field(
@@ -263,6 +267,7 @@ class ServerSettings:
             "SQL max rows": self.sql_max_rows,
             "window memory bytes": self.window_memory_bytes,
             "key filter bytes": self.key_filter_bytes,
+            "span index bytes": self.span_index_bytes,
             "DuckDB memory bytes": self.db_memory_bytes,
         }
         for name, value in positive.items():

@@ -9,7 +9,14 @@ they touch, up to the last of them) is read, the samples of that closure are com
 to the windows' watermark) and after, and only the difference is applied to the window accumulators
 (`meritlens.analytics._accumulate`). A fixed-size key filter answers "was this trace or task
 seen before?" without reading the table, so a batch of new tasks reads nothing back; keys the
-filter may have seen are looked up through indexes on `trace_id` and `task_id`.
+filter may have seen are read from the commit-time ranges a `KeyLocator` gives.
+
+No B-tree index is kept on `spans`: DuckDB holds such indexes whole in its memory, so they grow
+with every stored span until the memory limit fails a commit (measured: ~170 bytes a span with the
+primary key and two key indexes; a 512 MiB limit failed at ~2.9M spans). Instead the table stays in
+commit order, and a fixed-size `KeyLocator` says which commit-time ranges may hold a key; DuckDB
+reads a range through its min/max pruning. The same locator makes retried exports idempotent: a
+batch's spans that may be stored are checked against the ranges that may hold them.
 """
 
 from __future__ import annotations
@@ -45,13 +52,14 @@ from meritlens.analytics._windows import (
     sample_rows_sql,
     window_definitions_digest,
 )
-from meritlens.collector._keyfilter import KeyFilter
+from meritlens.collector._keyfilter import KeyFilter, KeyLocator
 from meritlens.collector._normalize import _ARROW_TYPES
 from meritlens.collector._partitions import partition_spans
 from meritlens.collector._settings import (
+    DEFAULT_DB_MEMORY_BYTES,
     DEFAULT_KEY_FILTER_BYTES,
     DEFAULT_QUERY_WAIT_S,
-    DEFAULT_DB_MEMORY_BYTES,
+    DEFAULT_SPAN_INDEX_BYTES,
     MIN_REBUILD_ROWS_PER_PARTITION,
     REBUILD_POOL_BYTES_PER_ROW,
     DEFAULT_WINDOW_LAG_ROWS,
@@ -68,14 +76,10 @@ _CONFIG = {
     "autoinstall_known_extensions": False,
     "autoload_known_extensions": False,
 }
-_INDEXES = (
-    f"CREATE INDEX IF NOT EXISTS spans_trace_id ON {SPANS_TABLE} (trace_id)",
-    f"CREATE INDEX IF NOT EXISTS spans_task_id ON {SPANS_TABLE} (task_id)",
-)
-_LOOKUP_CHUNK = 500
-"""Keys per indexed IN-list lookup."""
-_MAX_LOOKUPS = 4000
-"""More keys that may be stored than this: one scan of the key columns is cheaper than lookups."""
+_OLD_INDEXES = ("spans_trace_id", "spans_task_id")
+"""B-tree indexes of earlier versions, dropped at start (see the module docstring)."""
+_KEY_HASHES_SQL = "SELECT hash(trace_id, span_id) AS s, hash(trace_id) AS t, hash(task_id) AS k, task_id IS NULL AS no_task"
+"""The locator's keys of span rows: the span's own (for idempotent inserts), its trace's and task's."""
 _REBUILD_BATCH_ROWS = 65_536
 """Sample rows per Arrow batch read by a rebuild."""
 _REBUILD_TRACES = "_rebuild_traces"
@@ -117,6 +121,7 @@ class SpanStore:
     """A DuckDB file holding `spans` and `windows`. One writer; readers use their own cursors.
 
     ``db_memory_bytes`` caps DuckDB's buffer pool (None: DuckDB's default, 80% of RAM).
+    ``span_index_bytes`` is the fixed size of the `KeyLocator` that finds stored keys.
     ``key_filter_bytes`` and ``window_memory_bytes`` bound the memory of the window processor:
     the filter of seen trace/task keys has that fixed size (more keys only cost more lookups),
     and window state beyond the budget is dropped, least recently used first, and rebuilt from
@@ -133,6 +138,7 @@ class SpanStore:
     the DuckDB memory limit over ``REBUILD_POOL_BYTES_PER_ROW``."""
 
     def __init__(self, path: str, *, read_only: bool = False, key_filter_bytes: int = DEFAULT_KEY_FILTER_BYTES,
+                 span_index_bytes: int = DEFAULT_SPAN_INDEX_BYTES,
                  window_memory_bytes: int = DEFAULT_WINDOW_MEMORY_BYTES, db_memory_bytes: int | None = None,
                  window_lag_rows: int = DEFAULT_WINDOW_LAG_ROWS, query_wait_s: float = DEFAULT_QUERY_WAIT_S,
                  rebuild_rows_per_partition: int | None = None):
@@ -167,6 +173,9 @@ class SpanStore:
         self._reader: duckdb.DuckDBPyConnection | None = None
         self._reader_lock = threading.Lock()
         self._keys = KeyFilter(key_filter_bytes)
+        self._locator = KeyLocator(span_index_bytes)
+        self._locator_lock = threading.Lock()
+        """The span writer adds to the locator while the window thread reads it."""
         self._book = WindowBook()
         self._window_memory_bytes = window_memory_bytes
         self._recency: dict[tuple[str, str], int] = {}
@@ -178,8 +187,8 @@ class SpanStore:
         """Whether the window rows equal a computation from the spans up to ``_windowed_us`` for every
         target, so the watermark may be stored with them. False after a bulk load (its windows wait
         for the loader's rebuild) or a failed rebuild, until `refresh_all_windows`."""
-        self.stats = {"closure_lookups": 0, "closure_scans": 0, "closure_keys": 0, "rebuilds": 0,
-                      "rebuild_partitions": 0, "label_rounds": 0, "resumes": 0}
+        self.stats = {"closure_lookups": 0, "closure_keys": 0, "closure_ranges": 0, "rebuilds": 0,
+                      "duplicate_checks": 0, "rebuild_partitions": 0, "label_rounds": 0, "resumes": 0}
         """Counters; ``rebuild_partitions`` and ``label_rounds`` describe the last rebuild."""
 
     @property
@@ -192,14 +201,50 @@ class SpanStore:
             config["memory_limit"] = f"{self._db_memory_bytes // (1024 * 1024)}MiB"
         self._con = duckdb.connect(self.path, read_only=self.read_only, config=config)
         if not self.read_only:
-            for statement in (*STORE_DDL, *_INDEXES):
+            for statement in STORE_DDL:
                 self._con.execute(statement)
+            self._drop_old_indexes()
         self._con.execute("SET lock_configuration = true")
         self._reader = self._con.cursor()
         if not self.read_only:
             self._span_cursor = self._con.cursor()
             last = self._con.execute(f"SELECT max(epoch_us(received_at)) FROM {SPANS_TABLE}").fetchall()[0][0]
             self._last_received_us = self._windowed_us = int(last or 0)
+            self._fill_locator()
+
+    def _drop_old_indexes(self) -> None:
+        """Files of earlier versions have a primary key and two indexes on `spans`: drop them
+        (the table is copied once to drop its key; a table cannot lose a constraint in place)."""
+        con = self._con
+        for name in _OLD_INDEXES:
+            con.execute(f"DROP INDEX IF EXISTS {name}")
+        keyed = con.execute(
+            "SELECT count(*) FROM duckdb_constraints() WHERE table_name = ? AND constraint_type = 'PRIMARY KEY'",
+            [SPANS_TABLE]).fetchall()[0][0]
+        if not keyed:
+            return
+        log.info("copying %s once to drop the primary key of earlier versions", SPANS_TABLE)
+        con.execute("BEGIN")
+        try:
+            con.execute(f"CREATE TABLE {SPANS_TABLE}__copy AS SELECT * FROM {SPANS_TABLE}")
+            con.execute(f"DROP TABLE {SPANS_TABLE}")
+            con.execute(f"ALTER TABLE {SPANS_TABLE}__copy RENAME TO {SPANS_TABLE}")
+            con.execute("COMMIT")
+        except BaseException:
+            _rollback(con)
+            raise
+        for statement in STORE_DDL:  # views over the new table
+            con.execute(statement)
+        con.execute("CHECKPOINT")
+
+    def _fill_locator(self) -> None:
+        """Put every stored span's keys in the locator, in commit order."""
+        self._locator.clear()
+        reader = self._con.sql(
+            f"{_KEY_HASHES_SQL}, epoch_us(received_at) AS us FROM {SPANS_TABLE}").to_arrow_reader(50_000)
+        for batch in reader:
+            us = batch.column(4).to_numpy()
+            self._locator.add(_row_key_hashes(batch), int(us.min()), int(us.max()))
 
     def shutdown(self) -> None:
         if self._con is not None:
@@ -253,9 +298,21 @@ class SpanStore:
             cursor = self._span_cursor
             cursor.register("_incoming", table)
             try:
-                inserted = cursor.execute(f"INSERT OR IGNORE INTO {SPANS_TABLE} SELECT * FROM _incoming").fetchall()[0][0]
+                keys = cursor.sql(f"{_KEY_HASHES_SQL} FROM _incoming").to_arrow_table()
+                with self._locator_lock:
+                    stored = self._locator.ranges(keys.column("s").to_numpy())
+                if stored:  # some span may be stored already (a retried export): leave those out
+                    self.stats["duplicate_checks"] += 1
+                    inserted = cursor.execute(
+                        f"INSERT INTO {SPANS_TABLE} SELECT * FROM _incoming i WHERE NOT EXISTS ("
+                        f"SELECT 1 FROM ({_ranges_sql(stored)}) s"
+                        " WHERE s.trace_id = i.trace_id AND s.span_id = i.span_id)").fetchall()[0][0]
+                else:
+                    inserted = cursor.execute(f"INSERT INTO {SPANS_TABLE} SELECT * FROM _incoming").fetchall()[0][0]
             finally:
                 cursor.unregister("_incoming")
+            with self._locator_lock:
+                self._locator.add(_row_key_hashes(keys), received_us)
             with self._changed:
                 self._pending.append(_Stored(table, received_us, follow))
                 self._pending_rows += table.num_rows
@@ -417,7 +474,7 @@ class SpanStore:
         if digest != window_definitions_digest(self.db_name):
             log.info("the window definitions changed since the windows were stored; recomputing them")
             return None
-        later = con.execute(f"SELECT count(*) FROM {SPANS_TABLE} WHERE epoch_us(received_at) > {int(watermark)}"
+        later = con.execute(f"SELECT count(*) FROM {SPANS_TABLE} WHERE received_at > {_timestamp_sql(watermark)}"
                             ).fetchall()[0][0]
         if later > self._window_lag_rows:
             log.info("%d spans were committed after the stored windows; recomputing them", later)
@@ -430,7 +487,7 @@ class SpanStore:
         self._watermark_valid = True
         self._windowed_us = int(watermark)
         if later:
-            rows = con.sql(f"SELECT * FROM {SPANS_TABLE} WHERE epoch_us(received_at) > {int(watermark)}"
+            rows = con.sql(f"SELECT * FROM {SPANS_TABLE} WHERE received_at > {_timestamp_sql(watermark)}"
                            " ORDER BY received_at").to_arrow_table()
             table = _conform(rows, _INCOMING_SCHEMA)
             until_us = int(pc.max(pc.cast(table.column("received_at"), pa.int64())).as_py())
@@ -494,28 +551,21 @@ class SpanStore:
     def _lookup(self, keys: set[str], until_us: int) -> pa.Table:
         """Stored spans, committed up to ``until_us``, whose trace_id or task_id is one of ``keys``."""
         con = self._con
-        keys = sorted(keys)
         self.stats["closure_keys"] += len(keys)
-        if len(keys) > _MAX_LOOKUPS:
-            self.stats["closure_scans"] += 1
-            con.register("_keys", pa.table({"k": keys}))
-            try:
-                return con.sql(
-                    f"SELECT * FROM {SPANS_TABLE} WHERE (trace_id IN (SELECT k FROM _keys)"
-                    f" OR task_id IN (SELECT k FROM _keys)) AND epoch_us(received_at) <= {int(until_us)}").to_arrow_table()
-            finally:
-                con.unregister("_keys")
-        self.stats["closure_lookups"] += 1
-        parts = []
-        for i in range(0, len(keys), _LOOKUP_CHUNK):
-            chunk = keys[i:i + _LOOKUP_CHUNK]
-            # Constant IN-lists are answered from the indexes; UNION keeps a span matching both once.
-            marks = ", ".join("?" for _ in chunk)
-            parts.append(con.sql(
-                f"SELECT * FROM (SELECT * FROM {SPANS_TABLE} WHERE trace_id IN ({marks})"
-                f" UNION SELECT * FROM {SPANS_TABLE} WHERE task_id IN ({marks}))"
-                f" WHERE epoch_us(received_at) <= {int(until_us)}", params=chunk + chunk).to_arrow_table())
-        return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+        con.register("_keys", pa.table({"k": sorted(keys)}))
+        try:
+            hashes = con.sql("SELECT hash(k) FROM _keys").to_arrow_table().column(0).to_numpy()
+            with self._locator_lock:
+                ranges = [(a, min(b, until_us)) for a, b in self._locator.ranges(hashes, until_us)]
+            if not ranges:
+                return con.sql(f"SELECT * FROM {SPANS_TABLE} LIMIT 0").to_arrow_table()
+            self.stats["closure_lookups"] += 1
+            self.stats["closure_ranges"] += len(ranges)
+            return con.sql(
+                f"SELECT * FROM ({_ranges_sql(ranges, '*')}) WHERE trace_id IN (SELECT k FROM _keys)"
+                " OR task_id IN (SELECT k FROM _keys)").to_arrow_table()
+        finally:
+            con.unregister("_keys")
 
     def _apply_batch(self, table: pa.Table, closure: pa.Table, targets: set[str], until_us: int) -> set[tuple[str, str]]:
         """Apply the delta of ``table`` (the batches committed after the watermark, up to
@@ -831,6 +881,29 @@ def _key_hashes(con: duckdb.DuckDBPyConnection, table: pa.Table) -> dict[str, in
     finally:
         cursor.close()
     return dict(rows)
+
+
+def _row_key_hashes(keys) -> np.ndarray:
+    """The locator's hashes of span rows (columns of ``_KEY_HASHES_SQL``): every span key, every
+    distinct trace key, every distinct task key."""
+    no_task = keys.column("no_task").to_numpy(zero_copy_only=False)
+    return np.concatenate([
+        keys.column("s").to_numpy(),
+        np.unique(keys.column("t").to_numpy()),
+        np.unique(keys.column("k").to_numpy()[~no_task]),
+    ])
+
+
+def _timestamp_sql(us: int) -> str:
+    return f"make_timestamptz({int(us)}::BIGINT)"
+
+
+def _ranges_sql(ranges: list[tuple[int, int]], columns: str = "trace_id, span_id") -> str:
+    """The stored spans committed in any of ``ranges`` (µs, both ends included): one read per
+    range, each pruned by the min/max of `received_at` (the table is in commit order)."""
+    return " UNION ALL ".join(
+        f"SELECT {columns} FROM {SPANS_TABLE} WHERE received_at BETWEEN {_timestamp_sql(a)} AND {_timestamp_sql(b)}"
+        for a, b in ranges)
 
 
 def _hash_array(hashes: dict[str, int]) -> np.ndarray:

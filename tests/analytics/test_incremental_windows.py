@@ -131,13 +131,14 @@ def test_a_new_batch_of_new_tasks_reads_nothing_back(tmp_path):
             trace = ids.trace()
             store_spans(store, [Span(trace, ids.span(), "chat", T0 + i * S, T0 + i * S + S, {
                 c.TARGET_ID: "bot", c.GEN_AI_OPERATION_NAME: c.OP_CHAT, c.GEN_AI_USAGE_INPUT_TOKENS: 10})])
-        assert store.stats["closure_lookups"] == 0 and store.stats["closure_scans"] == 0
+        assert store.stats["closure_lookups"] == 0 and store.stats["closure_ranges"] == 0
+        assert store.stats["duplicate_checks"] == 0  # new spans are not checked against stored ones
         # a child of a stored span is looked up (its parent stops being counted as the call)
         parent = store.query("select trace_id, span_id from spans limit 1").rows[0]
         store_spans(store, [Span(parent[0], ids.span(), "chat", T0, T0 + S // 2, {
             c.TARGET_ID: "bot", c.GEN_AI_OPERATION_NAME: c.OP_CHAT, c.GEN_AI_USAGE_INPUT_TOKENS: 4},
             parent_span_id=parent[1])])
-        assert store.stats["closure_lookups"] >= 1
+        assert store.stats["closure_lookups"] >= 1 and store.stats["closure_ranges"] >= 1
         tokens = store.query("select value, sample_count from windows where metric = 'input_tokens'").rows
         assert tokens == [(24.0, 3)]
     finally:
@@ -226,6 +227,26 @@ def test_a_batch_keeps_the_first_copy_of_each_span():
 def _one_call(ids: Ids, tokens: int, target: str = "bot") -> list[Span]:
     return [Span(ids.trace(), ids.span(), "chat", T0, T0 + S, {
         c.TARGET_ID: target, c.GEN_AI_OPERATION_NAME: c.OP_CHAT, c.GEN_AI_USAGE_INPUT_TOKENS: tokens})]
+
+
+def test_a_retried_batch_stores_only_its_new_spans_and_keeps_the_first_copies(tmp_path):
+    ids = Ids(7)
+    first, second, third = _one_call(ids, 1), _one_call(ids, 2), _one_call(ids, 4)
+    store = SpanStore(str(tmp_path / "s.duckdb"))
+    store.start()
+    try:
+        assert store.write(span_rows(first)).inserted == 1
+        assert store.stats["duplicate_checks"] == 0  # new spans take the plain insert
+        retried = [Span(**{**vars(first[0]), "attributes": {**first[0].attributes,
+                                                            c.GEN_AI_USAGE_INPUT_TOKENS: 99}})]
+        result = store.write(span_rows(retried + second))
+        assert (result.received, result.inserted, result.duplicates) == (2, 1, 1)
+        assert store.stats["duplicate_checks"] == 1
+        assert store.write(span_rows(third)).inserted == 1
+        assert store.query("select input_tokens from spans order by input_tokens").rows == [(1,), (2,), (4,)]
+        assert store.query("select value from windows where metric = 'input_tokens' and scope = 'all'").rows == [(7.0,)]
+    finally:
+        store.shutdown()
 
 
 def test_windows_follow_in_their_own_thread_and_queries_see_every_committed_span(tmp_path):

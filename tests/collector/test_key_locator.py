@@ -1,0 +1,116 @@
+"""The key locator: a fixed-size stand-in for a B-tree over the stored keys, and the store without one."""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from meritlens.collector._keyfilter import KeyLocator
+from meritlens.collector._store import SpanStore
+from meritlens.instrumentation import conventions as c
+from tests.analytics.evidence_helpers import Ids, S, Span, T0, span_rows
+
+
+def _commits(seed: int, count: int, keys: int):
+    rng = np.random.default_rng(seed)
+    return [(rng.integers(0, 2**63, keys, dtype=np.int64).astype(np.uint64), 1_000 + 10 * i) for i in range(count)]
+
+
+@pytest.mark.parametrize("size", [64 * 1024, 1024 * 1024])
+def test_every_added_key_is_found_in_a_range_holding_its_commit_and_memory_stays_fixed(size):
+    locator = KeyLocator(size, block_bytes=4096)
+    commits = _commits(1, 400, 300)
+    for hashes, us in commits:
+        locator.add(hashes, us)
+        assert locator.nbytes <= size
+    assert locator.blocks > 1
+    for hashes, us in commits[::7]:
+        for h in hashes[:5]:
+            ranges = locator.ranges(np.array([h], dtype=np.uint64))
+            assert any(a <= us <= b for a, b in ranges), (us, ranges)
+            assert all(a <= b for a, b in ranges) and ranges == sorted(ranges)
+
+
+def test_unknown_keys_find_few_ranges_and_until_bounds_them():
+    locator = KeyLocator(4 * 1024 * 1024, block_bytes=64 * 1024)
+    commits = _commits(2, 100, 1000)
+    for hashes, us in commits:
+        locator.add(hashes, us)
+    unknown = np.random.default_rng(99).integers(0, 2**63, 1000, dtype=np.int64).astype(np.uint64)
+    assert locator.may_contain(unknown).sum() < 20
+    assert sum(len(locator.ranges(unknown[i:i + 1])) for i in range(1000)) < 20
+    late_hashes, late_us = commits[-1]
+    assert locator.ranges(late_hashes[:1]) != []
+    assert all(a <= late_us - 500 for a, _ in locator.ranges(late_hashes[:1], until_us=late_us - 500))
+
+
+def test_a_commit_larger_than_a_block_spreads_over_blocks_of_the_same_time():
+    locator = KeyLocator(1024 * 1024, block_bytes=4096, block_keys=100)
+    hashes = np.arange(1, 1001, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    locator.add(hashes, 5_000)
+    assert locator.blocks >= 10
+    assert locator.ranges(hashes[-1:]) == [(5_000, 5_000)]
+
+
+def _one_call(ids: Ids, tokens: int) -> list[Span]:
+    return [Span(ids.trace(), ids.span(), "chat", T0, T0 + S, {
+        c.TARGET_ID: "bot", c.GEN_AI_OPERATION_NAME: c.OP_CHAT, c.GEN_AI_USAGE_INPUT_TOKENS: tokens})]
+
+
+def test_the_spans_table_has_no_btree_index_and_stays_idempotent_after_a_restart(tmp_path):
+    db = str(tmp_path / "s.duckdb")
+    ids = Ids(3)
+    first = _one_call(ids, 5)
+    store = SpanStore(db)
+    store.start()
+    try:
+        store.write(span_rows(first))
+        assert store.query("select count(*) from duckdb_indexes() where table_name = 'spans'").rows == [(0,)]
+        assert store.query("select count(*) from duckdb_constraints() where table_name = 'spans'"
+                           " and constraint_type = 'PRIMARY KEY'").rows == [(0,)]
+    finally:
+        store.shutdown()
+    store = SpanStore(db)
+    store.start()  # the locator is filled from the stored spans
+    try:
+        assert store.write(span_rows(first + _one_call(ids, 7))).inserted == 1
+        assert store.query("select value from windows where metric = 'input_tokens' and scope = 'all'").rows == [(12.0,)]
+    finally:
+        store.shutdown()
+
+
+OLD_SPANS_DDL_TAIL = ",\n  PRIMARY KEY (trace_id, span_id)\n)"
+
+
+def test_a_file_of_an_earlier_version_loses_its_primary_key_and_indexes_and_keeps_its_spans(tmp_path):
+    from meritlens.analytics._schema import SPANS_DDL
+
+    db = str(tmp_path / "old.duckdb")
+    ids = Ids(4)
+    calls = _one_call(ids, 2) + _one_call(ids, 3)
+    rows = span_rows(calls)
+    con = duckdb.connect(db)
+    assert SPANS_DDL.endswith("\n)")
+    con.execute(SPANS_DDL[:-2] + OLD_SPANS_DDL_TAIL)  # the table as earlier versions made it
+    con.execute("CREATE INDEX spans_trace_id ON spans (trace_id)")
+    con.execute("CREATE INDEX spans_task_id ON spans (task_id)")
+    con.register("r", rows.append_column("received_at", pa.array(
+        [1_700_000_000_000_000] * rows.num_rows, pa.timestamp("us", tz="UTC"))))
+    con.execute("INSERT INTO spans BY NAME SELECT * FROM r")
+    con.close()
+
+    store = SpanStore(db)
+    store.start()
+    try:
+        assert store.query("select count(*) from duckdb_indexes() where table_name = 'spans'").rows == [(0,)]
+        assert store.query("select count(*) from duckdb_constraints() where table_name = 'spans'"
+                           " and constraint_type = 'PRIMARY KEY'").rows == [(0,)]
+        assert store.query("select input_tokens from spans order by input_tokens").rows == [(2,), (3,)]
+        assert store.refresh_all_windows() >= 1
+        assert store.write(span_rows(calls[:1] + _one_call(ids, 10))).inserted == 1  # the stored one is known
+        assert store.query("select value from windows where metric = 'input_tokens' and scope = 'all'").rows == [(15.0,)]
+        assert store.query("select count(*) from tasks").rows == [(3,)]  # the views read the new table
+    finally:
+        store.shutdown()
