@@ -83,6 +83,8 @@ _KEY_HASHES_SQL = "SELECT hash(trace_id, span_id) AS s, hash(trace_id) AS t, has
 _REBUILD_BATCH_ROWS = 65_536
 """Sample rows per Arrow batch read by a rebuild."""
 _REBUILD_TRACES = "_rebuild_traces"
+_TARGETED_REBUILD_FRACTION = 0.25
+"""A rebuild of targets holding more of the stored spans than this reads every span (see `_few_rows_of`)."""
 
 
 @dataclass(frozen=True)
@@ -630,14 +632,15 @@ class SpanStore:
         statement does not grow with the stored spans."""
         con = self._con
         self.stats["rebuilds"] += 1
-        committed = f"epoch_us(received_at) <= {int(until_us)}"
-        if targets is None:
-            source = f"(SELECT * FROM {SPANS_TABLE} WHERE {committed})"
-        else:
+        committed = f"received_at <= {_timestamp_sql(until_us)}"
+        source = f"(SELECT * FROM {SPANS_TABLE} WHERE {committed})"
+        if targets is not None and self._few_rows_of(targets, committed):
             con.register("_targets", pa.table({"t": sorted(targets)}))
-            con.execute(f"CREATE OR REPLACE TEMP TABLE {_REBUILD_TRACES} AS SELECT DISTINCT trace_id"
-                        f" FROM {SPANS_TABLE} WHERE target_id IN (SELECT t FROM _targets) AND {committed}")
-            con.unregister("_targets")
+            try:
+                con.execute(f"CREATE OR REPLACE TEMP TABLE {_REBUILD_TRACES} AS SELECT DISTINCT trace_id"
+                            f" FROM {SPANS_TABLE} WHERE target_id IN (SELECT t FROM _targets) AND {committed}")
+            finally:
+                con.unregister("_targets")
             source = (f"(SELECT * FROM {SPANS_TABLE} WHERE {committed}"
                       f" AND trace_id IN (SELECT trace_id FROM {_REBUILD_TRACES}))")
         keys: set[tuple[str, str]] = set()
@@ -665,6 +668,20 @@ class SpanStore:
         if targets is not None:
             self._evicted -= targets
         return keys
+
+    def _few_rows_of(self, targets: set[str], committed: str) -> bool:
+        """Whether ``targets`` hold at most a fraction of the stored spans, so that a rebuild reads
+        only their traces; else it reads every span (the trace filter would cost more than it
+        saves) and keeps the samples of ``targets``."""
+        con = self._con
+        con.register("_targets", pa.table({"t": sorted(targets)}))
+        try:
+            theirs, total = con.execute(
+                f"SELECT count(*) FILTER (WHERE target_id IN (SELECT t FROM _targets)), count(*)"
+                f" FROM {SPANS_TABLE} WHERE {committed}").fetchall()[0]
+        finally:
+            con.unregister("_targets")
+        return theirs <= _TARGETED_REBUILD_FRACTION * total
 
     def _store_windows(self, keys: set[tuple[str, str]], until_us: int) -> None:
         """Write the rows of ``keys``' windows, and the watermark ``until_us``, in a transaction of their own."""

@@ -14,6 +14,7 @@ import random
 
 import pytest
 
+from meritlens.collector import _store as store_module
 from meritlens.collector._partitions import partition_spans
 from meritlens.collector._store import SpanStore
 from meritlens.instrumentation import conventions as c
@@ -108,7 +109,7 @@ def _store(path, spans: list[Span], rows_per_partition: int, rng: random.Random)
 
 
 @pytest.mark.parametrize("seed", range(10))
-def test_a_rebuild_in_partitions_equals_one_in_a_single_statement(tmp_path, seed):
+def test_a_rebuild_in_partitions_equals_one_in_a_single_statement(tmp_path, monkeypatch, seed):
     spans = _random_store_spans(seed)
     rows_per_partition = max(1, len(spans) // (4, 8, 12)[seed % 3])  # 4 to ~20 partitions
     (tmp_path / "whole").mkdir()
@@ -123,10 +124,13 @@ def test_a_rebuild_in_partitions_equals_one_in_a_single_statement(tmp_path, seed
         expected = _windows(whole)
         assert expected, "the spans define windows"
         assert _windows(parted) == expected
-        # a rebuild of some targets (as after an eviction) reads only their traces, also in partitions
-        parted._con.execute("DELETE FROM windows")
-        parted._rebuild({"bot-a", "bot-c"}, parted._windowed_us)
-        assert _windows(parted) == [w for w in expected if w[0] in ("bot-a", "bot-c")]
+        # a rebuild of some targets (as after an eviction), in partitions, reading only their traces
+        # (fraction 1) or every span (fraction 0)
+        for fraction in (1.0, 0.0):
+            monkeypatch.setattr(store_module, "_TARGETED_REBUILD_FRACTION", fraction)
+            parted._con.execute("DELETE FROM windows")
+            parted._rebuild({"bot-a", "bot-c"}, parted._windowed_us)
+            assert _windows(parted) == [w for w in expected if w[0] in ("bot-a", "bot-c")]
         assert parted._con.execute("select count(*) from duckdb_tables() where temporary").fetchall() == [(0,)]
     finally:
         whole.shutdown()
