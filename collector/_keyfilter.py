@@ -68,7 +68,8 @@ class KeyLocator:
 
     It stands in for a B-tree over the stored spans' keys, whose memory would grow with every
     span: commits are grouped in blocks of consecutive commit times, each with a Bloom filter of
-    its keys, and a filter over all keys answers "stored anywhere?" first. The spans table is
+    its keys, and a filter over the span keys alone (the ones every insert checks) answers
+    "stored anywhere?" first. The spans table is
     kept in commit order, so a range is read through DuckDB's min/max pruning. Its memory is
     ``size_bytes`` whatever the load: half for the overall filter, half for the blocks; when the
     blocks fill it, the two adjacent blocks with the fewest keys are merged (their filters OR'ed),
@@ -95,13 +96,15 @@ class KeyLocator:
         self._all.clear()
         self._blocks = []
 
-    def add(self, hashes: np.ndarray, first_us: int, last_us: int | None = None) -> None:
+    def add(self, hashes: np.ndarray, first_us: int, last_us: int | None = None, *,
+            gated: np.ndarray | None = None) -> None:
         """Record ``hashes`` as committed between ``first_us`` and ``last_us`` (default: at
-        ``first_us``); never earlier than the keys added before."""
+        ``first_us``); never earlier than the keys added before. ``gated`` (a subset of them)
+        also go in the overall filter that `ranges` checks first (default: all)."""
         if hashes.size == 0:
             return
         last_us = first_us if last_us is None else last_us
-        self._all.add(hashes)
+        self._all.add(hashes if gated is None else gated)
         start = 0
         while start < hashes.size:
             block = self._blocks[-1] if self._blocks else None
@@ -126,13 +129,15 @@ class KeyLocator:
         del self._blocks[i + 1]
 
     def may_contain(self, hashes: np.ndarray) -> np.ndarray:
-        """One bool per hash: False only for keys never added."""
+        """One bool per hash: False only for gated keys never added."""
         return self._all.may_contain(hashes)
 
-    def ranges(self, hashes: np.ndarray, until_us: int | None = None) -> list[tuple[int, int]]:
+    def ranges(self, hashes: np.ndarray, until_us: int | None = None, *, gated: bool = True) -> list[tuple[int, int]]:
         """The (first_us, last_us) commit-time ranges, oldest first and coalesced, that may hold
-        any of ``hashes``; only ranges starting at or before ``until_us`` when it is given."""
-        hashes = hashes[self._all.may_contain(hashes)] if hashes.size else hashes
+        any of ``hashes``; only ranges starting at or before ``until_us`` when it is given.
+        ``gated``: the hashes are of gated keys, so the overall filter rules out most new ones."""
+        if gated and hashes.size:
+            hashes = hashes[self._all.may_contain(hashes)]
         found: list[tuple[int, int]] = []
         if hashes.size == 0:
             return found

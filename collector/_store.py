@@ -246,7 +246,7 @@ class SpanStore:
             f"{_KEY_HASHES_SQL}, epoch_us(received_at) AS us FROM {SPANS_TABLE}").to_arrow_reader(50_000)
         for batch in reader:
             us = batch.column(4).to_numpy()
-            self._locator.add(_row_key_hashes(batch), int(us.min()), int(us.max()))
+            self._locator.add(_row_key_hashes(batch), int(us.min()), int(us.max()), gated=batch.column(0).to_numpy())
 
     def shutdown(self) -> None:
         if self._con is not None:
@@ -314,7 +314,7 @@ class SpanStore:
             finally:
                 cursor.unregister("_incoming")
             with self._locator_lock:
-                self._locator.add(_row_key_hashes(keys), received_us)
+                self._locator.add(_row_key_hashes(keys), received_us, gated=keys.column("s").to_numpy())
             with self._changed:
                 self._pending.append(_Stored(table, received_us, follow))
                 self._pending_rows += table.num_rows
@@ -558,7 +558,8 @@ class SpanStore:
         try:
             hashes = con.sql("SELECT hash(k) FROM _keys").to_arrow_table().column(0).to_numpy()
             with self._locator_lock:
-                ranges = [(a, min(b, until_us)) for a, b in self._locator.ranges(hashes, until_us)]
+                # trace and task keys: the key filter of the window processor gated them already
+                ranges = [(a, min(b, until_us)) for a, b in self._locator.ranges(hashes, until_us, gated=False)]
             if not ranges:
                 return con.sql(f"SELECT * FROM {SPANS_TABLE} LIMIT 0").to_arrow_table()
             self.stats["closure_lookups"] += 1
