@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from meritlens.analytics._windows import APPLICATION_SPANS, TASK_KEY
+from meritlens.analytics._windows import APPLICATION_SPANS
 
 log = logging.getLogger("meritlens.collector.partitions")
 
@@ -67,7 +67,12 @@ class TracePartitions:
                 f" WHERE trace_id IN (SELECT trace_id FROM {_MOVED} WHERE part = {p}))")
 
     def close(self) -> None:
-        drop_tables(self.con)
+        """Drop the temporary tables. Inside a transaction an error aborted, nothing can run (the
+        rollback drops them), so that failure is not raised over the error being handled."""
+        try:
+            drop_tables(self.con)
+        except duckdb.TransactionException:
+            log.debug("temporary tables of a rebuild left to the rollback", exc_info=True)
 
 
 def drop_tables(con: duckdb.DuckDBPyConnection) -> None:

@@ -664,8 +664,10 @@ class SpanStore:
             finally:
                 parts.close()
         finally:
-            if targets is not None:
+            try:
                 con.execute(f"DROP TABLE IF EXISTS {_REBUILD_TRACES}")
+            except duckdb.TransactionException:  # an aborted transaction: its rollback drops it
+                pass
         if targets is not None:
             self._evicted -= targets
         return keys

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 
+import duckdb
 import pytest
 
 from meritlens.collector import _store as store_module
@@ -203,5 +204,28 @@ def test_label_propagation_puts_each_component_in_one_partition(tmp_path):
                     assert len(set().union(*where.values())) > 1  # the singles spread over partitions
             finally:
                 parts.close()
+    finally:
+        store.shutdown()
+
+
+def test_closing_partitions_in_an_aborted_transaction_leaves_the_tables_to_the_rollback(tmp_path):
+    ids = Ids(9)
+    spans = []
+    for k in range(6):  # three two-trace tasks: labels are needed
+        trace = ids.trace()
+        spans.append(Span(trace, ids.span(), "task", T0, T0 + S, {c.TARGET_ID: "bot", c.TASK_ID: f"t{k // 2}"}))
+    store = SpanStore(str(tmp_path / "spans.duckdb"))
+    store.start()
+    try:
+        store.write(span_rows(spans), refresh_windows=False)
+        con = store._con
+        con.execute("BEGIN")
+        parts = partition_spans(con, "spans", rows_per_partition=2)
+        assert parts.count == 3 and parts.labelled_traces == 6
+        with pytest.raises(duckdb.Error):
+            con.execute("SELECT * FROM no_such_table")  # aborts the transaction
+        parts.close()  # must not raise over the error being handled
+        con.execute("ROLLBACK")
+        assert con.execute("select count(*) from duckdb_tables() where temporary").fetchall() == [(0,)]
     finally:
         store.shutdown()
