@@ -458,7 +458,12 @@ class SpanStore:
         spans committed after the watermark are applied. Otherwise `refresh_all_windows`.
         Returns (the number of (target, scope) keys, whether the stored windows were taken up)."""
         with self._window_lock:
-            resumed = self._resume()
+            start_us = self._windowed_us
+            try:
+                resumed = self._resume()
+            except Exception:  # noqa: BLE001 - the rebuild below recomputes everything it touched
+                log.exception("taking up the stored windows failed; recomputing them")
+                self._windowed_us, resumed = start_us, None
         if resumed is not None:
             return resumed, True
         return self.refresh_all_windows(), False

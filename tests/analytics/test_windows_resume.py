@@ -144,3 +144,24 @@ def test_too_many_spans_after_the_watermark_make_a_restart_recompute(tmp_path):
         assert _windows(store) == _from_scratch(tmp_path, spans)
     finally:
         store.shutdown()
+
+
+def test_a_failure_while_taking_the_windows_up_falls_back_to_the_rebuild(tmp_path, monkeypatch):
+    spans = _spans(3)
+    half = len(spans) // 2
+    (tmp_path / "store").mkdir()
+    path = tmp_path / "store" / "spans.duckdb"
+    store = _open(path)
+    store_spans(store, spans[:half])
+    store.append(span_rows(spans[half:]))  # committed; the windows never saw them
+    _crash(store)
+    store = _open(path)
+    try:
+        def failing_follow(table, until_us):  # e.g. DuckDB running out of memory mid-way
+            raise RuntimeError("the window pass failed")
+
+        monkeypatch.setattr(store, "_follow", failing_follow)
+        assert store.open_windows()[1] is False
+        assert _windows(store) == _from_scratch(tmp_path, spans)
+    finally:
+        store.shutdown()
