@@ -60,10 +60,10 @@ from meritlens.collector._settings import (
     DEFAULT_KEY_FILTER_BYTES,
     DEFAULT_QUERY_WAIT_S,
     DEFAULT_SPAN_INDEX_BYTES,
-    MIN_REBUILD_ROWS_PER_PARTITION,
-    REBUILD_POOL_BYTES_PER_ROW,
     DEFAULT_WINDOW_LAG_ROWS,
     DEFAULT_WINDOW_MEMORY_BYTES,
+    MIN_REBUILD_ROWS_PER_PARTITION,
+    REBUILD_POOL_BYTES_PER_ROW,
 )
 from meritlens.collector._sqlguard import check_read_only, run_read_only
 from meritlens.instrumentation.conventions import ROLE_APPLICATION

@@ -109,7 +109,7 @@ def _store(path, spans: list[Span], rows_per_partition: int, rng: random.Random)
     return store
 
 
-@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("seed", range(6))
 def test_a_rebuild_in_partitions_equals_one_in_a_single_statement(tmp_path, monkeypatch, seed):
     spans = _random_store_spans(seed)
     rows_per_partition = max(1, len(spans) // (4, 8, 12)[seed % 3])  # 4 to ~20 partitions
