@@ -1,7 +1,7 @@
 """Run the issue 7 benchmarks at small sizes (a few minutes in all) and print one table.
 
 Each benchmark keeps its own correctness check and exits non-zero on a wrong result. Larger runs:
-call bench/normalize.py, bench/ingest.py, bench/windows.py and bench/queries.py with their options (see
+call bench/normalize.py, bench/ingest.py, bench/windows.py, bench/queries.py and bench/store_memory.py with their options (see
 bench/README.md).
 usage: python bench/run_all.py
 """
@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ingest  # noqa: E402
 import normalize  # noqa: E402
 import queries  # noqa: E402
+import store_memory  # noqa: E402
 import windows  # noqa: E402
 
 
@@ -53,6 +54,16 @@ def main() -> None:
                  f"mean {large['append_mean_s'] / small['append_mean_s']:.2f}",
                  "—",
                  f"median {small['append_median_s'] * 1000:.0f} vs {large['append_median_s'] * 1000:.0f} ms"))
+
+    new = store_memory.run(700_000, 128 * 2**20, 350_000, echo=lambda line: None)
+    if not new["ok"]:
+        raise SystemExit(f"store memory bench: WRONG RESULT or failure: {new}")
+    old = store_memory.run(700_000, 128 * 2**20, 350_000, btree=True, echo=lambda line: None)
+    rows.append(("store filled to 700k random-id spans, DuckDB limit 128MiB",
+                 f"stored all; append(10k) median {new['first_median_ms']:.0f} -> {new['last_median_ms']:.0f} ms",
+                 "memory bounded by configuration",
+                 "earlier B-tree table: " + (f"failed after {old['sent']:,} spans" if old["failed"]
+                                              else f"stored all, {old['last_median_ms']:.0f} ms")))
 
     q = queries.run(200_000, 20, 8)
     rows.append(("windows query, 200k stored", f"{q['windows_ms']:.2f} ms", "≤ 10 ms",

@@ -14,12 +14,14 @@ _PROBES = 7
 
 
 class KeyFilter:
-    """A Bloom filter over 64-bit key hashes, of ``size_bytes`` (rounded down to a power of two)."""
+    """A Bloom filter over 64-bit key hashes, of ``size_bytes`` (rounded down to a power of two),
+    with ``probes`` bits a key."""
 
-    def __init__(self, size_bytes: int):
+    def __init__(self, size_bytes: int, probes: int = _PROBES):
         bits = 1 << max(10, int(size_bytes * 8).bit_length() - 1)
         self._mask = np.uint64(bits - 1)
         self._words = np.zeros(bits // 64, dtype=np.uint64)
+        self._probes = np.arange(probes, dtype=np.uint64)[:, None]
 
     @property
     def nbytes(self) -> int:
@@ -32,9 +34,8 @@ class KeyFilter:
         h = hashes.astype(np.uint64, copy=False)
         first = h & np.uint64(0xFFFFFFFF)
         step = (h >> np.uint64(32)) | np.uint64(1)
-        probes = np.arange(_PROBES, dtype=np.uint64)[:, None]
         with np.errstate(over="ignore"):
-            return (first[None, :] + probes * step[None, :]) & self._mask
+            return (first[None, :] + self._probes * step[None, :]) & self._mask
 
     def add(self, hashes: np.ndarray) -> None:
         if hashes.size == 0:
@@ -47,7 +48,10 @@ class KeyFilter:
         """One bool per hash: False only for keys never added."""
         if hashes.size == 0:
             return np.zeros(0, dtype=bool)
-        positions = self._positions(hashes)
+        return self.may_contain_at(self._positions(hashes))
+
+    def may_contain_at(self, positions: np.ndarray) -> np.ndarray:
+        """`may_contain` for positions computed by a filter of the same size and probes."""
         bits = (self._words[positions >> np.uint64(6)] >> (positions & np.uint64(63))) & np.uint64(1)
         return bits.all(axis=0).astype(bool)
 
@@ -57,10 +61,10 @@ class _Block:
 
     __slots__ = ("first_us", "last_us", "keys", "filter")
 
-    def __init__(self, first_us: int, size_bytes: int):
+    def __init__(self, first_us: int, size_bytes: int, probes: int):
         self.first_us = self.last_us = first_us
         self.keys = 0
-        self.filter = KeyFilter(size_bytes)
+        self.filter = KeyFilter(size_bytes, probes)
 
 
 class KeyLocator:
@@ -71,16 +75,20 @@ class KeyLocator:
     its keys, and a filter over the span keys alone (the ones every insert checks) answers
     "stored anywhere?" first. The spans table is
     kept in commit order, so a range is read through DuckDB's min/max pruning. Its memory is
-    ``size_bytes`` whatever the load: half for the overall filter, half for the blocks; when the
-    blocks fill it, the two adjacent blocks with the fewest keys are merged (their filters OR'ed),
-    so older ranges get coarser and a wrong "maybe" costs a larger read — never a wrong answer.
+    ``size_bytes`` whatever the load: a quarter for the overall filter, the rest for the blocks;
+    when the blocks fill it, the two adjacent blocks with the fewest keys are merged (their
+    filters OR'ed), so older ranges get coarser and a wrong "maybe" costs a larger read — never
+    a wrong answer. A block holds 20 bits a key with 12 probes: ~0.007% wrong "maybe"s, so that
+    a look-up of hundreds of keys over hundreds of blocks reads few blocks it need not.
     """
 
+    _BLOCK_PROBES = 12
+    _BLOCK_BITS_PER_KEY = 20
+
     def __init__(self, size_bytes: int, *, block_bytes: int = 256 * 1024, block_keys: int | None = None):
-        self._all = KeyFilter(size_bytes // 2)
+        self._all = KeyFilter(size_bytes // 4)
         self._block_bytes = min(block_bytes, max(1024, size_bytes // 8))
-        # ~12 bits a key: under 0.5% wrong "maybe"s per block with 7 probes
-        self._block_keys = block_keys or self._block_bytes * 8 // 12
+        self._block_keys = block_keys or self._block_bytes * 8 // self._BLOCK_BITS_PER_KEY
         self._max_blocks = max(2, (size_bytes - self._all.nbytes) // self._block_bytes)
         self._blocks: list[_Block] = []
 
@@ -109,7 +117,7 @@ class KeyLocator:
         while start < hashes.size:
             block = self._blocks[-1] if self._blocks else None
             if block is None or block.keys >= self._block_keys:
-                block = _Block(first_us, self._block_bytes)
+                block = _Block(first_us, self._block_bytes, self._BLOCK_PROBES)
                 self._blocks.append(block)
                 if len(self._blocks) > self._max_blocks:
                     self._merge_smallest_pair()
@@ -142,10 +150,11 @@ class KeyLocator:
         if hashes.size == 0:
             return found
         previous = -2
+        positions = self._blocks[0].filter._positions(hashes) if self._blocks else None
         for i, block in enumerate(self._blocks):
             if until_us is not None and block.first_us > until_us:
                 break
-            if block.filter.may_contain(hashes).any():
+            if block.filter.may_contain_at(positions).any():
                 if previous == i - 1:
                     found[-1] = (found[-1][0], block.last_us)
                 else:

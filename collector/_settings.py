@@ -59,9 +59,9 @@ MIN_REBUILD_ROWS_PER_PARTITION = 10_000
 DEFAULT_KEY_FILTER_BYTES = 32 * 1024 * 1024
 """Size of the filter of seen trace/task keys (fixed; more keys only cost more reads of stored spans).
 At 10M keys it answers a wrong "maybe" for ~0.003% of new keys (8 MiB: ~5%)."""
-DEFAULT_SPAN_INDEX_BYTES = 64 * 1024 * 1024
+DEFAULT_SPAN_INDEX_BYTES = 128 * 1024 * 1024
 """Size of the locator of stored span, trace and task keys (fixed; more keys only cost larger reads).
-Inserts and lookups stay cheap up to ~10M stored spans (bench/store_memory.py), then read more."""
+Its blocks fill as spans arrive (~5 bytes a span); they hold ~20M spans before merging starts."""
 DEFAULT_DB_MEMORY_BYTES = 512 * 1024 * 1024
 MIN_DB_MEMORY_BYTES = 128 * 1024 * 1024
 """Below this DuckDB can run out of memory committing a batch, which invalidates the database until restart."""
