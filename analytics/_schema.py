@@ -20,6 +20,7 @@ WINDOWS_TABLE = "windows"
 COVERAGE_TABLE = "coverage_checks"
 EXPERIMENTS_TABLE = "experiments"
 EXPERIMENT_ARMS_TABLE = "experiment_arms"
+WINDOW_WATERMARK_TABLE = "window_watermark"
 
 SPAN_COLUMNS: tuple[Column, ...] = (
     Column("trace_id", "VARCHAR NOT NULL", "32 lowercase hex characters"),
@@ -140,6 +141,16 @@ EXPERIMENT_ARM_COLUMNS: tuple[Column, ...] = (
 EXPERIMENT_ARM_COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in EXPERIMENT_ARM_COLUMNS)
 
 
+WINDOW_WATERMARK_COLUMNS: tuple[Column, ...] = (
+    Column("store", "VARCHAR NOT NULL", "the span table the windows follow (one row)"),
+    Column("windowed_us", "BIGINT NOT NULL",
+           "the windows include every span committed (received_at) up to this time, µs since the epoch"),
+    Column("definitions_digest", "VARCHAR NOT NULL", "digest of the window definitions the rows were computed with"),
+    Column("written_at", "TIMESTAMPTZ NOT NULL", "when the row was written"),
+)
+WINDOW_WATERMARK_COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in WINDOW_WATERMARK_COLUMNS)
+
+
 def create_table_sql(table: str, columns: tuple[Column, ...], primary_key: tuple[str, ...] = ()) -> str:
     body = ",\n  ".join(f"{c.name} {c.sql_type}" for c in columns)
     key = f",\n  PRIMARY KEY ({', '.join(primary_key)})" if primary_key else ""
@@ -153,3 +164,4 @@ WINDOWS_DDL = create_table_sql(WINDOWS_TABLE, WINDOW_COLUMNS, ("target_id", "met
 COVERAGE_DDL = create_table_sql(COVERAGE_TABLE, COVERAGE_COLUMNS, ("target_id", "scope", "checked_at"))
 EXPERIMENTS_DDL = create_table_sql(EXPERIMENTS_TABLE, EXPERIMENT_COLUMNS, ("experiment_id",))
 EXPERIMENT_ARMS_DDL = create_table_sql(EXPERIMENT_ARMS_TABLE, EXPERIMENT_ARM_COLUMNS, ("experiment_id", "arm"))
+WINDOW_WATERMARK_DDL = create_table_sql(WINDOW_WATERMARK_TABLE, WINDOW_WATERMARK_COLUMNS, ("store",))

@@ -15,6 +15,7 @@ from meritlens.analytics._schema import (
     EXPERIMENT_ARMS_DDL,
     EXPERIMENTS_DDL,
     SPANS_DDL,
+    WINDOW_WATERMARK_DDL,
     WINDOWS_DDL,
 )
 from meritlens.analytics._windows import SPAN_WINDOW_METRICS, sql_string, tasks_view_sql
@@ -59,6 +60,7 @@ STORE_DDL: tuple[str, ...] = (
     COVERAGE_DDL,
     EXPERIMENTS_DDL,
     EXPERIMENT_ARMS_DDL,
+    WINDOW_WATERMARK_DDL,
     tasks_view_sql(TASKS_VIEW),
     COVERAGE_VIEW_DDL,
     CATALOGUE_VIEW_DDL,

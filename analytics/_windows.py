@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import math
+import os
 import urllib.parse
 from dataclasses import dataclass
 from enum import Enum
@@ -241,20 +242,26 @@ _TASK_INTERNALS = (
 )
 
 
+APPLICATION_SPANS = f"role = '{ROLE_APPLICATION}' AND target_id IS NOT NULL"
+"""The condition on a `spans` row for it to feed windows (and the `tasks` view)."""
+TASK_KEY = "coalesce(task_id, trace_id)"
+"""A span's task: its task id, else its trace. Samples group a target's application spans by it."""
+
+
 def _flagged_spans_sql(targets_filter: str, source: str = SPANS_TABLE) -> str:
     """CTEs `app` and `flagged`: the application spans (of the filtered targets) of ``source`` (a
-    relation with the columns of `spans`) with their task key and the flags `is_call`, `is_tool`,
+    relation with the columns of `spans`) with their ``task_key`` and the flags `is_call`, `is_tool`,
     `is_error` every task field reads."""
     return f"""app AS (
-  SELECT * FROM {source}
-  WHERE role = '{ROLE_APPLICATION}' AND target_id IS NOT NULL{targets_filter}
+  SELECT *, {TASK_KEY} AS task_key FROM {source}
+  WHERE {APPLICATION_SPANS}{targets_filter}
 ),
 call_parents AS (
   SELECT DISTINCT trace_id, parent_span_id AS span_id FROM app
   WHERE parent_span_id IS NOT NULL AND {_LLM_LIKE}
 ),
 flagged AS (
-  SELECT app.*, coalesce(app.task_id, app.trace_id) AS task_key,
+  SELECT app.*,
     ({_LLM_LIKE} AND p.span_id IS NULL) AS is_call,
     {_TOOL_SPAN} AS is_tool,
     {_ERROR} AS is_error
@@ -506,6 +513,28 @@ FROM (
   UNION ALL BY NAME
   {_samples_sql(SampleUnit.CALL, "scoped", _CALL_ROW_COLUMNS)}
 )"""
+
+
+_ROW_SOURCES = ("_windows.py", "_accumulate.py", "_catalogue.py")
+"""The modules whose code computes a window row from the spans."""
+
+
+def window_definitions_digest(db_name: str) -> str:
+    """A digest of everything a stored window row of the processor depends on besides the spans:
+    the code of the window definitions, the accumulator and the catalogue, the package version and
+    the database name (evidence URIs hold it). Rows stored under another digest are recomputed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        package = version("meritlens")
+    except PackageNotFoundError:
+        package = "unknown"
+    digest = hashlib.sha256(f"{package}\n{db_name}\n".encode())
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in _ROW_SOURCES:
+        with open(os.path.join(here, name), "rb") as fh:
+            digest.update(fh.read())
+    return digest.hexdigest()
 
 
 # --- the samples behind a window ---------------------------------------------------------------------

@@ -74,8 +74,8 @@ class Collector:
     async def _start(self) -> None:
         s = self.settings
         self.store.start()
-        rebuilt = self.store.refresh_all_windows()
-        log.info("opened %s; recomputed windows of %d keys", s.db, rebuilt)
+        keys, resumed = self.store.open_windows()
+        log.info("opened %s; windows of %d keys %s", s.db, keys, "taken up" if resumed else "recomputed")
         self.pipeline.start()
         self._http = HttpReceiver(
             self.ingest, self.store, max_body_bytes=s.max_body_bytes, token=self.token,

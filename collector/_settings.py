@@ -50,6 +50,12 @@ DEFAULT_WINDOW_GATHER_S = 1.0
 """How long the window thread lets committed batches gather before a pass (a waiting query ends it early)."""
 DEFAULT_QUERY_WAIT_S = 10.0
 """How long a query waits for the windows to include the spans committed before it."""
+REBUILD_POOL_BYTES_PER_ROW = 2048
+"""DuckDB pool memory a window rebuild plans per scoped row (an application span counts once, and
+once more when it has an assessment): it reads ``--db-memory-bytes`` / this many rows per statement.
+The per-task aggregation does not spill; measured on one-span tasks, 150k rows fit in 128MiB and 187k
+did not (~0.7-0.9 KiB a row), see bench/README.md "Start-up rebuild in partitions"."""
+MIN_REBUILD_ROWS_PER_PARTITION = 10_000
 DEFAULT_KEY_FILTER_BYTES = 32 * 1024 * 1024
 """Size of the filter of seen trace/task keys (fixed; more keys only cost more reads of stored spans).
 At 10M keys it answers a wrong "maybe" for ~0.003% of new keys (8 MiB: ~5%)."""

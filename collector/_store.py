@@ -40,17 +40,30 @@ from meritlens.analytics._schema import (
     SPANS_TABLE,
     WINDOW_COLUMN_NAMES,
     WINDOW_COLUMNS,
+    WINDOW_WATERMARK_COLUMN_NAMES,
+    WINDOW_WATERMARK_TABLE,
     WINDOWS_TABLE,
 )
 from meritlens.analytics._views import STORE_DDL
-from meritlens.analytics._windows import EVIDENCE_MEDIA_TYPE, SCOPE_ALL, sample_rows_sql
+from meritlens.analytics._windows import (
+    APPLICATION_SPANS,
+    EVIDENCE_MEDIA_TYPE,
+    SCOPE_ALL,
+    sample_rows_sql,
+    window_definitions_digest,
+)
 from meritlens.collector._keyfilter import KeyFilter, KeyLocator
+from meritlens.collector._normalize import _ARROW_TYPES
+from meritlens.collector._partitions import partition_spans
 from meritlens.collector._settings import (
+    DEFAULT_DB_MEMORY_BYTES,
     DEFAULT_KEY_FILTER_BYTES,
     DEFAULT_QUERY_WAIT_S,
     DEFAULT_SPAN_INDEX_BYTES,
     DEFAULT_WINDOW_LAG_ROWS,
     DEFAULT_WINDOW_MEMORY_BYTES,
+    MIN_REBUILD_ROWS_PER_PARTITION,
+    REBUILD_POOL_BYTES_PER_ROW,
 )
 from meritlens.collector._sqlguard import check_read_only, run_read_only
 from meritlens.instrumentation.conventions import ROLE_APPLICATION
@@ -67,6 +80,11 @@ _OLD_INDEXES = ("spans_trace_id", "spans_task_id")
 """B-tree indexes of earlier versions, dropped at start (see the module docstring)."""
 _KEY_HASHES_SQL = "SELECT hash(trace_id, span_id) AS s, hash(trace_id) AS t, hash(task_id) AS k, task_id IS NULL AS no_task"
 """The locator's keys of span rows: the span's own (for idempotent inserts), its trace's and task's."""
+_REBUILD_BATCH_ROWS = 65_536
+"""Sample rows per Arrow batch read by a rebuild."""
+_REBUILD_TRACES = "_rebuild_traces"
+_TARGETED_REBUILD_FRACTION = 0.25
+"""A rebuild of targets holding more of the stored spans than this reads every span (see `_few_rows_of`)."""
 
 
 @dataclass(frozen=True)
@@ -116,13 +134,21 @@ class SpanStore:
     once — a `WindowUpdater` thread runs it in the collector; `write` does both in turn. At most
     ``window_lag_rows`` committed rows wait for the windows (appends wait beyond that), and
     queries wait up to ``query_wait_s`` for the windows to include what was committed before
-    them, so a query after an acknowledged export sees its spans in the windows."""
+    them, so a query after an acknowledged export sees its spans in the windows.
+    ``rebuild_rows_per_partition`` is how many scoped application rows (see `_partitions`) a window
+    rebuild (at start, and for a target whose state was dropped) reads per statement; by default
+    the DuckDB memory limit over ``REBUILD_POOL_BYTES_PER_ROW``."""
 
     def __init__(self, path: str, *, read_only: bool = False, key_filter_bytes: int = DEFAULT_KEY_FILTER_BYTES,
                  span_index_bytes: int = DEFAULT_SPAN_INDEX_BYTES,
                  window_memory_bytes: int = DEFAULT_WINDOW_MEMORY_BYTES, db_memory_bytes: int | None = None,
-                 window_lag_rows: int = DEFAULT_WINDOW_LAG_ROWS, query_wait_s: float = DEFAULT_QUERY_WAIT_S):
+                 window_lag_rows: int = DEFAULT_WINDOW_LAG_ROWS, query_wait_s: float = DEFAULT_QUERY_WAIT_S,
+                 rebuild_rows_per_partition: int | None = None):
         self.path = path
+        if rebuild_rows_per_partition is None:
+            pool = db_memory_bytes if db_memory_bytes is not None else DEFAULT_DB_MEMORY_BYTES
+            rebuild_rows_per_partition = max(MIN_REBUILD_ROWS_PER_PARTITION, pool // REBUILD_POOL_BYTES_PER_ROW)
+        self._rebuild_rows_per_partition = rebuild_rows_per_partition
         self._db_memory_bytes = db_memory_bytes
         self.read_only = read_only
         self._con: duckdb.DuckDBPyConnection | None = None
@@ -158,8 +184,14 @@ class SpanStore:
         self._writes = 0
         self._evicted: set[str] = set()
         """Targets whose window state was dropped; rebuilt from the spans on their next write."""
+        self._digest: str | None = None
+        self._watermark_valid = True
+        """Whether the window rows equal a computation from the spans up to ``_windowed_us`` for every
+        target, so the watermark may be stored with them. False after a bulk load (its windows wait
+        for the loader's rebuild) or a failed rebuild, until `refresh_all_windows`."""
         self.stats = {"closure_lookups": 0, "closure_keys": 0, "closure_ranges": 0, "rebuilds": 0,
-                      "duplicate_checks": 0}
+                      "duplicate_checks": 0, "rebuild_partitions": 0, "label_rounds": 0, "resumes": 0}
+        """Counters; ``rebuild_partitions`` and ``label_rounds`` describe the last rebuild."""
 
     @property
     def db_name(self) -> str:
@@ -302,6 +334,7 @@ class SpanStore:
             bulk = [s.table for s in group if not s.follow and s.table.num_rows]
             if bulk:  # their windows are rebuilt by the loader; later batches must find their keys
                 self._keys.add(_hash_array(_key_hashes(self._con, _concat(bulk))))
+                self._invalidate_watermark()
             followed = [s.table for s in group if s.follow and s.table.num_rows]
             if followed:
                 self._follow(_concat(followed), until_us)
@@ -361,7 +394,7 @@ class SpanStore:
             if closure is not None:
                 con.execute("BEGIN")
                 try:
-                    self._write_window_rows(self._apply_batch(table, closure, targets, until_us))
+                    self._write_window_rows(self._apply_batch(table, closure, targets, until_us), until_us)
                     con.execute("COMMIT")
                 except StateMismatch as exc:
                     _rollback(con)
@@ -375,6 +408,8 @@ class SpanStore:
                     _rollback(con)
                     self._forget(targets)  # the state may hold what was rolled back
                     raise
+        else:  # no application span: only the watermark moves
+            self._store_windows(set(), until_us)
         self._keys.add(_hash_array(hashes))
         if rebuild:
             self._forget(rebuild)
@@ -382,6 +417,7 @@ class SpanStore:
                 self._rebuild(rebuild, until_us)
             except Exception:  # noqa: BLE001 - the spans are stored; the windows follow later
                 log.exception("rebuilding the windows of %s failed; retried on their next batch", sorted(rebuild))
+                self._invalidate_watermark()
 
     def _next_received_us(self) -> int:
         """A commit time in µs, later than every earlier batch's: the windows' watermark orders batches by it."""
@@ -403,18 +439,86 @@ class SpanStore:
             with self._changed:
                 group = list(self._pending)
             until_us = max(self._windowed_us, group[-1].received_us if group else 0)
-            self._keys.clear()
-            for batch in self._con.sql(
-                f"SELECT hash(trace_id) AS h FROM {SPANS_TABLE}"
-                f" UNION ALL SELECT hash(task_id) FROM {SPANS_TABLE} WHERE task_id IS NOT NULL"
-            ).to_arrow_reader(1 << 20):
-                self._keys.add(batch.column(0).to_numpy(zero_copy_only=False))
+            self._fill_key_filter()
             self._book = WindowBook()
             self._evicted.clear()
             self._recency.clear()
+            self._watermark_valid = True
             rebuilt = len(self._rebuild(None, until_us))
             self._mark_processed(group, until_us)
             return rebuilt
+
+    def open_windows(self) -> tuple[int, bool]:
+        """At start: take up the stored windows where they were left, else recompute them all.
+
+        The stored rows are taken as they are when the watermark stored with them was written by
+        this version of the window definitions (`window_definitions_digest`) and at most the window
+        lag budget of rows was committed after it: no state is loaded (every target's is rebuilt
+        from its spans on its next batch, as after an eviction), the key filter is filled, and the
+        spans committed after the watermark are applied. Otherwise `refresh_all_windows`.
+        Returns (the number of (target, scope) keys, whether the stored windows were taken up)."""
+        with self._window_lock:
+            start_us = self._windowed_us
+            try:
+                resumed = self._resume()
+            except Exception:  # noqa: BLE001 - the rebuild below recomputes everything it touched
+                log.exception("taking up the stored windows failed; recomputing them")
+                self._windowed_us, resumed = start_us, None
+        if resumed is not None:
+            return resumed, True
+        return self.refresh_all_windows(), False
+
+    def _resume(self) -> int | None:
+        con = self._con
+        with self._changed:
+            if self._pending:
+                return None
+        stored = con.execute(f"SELECT windowed_us, definitions_digest FROM {WINDOW_WATERMARK_TABLE}"
+                             f" WHERE store = '{SPANS_TABLE}'").fetchall()
+        if not stored:
+            return None
+        watermark, digest = stored[0]
+        if digest != window_definitions_digest(self.db_name):
+            log.info("the window definitions changed since the windows were stored; recomputing them")
+            return None
+        later = con.execute(f"SELECT count(*) FROM {SPANS_TABLE} WHERE received_at > {_timestamp_sql(watermark)}"
+                            ).fetchall()[0][0]
+        if later > self._window_lag_rows:
+            log.info("%d spans were committed after the stored windows; recomputing them", later)
+            return None
+        self._fill_key_filter()
+        self._book = WindowBook()
+        self._recency.clear()
+        self._evicted = {t for (t,) in con.execute(
+            f"SELECT DISTINCT target_id FROM {SPANS_TABLE} WHERE {APPLICATION_SPANS}").fetchall()}
+        self._watermark_valid = True
+        self._windowed_us = int(watermark)
+        if later:
+            rows = con.sql(f"SELECT * FROM {SPANS_TABLE} WHERE received_at > {_timestamp_sql(watermark)}"
+                           " ORDER BY received_at").to_arrow_table()
+            table = _conform(rows, _INCOMING_SCHEMA)
+            until_us = int(pc.max(pc.cast(table.column("received_at"), pa.int64())).as_py())
+            self._follow(table, until_us)
+            self._mark_processed([], until_us)
+        self.stats["resumes"] += 1
+        return con.execute(f"SELECT count(*) FROM (SELECT DISTINCT target_id, scope FROM {WINDOWS_TABLE})"
+                           ).fetchall()[0][0]
+
+    def _fill_key_filter(self) -> None:
+        self._keys.clear()
+        for batch in self._con.sql(
+            f"SELECT hash(trace_id) AS h FROM {SPANS_TABLE}"
+            f" UNION ALL SELECT hash(task_id) FROM {SPANS_TABLE} WHERE task_id IS NOT NULL"
+        ).to_arrow_reader(_REBUILD_BATCH_ROWS):
+            self._keys.add(batch.column(0).to_numpy(zero_copy_only=False))
+
+    def _invalidate_watermark(self) -> None:
+        """The window rows may now miss committed spans: store no watermark until a full rebuild."""
+        self._watermark_valid = False
+        try:
+            self._con.execute(f"DELETE FROM {WINDOW_WATERMARK_TABLE}")
+        except duckdb.Error:
+            log.exception("removing the windows' watermark failed")
 
     def _mark_processed(self, group: list["_Stored"], until_us: int) -> None:
         with self._changed:
@@ -522,57 +626,94 @@ class SpanStore:
         """Window state and rows of ``targets`` (None: all) recomputed from every span committed
         up to ``until_us``; returns the (target, scope) keys."""
         keys = self._rebuild_state(targets, until_us)
-        self._store_windows(keys)
+        self._store_windows(keys, until_us)
         return keys
 
     def _rebuild_state(self, targets: set[str] | None, until_us: int) -> set[tuple[str, str]]:
         """Window state of ``targets`` (None: all) recomputed from every span committed up to
-        ``until_us``; returns its keys."""
+        ``until_us``; returns its keys.
+
+        The spans are read in partitions of about ``rebuild_rows_per_partition`` scoped rows,
+        each a union of whole task/trace components (`_partitions`), so DuckDB's memory for one
+        statement does not grow with the stored spans."""
         con = self._con
         self.stats["rebuilds"] += 1
-        committed = f"epoch_us(received_at) <= {int(until_us)}"
-        if targets is None:
-            source = f"(SELECT * FROM {SPANS_TABLE} WHERE {committed})"
-        else:
+        committed = f"received_at <= {_timestamp_sql(until_us)}"
+        source = f"(SELECT * FROM {SPANS_TABLE} WHERE {committed})"
+        if targets is not None and self._few_rows_of(targets, committed):
             con.register("_targets", pa.table({"t": sorted(targets)}))
-            source = (f"(SELECT * FROM {SPANS_TABLE} WHERE {committed} AND trace_id IN (SELECT trace_id"
-                      f" FROM {SPANS_TABLE} WHERE target_id IN (SELECT t FROM _targets)))")
+            try:
+                con.execute(f"CREATE OR REPLACE TEMP TABLE {_REBUILD_TRACES} AS SELECT DISTINCT trace_id"
+                            f" FROM {SPANS_TABLE} WHERE target_id IN (SELECT t FROM _targets) AND {committed}")
+            finally:
+                con.unregister("_targets")
+            source = (f"(SELECT * FROM {SPANS_TABLE} WHERE {committed}"
+                      f" AND trace_id IN (SELECT trace_id FROM {_REBUILD_TRACES}))")
         keys: set[tuple[str, str]] = set()
         try:
             for key in list(self._book.keys):
                 if targets is None or key[0] in targets:
                     self._book.drop(key)
             wanted = pa.array(sorted(targets)) if targets is not None else None
-            for batch in con.sql(sample_rows_sql(source)).to_arrow_reader(1 << 20):
-                chunk = pa.Table.from_batches([batch])
-                if wanted is not None:
-                    chunk = chunk.filter(pc.is_in(chunk.column("target_id"), wanted))
-                keys |= self._book.apply_delta(None, chunk)
+            parts = partition_spans(con, source, self._rebuild_rows_per_partition)
+            try:
+                self.stats["rebuild_partitions"] = parts.count
+                self.stats["label_rounds"] = parts.rounds
+                for p in range(parts.count):
+                    reader = con.sql(sample_rows_sql(parts.source_of(p))).to_arrow_reader(_REBUILD_BATCH_ROWS)
+                    for batch in reader:
+                        chunk = pa.Table.from_batches([batch])
+                        if wanted is not None:
+                            chunk = chunk.filter(pc.is_in(chunk.column("target_id"), wanted))
+                        keys |= self._book.apply_delta(None, chunk)
+            finally:
+                parts.close()
         finally:
-            if targets is not None:
-                con.unregister("_targets")
+            try:
+                con.execute(f"DROP TABLE IF EXISTS {_REBUILD_TRACES}")
+            except duckdb.TransactionException:  # an aborted transaction: its rollback drops it
+                pass
         if targets is not None:
             self._evicted -= targets
         return keys
 
-    def _store_windows(self, keys: set[tuple[str, str]]) -> None:
-        """Write the rows of ``keys``' windows in a transaction of their own."""
+    def _few_rows_of(self, targets: set[str], committed: str) -> bool:
+        """Whether ``targets`` hold at most a fraction of the stored spans, so that a rebuild reads
+        only their traces; else it reads every span (the trace filter would cost more than it
+        saves) and keeps the samples of ``targets``."""
+        con = self._con
+        con.register("_targets", pa.table({"t": sorted(targets)}))
+        try:
+            theirs, total = con.execute(
+                f"SELECT count(*) FILTER (WHERE target_id IN (SELECT t FROM _targets)), count(*)"
+                f" FROM {SPANS_TABLE} WHERE {committed}").fetchall()[0]
+        finally:
+            con.unregister("_targets")
+        return theirs <= _TARGETED_REBUILD_FRACTION * total
+
+    def _store_windows(self, keys: set[tuple[str, str]], until_us: int) -> None:
+        """Write the rows of ``keys``' windows, and the watermark ``until_us``, in a transaction of their own."""
         con = self._con
         con.execute("BEGIN")
         try:
-            self._write_window_rows(keys)
+            self._write_window_rows(keys, until_us)
             con.execute("COMMIT")
         except BaseException:
             _rollback(con)
             raise
 
-    def _write_window_rows(self, keys: set[tuple[str, str]]) -> None:
-        """Write the rows of ``keys``' windows (inside the caller's transaction); a stored row with
-        a value and another producer's evidence (a plugin's) is never replaced by a row of ours
-        without one."""
+    def _write_window_rows(self, keys: set[tuple[str, str]], until_us: int) -> None:
+        """Write the rows of ``keys``' windows (inside the caller's transaction) and, while the rows
+        are whole, the watermark ``until_us`` (the windows include every span committed up to it);
+        a stored row with a value and another producer's evidence (a plugin's) is never replaced by
+        a row of ours without one."""
+        now = _dt.datetime.now(_dt.timezone.utc)
+        if self._watermark_valid:
+            self._con.execute(
+                f"INSERT OR REPLACE INTO {WINDOW_WATERMARK_TABLE} ({', '.join(WINDOW_WATERMARK_COLUMN_NAMES)})"
+                " VALUES (?, ?, ?, ?)", [SPANS_TABLE, int(until_us), self._definitions_digest(), now])
         if not keys:
             return
-        now = _dt.datetime.now(_dt.timezone.utc)
         windows = [w for key in sorted(keys) for w in self._book.windows(key, self.db_name, now)]
         con = self._con
         con.register("_windows", _windows_table(windows))
@@ -588,6 +729,11 @@ class SpanStore:
         for key in keys:
             self._recency[key] = self._writes
         self._evict()
+
+    def _definitions_digest(self) -> str:
+        if self._digest is None:
+            self._digest = window_definitions_digest(self.db_name)
+        return self._digest
 
     def _evict(self) -> None:
         """Drop the least recently written targets' state while the book is over its budget."""
@@ -802,6 +948,11 @@ class _Stored:
     """Its commit time (µs since the epoch), later than every earlier batch's."""
     follow: bool
     """False for bulk loads: only the key filter learns their keys; their windows are rebuilt."""
+
+
+_INCOMING_SCHEMA = pa.schema([(name, _ARROW_TYPES.get(name, pa.timestamp("us", tz="UTC")))
+                              for name in SPAN_COLUMN_NAMES])
+"""The Arrow types of the batches `append` queues (received_at added to the normalizer's rows)."""
 
 
 def _windows_table(windows: list) -> pa.Table:

@@ -1,0 +1,149 @@
+"""Cost of the collector's start-up rebuild of every window (`SpanStore.refresh_all_windows`), issue 7.
+
+Two steps, so that each measurement runs in a process of its own:
+
+  python bench/startup.py build DB [--spans 3000000] [--targets 8]
+      a DuckDB file with that many history spans (bench/_history.py), stored without windows. One
+      span in five belongs to a task that spans three consecutive traces (so the rebuild's label
+      propagation has multi-trace components to join).
+  python bench/startup.py rebuild DB --db-memory-bytes 128MiB
+      opens a copy-free SpanStore on DB with that DuckDB memory limit, times `refresh_all_windows()`
+      and prints wall time, the process's peak RSS (VmHWM) and the partitions used; then checks every
+      target's `input_tokens` window against the independently computed sum. Exits non-zero on failure.
+  python bench/startup.py resume DB --db-memory-bytes 128MiB [--batch 10000]
+      what the collector does at start (`SpanStore.open_windows()`: take the stored windows up when
+      their watermark allows, else the rebuild above), timed; then one batch of new spans over every
+      target is appended and `update_windows()` timed (after a take-up it rebuilds each target's
+      state from its spans, as after an eviction); then the same check. Adds the batch to DB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import pyarrow as pa  # noqa: E402
+import numpy as np  # noqa: E402
+
+from _history import expected_input_tokens, span_table  # noqa: E402
+
+from meritlens.collector._settings import parse_bytes  # noqa: E402
+from meritlens.collector._store import SpanStore  # noqa: E402
+
+_TASK_TRACES = 3
+_TASK_EVERY = 5
+
+
+def with_tasks(table: pa.Table, start: int) -> pa.Table:
+    """Spans i with (i // 3) % 5 == 0 get task id ``task-{i // 3}``: a task over three traces."""
+    idx = np.arange(start, start + table.num_rows, dtype=np.int64)
+    group = idx // _TASK_TRACES
+    ids = np.char.add("task-", group.astype(str)).astype(object)
+    ids[group % _TASK_EVERY != 0] = None
+    column = table.schema.get_field_index("task_id")
+    return table.set_column(column, "task_id", pa.array(ids.tolist(), pa.string()))
+
+
+def build(path: str, spans: int, targets: int, chunk: int = 200_000) -> None:
+    if os.path.exists(path):
+        raise SystemExit(f"{path} exists; remove it first")
+    store = SpanStore(path)
+    store.start()
+    try:
+        t0 = time.perf_counter()
+        for s in range(0, spans, chunk):
+            store.write(with_tasks(span_table(s, min(chunk, spans - s), targets), s), refresh_windows=False)
+        store._con.execute("CHECKPOINT")
+        print(f"stored {spans:,} spans in {time.perf_counter() - t0:.1f}s")
+    finally:
+        store.shutdown()
+
+
+def _vm_hwm_mib() -> float:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def rebuild(path: str, db_memory_bytes: int, targets: int) -> None:
+    store = SpanStore(path, db_memory_bytes=db_memory_bytes)
+    store.start()
+    try:
+        stored = store.query("select count(*) from spans").rows[0][0]
+        rss_before = _vm_hwm_mib()
+        t0 = time.perf_counter()
+        keys = store.refresh_all_windows()
+        wall = time.perf_counter() - t0
+        state_mib = sum(store._book.nbytes(k) for k in store._book.keys) / 2**20
+        expected = expected_input_tokens(0, stored, targets)
+        got = dict(store.query(
+            "select target_id, value from windows where metric = 'input_tokens' and scope = 'all'").rows)
+        if got != {k: float(v) for k, v in expected.items()}:
+            raise SystemExit(f"startup bench: input_tokens windows {got} != expected {expected}")
+        print(f"stored {stored:,} spans, db_memory_bytes {db_memory_bytes // 2**20} MiB: refresh_all_windows "
+              f"{wall:.1f}s, {keys} keys, partitions {store.stats.get('rebuild_partitions')}, "
+              f"label rounds {store.stats.get('label_rounds')}; peak RSS {_vm_hwm_mib():.0f} MiB "
+              f"(before the rebuild {rss_before:.0f} MiB; window state after it {state_mib:.0f} MiB, "
+              f"{len(store._evicted)} targets evicted); load average {os.getloadavg()[0]:.2f}; "
+              "input_tokens windows correct")
+    finally:
+        store.shutdown()
+
+
+def resume(path: str, db_memory_bytes: int, targets: int, batch: int) -> None:
+    store = SpanStore(path, db_memory_bytes=db_memory_bytes)
+    store.start()
+    try:
+        stored = store.query("select count(*) from spans").rows[0][0]
+        t0 = time.perf_counter()
+        keys, resumed = store.open_windows()
+        opened = time.perf_counter() - t0
+        hwm_open = _vm_hwm_mib()
+        store.append(with_tasks(span_table(stored, batch, targets), stored))
+        t1 = time.perf_counter()
+        store.update_windows()
+        first = time.perf_counter() - t1
+        store.append(with_tasks(span_table(stored + batch, batch, targets), stored + batch))
+        t2 = time.perf_counter()
+        store.update_windows()
+        second = time.perf_counter() - t2
+        expected = expected_input_tokens(0, stored + 2 * batch, targets)
+        got = dict(store.query(
+            "select target_id, value from windows where metric = 'input_tokens' and scope = 'all'").rows)
+        if got != {k: float(v) for k, v in expected.items()}:
+            raise SystemExit(f"startup bench: input_tokens windows {got} != expected {expected}")
+        print(f"stored {stored:,} spans, db_memory_bytes {db_memory_bytes // 2**20} MiB: open_windows {opened:.1f}s "
+              f"({'taken up' if resumed else 'recomputed'}, {keys} keys; peak RSS {hwm_open:.0f} MiB); "
+              f"first batch of {batch:,} over all targets: update_windows {first:.1f}s "
+              f"({store.stats['rebuilds']} rebuilds); second batch {second:.2f}s; peak RSS {_vm_hwm_mib():.0f} MiB; "
+              f"load average {os.getloadavg()[0]:.2f}; input_tokens windows correct")
+    finally:
+        store.shutdown()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("step", choices=("build", "rebuild", "resume"))
+    parser.add_argument("db")
+    parser.add_argument("--spans", type=int, default=3_000_000)
+    parser.add_argument("--targets", type=int, default=8)
+    parser.add_argument("--db-memory-bytes", default="512MiB")
+    parser.add_argument("--batch", type=int, default=10_000)
+    args = parser.parse_args()
+    if args.step == "build":
+        build(args.db, args.spans, args.targets)
+    elif args.step == "rebuild":
+        rebuild(args.db, parse_bytes(args.db_memory_bytes), args.targets)
+    else:
+        resume(args.db, parse_bytes(args.db_memory_bytes), args.targets, args.batch)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""At start the store takes up the stored windows where they were left, when that is exact.
+
+The windows' watermark and a digest of the window definitions are stored with the window rows.
+A restart then loads no state: the spans committed after the watermark are applied, every target's
+state is rebuilt from its spans on its next batch. Whatever happened before the restart (a clean
+shutdown, spans committed whose windows never followed, a bulk load never rebuilt, other window
+definitions), the rows after further batches must equal a computation from scratch.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from meritlens.collector._store import SpanStore
+from tests.analytics.evidence_helpers import span_rows, store_spans
+from tests.analytics.test_incremental_windows import _random_spans
+from tests.analytics.test_rebuild_partitions import _random_store_spans
+
+_COLUMNS = ("target_id", "metric", "scope", "aggregation", "value", "unit", "sample_count", "state", "count",
+            "mean", "min", "max", "p50", "p90", "p95", "p99", "first_span_time", "last_span_time",
+            "evidence_uri", "evidence_media_type", "evidence_digest")
+
+
+def _windows(store: SpanStore) -> list[tuple]:
+    return store.query(f"select {', '.join(_COLUMNS)} from windows order by target_id, scope, metric").rows
+
+
+def _open(path) -> SpanStore:
+    store = SpanStore(str(path))
+    store.start()
+    return store
+
+
+def _crash(store: SpanStore) -> None:
+    """Close the file without the shutdown's window pass (what a killed process leaves)."""
+    store.close_queue()
+    store._span_cursor.close()
+    store._reader.close()
+    store._con.close()
+    store._con = None
+
+
+def _from_scratch(tmp_path, spans, name: str = "scratch") -> list[tuple]:
+    """The window rows of a store holding ``spans``, computed from scratch (same file name)."""
+    (tmp_path / name).mkdir()
+    store = _open(tmp_path / name / "spans.duckdb")
+    try:
+        store.write(span_rows(spans), refresh_windows=False)
+        store.refresh_all_windows()
+        return _windows(store)
+    finally:
+        store.shutdown()
+
+
+def _spans(seed: int):
+    spans = _random_store_spans(seed) + _random_spans(seed)
+    random.Random(seed).shuffle(spans)
+    return spans
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("before_restart", ["shutdown", "crash_with_spans_not_windowed"])
+def test_windows_taken_up_at_start_follow_later_batches_exactly(tmp_path, seed, before_restart):
+    spans = _spans(seed)
+    cut1, cut2 = len(spans) // 3, 2 * len(spans) // 3
+    (tmp_path / "store").mkdir()
+    path = tmp_path / "store" / "spans.duckdb"
+    store = _open(path)
+    store_spans(store, spans[:cut1])
+    if before_restart == "shutdown":
+        store.shutdown()
+    else:
+        store.append(span_rows(spans[cut1:cut2]))  # committed; the windows never saw them
+        _crash(store)
+    store = _open(path)
+    try:
+        keys, resumed = store.open_windows()
+        assert resumed and store.stats["resumes"] == 1 and keys > 0
+        written = spans[:cut1] if before_restart == "shutdown" else spans[:cut2]
+        if before_restart == "shutdown":
+            assert store.stats["rebuilds"] == 0  # no state loaded, nothing read
+        assert _windows(store) == _from_scratch(tmp_path, written, "first")
+        # first batch after the restart: only tasks never seen, of targets with stored windows
+        new_tasks = _random_spans(seed + 500)
+        store_spans(store, new_tasks)
+        assert _windows(store) == _from_scratch(tmp_path, written + new_tasks, "second")
+        store_spans(store, [s for s in spans if s not in written])
+        assert _windows(store) == _from_scratch(tmp_path, spans + new_tasks)
+    finally:
+        store.shutdown()
+
+
+def test_a_restart_recomputes_the_windows_when_the_stored_rows_cannot_be_taken_up(tmp_path):
+    spans = _spans(11)
+    half = len(spans) // 2
+    (tmp_path / "store").mkdir()
+    path = tmp_path / "store" / "spans.duckdb"
+    expected = _from_scratch(tmp_path, spans)
+
+    store = _open(path)
+    store_spans(store, spans[:half])
+    store.write(span_rows(spans[half:]), refresh_windows=False)  # a bulk load whose loader never rebuilt
+    store_spans(store, spans[:2])  # a later followed batch must not store a watermark again
+    store.shutdown()
+    store = _open(path)
+    try:
+        assert store.open_windows()[1] is False
+        assert _windows(store) == expected
+    finally:
+        store.shutdown()
+
+    # the full rebuild stored a watermark again: the next start takes the rows up
+    store = _open(path)
+    try:
+        assert store.open_windows()[1] is True
+        assert _windows(store) == expected
+        store._con.execute("UPDATE window_watermark SET definitions_digest = 'other definitions'")
+        store._con.execute("UPDATE windows SET sample_count = -1")  # stale rows a rebuild must replace
+    finally:
+        store.shutdown()
+    store = _open(path)
+    try:
+        assert store.open_windows()[1] is False  # other definitions: recomputed
+        assert _windows(store) == expected
+    finally:
+        store.shutdown()
+
+
+def test_too_many_spans_after_the_watermark_make_a_restart_recompute(tmp_path):
+    spans = _spans(5)
+    (tmp_path / "store").mkdir()
+    path = tmp_path / "store" / "spans.duckdb"
+    store = SpanStore(str(path), window_lag_rows=3)
+    store.start()
+    store_spans(store, spans[:4])
+    store.append(span_rows(spans[4:]), wait=False)
+    _crash(store)
+    store = SpanStore(str(path), window_lag_rows=3)
+    store.start()
+    try:
+        assert store.open_windows()[1] is False
+        assert _windows(store) == _from_scratch(tmp_path, spans)
+    finally:
+        store.shutdown()
+
+
+def test_a_failure_while_taking_the_windows_up_falls_back_to_the_rebuild(tmp_path, monkeypatch):
+    spans = _spans(3)
+    half = len(spans) // 2
+    (tmp_path / "store").mkdir()
+    path = tmp_path / "store" / "spans.duckdb"
+    store = _open(path)
+    store_spans(store, spans[:half])
+    store.append(span_rows(spans[half:]))  # committed; the windows never saw them
+    _crash(store)
+    store = _open(path)
+    try:
+        def failing_follow(table, until_us):  # e.g. DuckDB running out of memory mid-way
+            raise RuntimeError("the window pass failed")
+
+        monkeypatch.setattr(store, "_follow", failing_follow)
+        assert store.open_windows()[1] is False
+        assert _windows(store) == _from_scratch(tmp_path, spans)
+    finally:
+        store.shutdown()
