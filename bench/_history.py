@@ -67,6 +67,16 @@ def expected_input_tokens(start: int, count: int, targets: int) -> dict[str, int
     return {f"bot-{t}": int(tokens[idx % targets == t].sum()) for t in range(targets)}
 
 
+def check_input_tokens_windows(store, total: int, targets: int, bench: str) -> None:
+    """Exit with the difference unless every target's `input_tokens` window (scope all) equals the
+    sum of spans 0..total-1 (computed independently of the store)."""
+    expected = expected_input_tokens(0, total, targets)
+    got = dict(store.query(
+        "select target_id, value from windows where metric = 'input_tokens' and scope = 'all'").rows)
+    if got != {k: float(v) for k, v in expected.items()}:
+        raise SystemExit(f"{bench} bench: input_tokens windows {got} != expected {expected}")
+
+
 def load(store, total: int, targets: int, chunk: int = 200_000) -> None:
     """Insert `total` history spans without refreshing windows, refresh every window once, checkpoint."""
     for s in range(0, total, chunk):

@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pyarrow as pa  # noqa: E402
 import numpy as np  # noqa: E402
 
-from _history import expected_input_tokens, span_table  # noqa: E402
+from _history import check_input_tokens_windows, span_table  # noqa: E402
 
 from meritlens.collector._settings import parse_bytes  # noqa: E402
 from meritlens.collector._store import SpanStore  # noqa: E402
@@ -82,11 +82,7 @@ def rebuild(path: str, db_memory_bytes: int, targets: int) -> None:
         keys = store.refresh_all_windows()
         wall = time.perf_counter() - t0
         state_mib = sum(store._book.nbytes(k) for k in store._book.keys) / 2**20
-        expected = expected_input_tokens(0, stored, targets)
-        got = dict(store.query(
-            "select target_id, value from windows where metric = 'input_tokens' and scope = 'all'").rows)
-        if got != {k: float(v) for k, v in expected.items()}:
-            raise SystemExit(f"startup bench: input_tokens windows {got} != expected {expected}")
+        check_input_tokens_windows(store, stored, targets, "startup")
         print(f"stored {stored:,} spans, db_memory_bytes {db_memory_bytes // 2**20} MiB: refresh_all_windows "
               f"{wall:.1f}s, {keys} keys, partitions {store.stats.get('rebuild_partitions')}, "
               f"label rounds {store.stats.get('label_rounds')}; peak RSS {_vm_hwm_mib():.0f} MiB "
@@ -114,11 +110,7 @@ def resume(path: str, db_memory_bytes: int, targets: int, batch: int) -> None:
         t2 = time.perf_counter()
         store.update_windows()
         second = time.perf_counter() - t2
-        expected = expected_input_tokens(0, stored + 2 * batch, targets)
-        got = dict(store.query(
-            "select target_id, value from windows where metric = 'input_tokens' and scope = 'all'").rows)
-        if got != {k: float(v) for k, v in expected.items()}:
-            raise SystemExit(f"startup bench: input_tokens windows {got} != expected {expected}")
+        check_input_tokens_windows(store, stored + 2 * batch, targets, "startup")
         print(f"stored {stored:,} spans, db_memory_bytes {db_memory_bytes // 2**20} MiB: open_windows {opened:.1f}s "
               f"({'taken up' if resumed else 'recomputed'}, {keys} keys; peak RSS {hwm_open:.0f} MiB); "
               f"first batch of {batch:,} over all targets: update_windows {first:.1f}s "

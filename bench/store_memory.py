@@ -28,7 +28,7 @@ import pyarrow as pa
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _history import span_table  # noqa: E402
 
-from meritlens.analytics._schema import SPAN_COLUMN_NAMES, SPANS_DDL  # noqa: E402
+from meritlens.analytics._schema import SPAN_COLUMN_NAMES, SPAN_COLUMNS, SPANS_TABLE, create_table_sql  # noqa: E402
 from meritlens.collector._settings import parse_bytes  # noqa: E402
 from meritlens.collector._store import SpanStore  # noqa: E402
 
@@ -55,7 +55,7 @@ class BTreeTable:
     def __init__(self, path: str, memory: int):
         import duckdb
         self.con = duckdb.connect(path, config={"memory_limit": f"{memory // 2**20}MiB"})
-        self.con.execute(SPANS_DDL[:-2] + ",\n  PRIMARY KEY (trace_id, span_id)\n)")
+        self.con.execute(create_table_sql(SPANS_TABLE, SPAN_COLUMNS, ("trace_id", "span_id")))
         self.con.execute("CREATE INDEX spans_trace_id ON spans (trace_id)")
         self.con.execute("CREATE INDEX spans_task_id ON spans (task_id)")
         self.us = 1_780_000_000_000_000

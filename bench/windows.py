@@ -35,7 +35,7 @@ import pyarrow as pa
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _history import expected_input_tokens, load, span_table  # noqa: E402
+from _history import check_input_tokens_windows, load, span_table  # noqa: E402
 
 from meritlens.collector._store import SpanStore  # noqa: E402
 
@@ -83,11 +83,7 @@ def measure(stored: int, batch: int, repeats: int, targets: int, key_filter_byte
             rows = store.query("select count(*) from spans").rows[0][0]
             if rows != total:
                 raise SystemExit(f"windows bench: spans holds {rows} rows, expected {total}")
-            expected = expected_input_tokens(0, total, targets)
-            got = dict(store.query(
-                "select target_id, value from windows where metric = 'input_tokens' and scope = 'all'").rows)
-            if got != {k: float(v) for k, v in expected.items()}:
-                raise SystemExit(f"windows bench: input_tokens windows {got} != expected {expected}")
+            check_input_tokens_windows(store, total, targets, "windows")
         finally:
             store.shutdown()
         return {"stored": stored, "load_s": load_s, "times": times, "median_s": statistics.median(times),

@@ -30,7 +30,12 @@ class KeyFilter:
     def clear(self) -> None:
         self._words = np.zeros(self._words.shape, dtype=np.uint64)  # calloc: untouched pages cost no memory
 
-    def _positions(self, hashes: np.ndarray) -> np.ndarray:
+    def merge(self, other: "KeyFilter") -> None:
+        """Add every key of ``other`` (a filter of the same size and probes)."""
+        self._words |= other._words
+
+    def positions(self, hashes: np.ndarray) -> np.ndarray:
+        """The bit positions of ``hashes``: the same for every filter of this size and probes."""
         h = hashes.astype(np.uint64, copy=False)
         first = h & np.uint64(0xFFFFFFFF)
         step = (h >> np.uint64(32)) | np.uint64(1)
@@ -40,7 +45,7 @@ class KeyFilter:
     def add(self, hashes: np.ndarray) -> None:
         if hashes.size == 0:
             return
-        positions = self._positions(hashes).ravel()
+        positions = self.positions(hashes).ravel()
         np.bitwise_or.at(self._words, positions >> np.uint64(6),
                          np.left_shift(np.uint64(1), positions & np.uint64(63)))
 
@@ -48,7 +53,7 @@ class KeyFilter:
         """One bool per hash: False only for keys never added."""
         if hashes.size == 0:
             return np.zeros(0, dtype=bool)
-        return self.may_contain_at(self._positions(hashes))
+        return self.may_contain_at(self.positions(hashes))
 
     def may_contain_at(self, positions: np.ndarray) -> np.ndarray:
         """`may_contain` for positions computed by a filter of the same size and probes."""
@@ -131,7 +136,7 @@ class KeyLocator:
         sealed = self._blocks[:-1]  # the open block keeps filling
         i = min(range(len(sealed) - 1), key=lambda j: sealed[j].keys + sealed[j + 1].keys)
         a, b = self._blocks[i], self._blocks[i + 1]
-        a.filter._words |= b.filter._words
+        a.filter.merge(b.filter)
         a.keys += b.keys
         a.last_us = b.last_us
         del self._blocks[i + 1]
@@ -150,7 +155,7 @@ class KeyLocator:
         if hashes.size == 0:
             return found
         previous = -2
-        positions = self._blocks[0].filter._positions(hashes) if self._blocks else None
+        positions = self._blocks[0].filter.positions(hashes) if self._blocks else None
         for i, block in enumerate(self._blocks):
             if until_us is not None and block.first_us > until_us:
                 break

@@ -301,8 +301,9 @@ class SpanStore:
             cursor.register("_incoming", table)
             try:
                 keys = cursor.sql(f"{_KEY_HASHES_SQL} FROM _incoming").to_arrow_table()
+                span_hashes = keys.column("s").to_numpy()
                 with self._locator_lock:
-                    stored = self._locator.ranges(keys.column("s").to_numpy())
+                    stored = self._locator.ranges(span_hashes)
                 if stored:  # some span may be stored already (a retried export): leave those out
                     self.stats["duplicate_checks"] += 1
                     inserted = cursor.execute(
@@ -314,7 +315,7 @@ class SpanStore:
             finally:
                 cursor.unregister("_incoming")
             with self._locator_lock:
-                self._locator.add(_row_key_hashes(keys), received_us, gated=keys.column("s").to_numpy())
+                self._locator.add(_row_key_hashes(keys), received_us, gated=span_hashes)
             with self._changed:
                 self._pending.append(_Stored(table, received_us, follow))
                 self._pending_rows += table.num_rows

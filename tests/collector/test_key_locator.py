@@ -81,19 +81,15 @@ def test_the_spans_table_has_no_btree_index_and_stays_idempotent_after_a_restart
         store.shutdown()
 
 
-OLD_SPANS_DDL_TAIL = ",\n  PRIMARY KEY (trace_id, span_id)\n)"
-
-
 def test_a_file_of_an_earlier_version_loses_its_primary_key_and_indexes_and_keeps_its_spans(tmp_path):
-    from meritlens.analytics._schema import SPANS_DDL
+    from meritlens.analytics._schema import SPAN_COLUMNS, SPANS_TABLE, create_table_sql
 
     db = str(tmp_path / "old.duckdb")
     ids = Ids(4)
     calls = _one_call(ids, 2) + _one_call(ids, 3)
     rows = span_rows(calls)
     con = duckdb.connect(db)
-    assert SPANS_DDL.endswith("\n)")
-    con.execute(SPANS_DDL[:-2] + OLD_SPANS_DDL_TAIL)  # the table as earlier versions made it
+    con.execute(create_table_sql(SPANS_TABLE, SPAN_COLUMNS, ("trace_id", "span_id")))  # as earlier versions made it
     con.execute("CREATE INDEX spans_trace_id ON spans (trace_id)")
     con.execute("CREATE INDEX spans_task_id ON spans (task_id)")
     con.register("r", rows.append_column("received_at", pa.array(
