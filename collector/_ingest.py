@@ -160,12 +160,12 @@ class Ingest:
         """
         loop = asyncio.get_running_loop()
         try:
-            decoded = await loop.run_in_executor(self._executor, _otlp.decode, body, media_type)
+            decoded = await loop.run_in_executor(self._executor, _otlp.decode_lean, body, media_type)
         except _otlp.BadRequest as exc:
             raise bad_request(str(exc)) from None
         except Exception:  # a decoder bug must not take the server down; the client gets a Status
             raise _internal("decoding the request failed") from None
-        spans = _otlp.count_spans(decoded.request)
+        spans = _otlp.count_spans(decoded.lean)
         if spans > self._max_spans:
             raise IngestError(
                 413, code_pb2.INVALID_ARGUMENT,
@@ -174,6 +174,8 @@ class Ingest:
         reservation.add(spans * SPAN_MEMORY_ESTIMATE_BYTES)
         try:
             batch, table = await loop.run_in_executor(self._executor, self._prepare, decoded)
+        except _otlp.BadRequest as exc:  # a part of the body only parsed while normalizing
+            raise bad_request(str(exc)) from None
         except Exception:
             raise _internal("normalizing the spans failed") from None
         del decoded
@@ -201,9 +203,9 @@ def prepare(decoded: _otlp.DecodedRequest, limits: _otlp.SpanLimits,
             options: NormalizeOptions) -> tuple[SpanBatch, pa.Table | None]:
     """Check and normalize a decoded request: its SpanBatch, and its rows as an Arrow table (None if none)."""
     body = decoded.body
-    lean = _otlp.lean_view(decoded.request, body)
-    checks = _otlp.SpanChecks(decoded.request, limits, None if body is None else len(body))
-    batch = normalize(decoded.request, decoded.refusals, options, lean=lean, checks=checks)
+    lean = decoded.lean_view()
+    checks = _otlp.SpanChecks(lean, limits, None if body is None else len(body))
+    batch = normalize(lean, decoded.refusals, options, checks=checks)
     return batch, (batch.to_arrow() if batch.size else None)
 
 

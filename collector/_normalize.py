@@ -26,6 +26,7 @@ from typing import Callable, NamedTuple
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+from google.protobuf.message import DecodeError
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 
 from meritlens.analytics._schema import SPAN_COLUMN_NAMES, SPAN_COLUMNS
@@ -428,16 +429,22 @@ _DEFAULT_OPTIONS = NormalizeOptions()
 
 
 def normalize(request, refusals: dict[tuple[int, int, int], str] | None = None,
-              options: NormalizeOptions = _DEFAULT_OPTIONS, *, lean=None,
+              options: NormalizeOptions = _DEFAULT_OPTIONS, *,
               checks: _otlp.SpanChecks | None = None) -> SpanBatch:
-    """Normalize an ExportTraceServiceRequest into a SpanBatch.
+    """Normalize an ExportTraceServiceRequest, or its `_otlp.lean_view`, into a SpanBatch.
 
     ``refusals``: spans already refused, by (resource, scope, span) position, with the reason.
-    ``lean``: the request's `_otlp.lean_view`, when the caller has it (else it is made here).
     ``checks``: limits to apply to every span not already refused.
+    Raises `_otlp.BadRequest` when a part of a lean view is not valid protobuf (`_otlp.decode_lean`).
     """
-    if lean is None:
-        lean = _otlp.lean_view(request)
+    lean = request if isinstance(request, _otlp.LeanRequest) else _otlp.lean_view(request)
+    try:
+        return _normalize(lean, refusals, options, checks)
+    except DecodeError as exc:  # an attribute, event or link of the lean view
+        raise _otlp.BadRequest(f"body is not a valid OTLP protobuf ExportTraceServiceRequest: {exc}") from None
+
+
+def _normalize(lean, refusals, options: NormalizeOptions, checks) -> SpanBatch:
     batch = SpanBatch()
     rows = batch.rows
     add_row = rows.append
@@ -445,16 +452,16 @@ def normalize(request, refusals: dict[tuple[int, int, int], str] | None = None,
     price = options.price
     target_fallback = options.target_fallback
     zero_trace, zero_span = bytes(16), bytes(8)
-    for ri, (rs, lean_rs) in enumerate(zip(request.resource_spans, lean.resource_spans)):
-        resource = {kv.key: any_value(kv.value) for kv in rs.resource.attributes}
+    for ri, lean_rs in enumerate(lean.resource_spans):
+        resource = {kv.key: any_value(kv.value) for kv in _otlp.full_resource(lean_rs.resource).attributes}
         resource_values: dict = {}
-        _promote([kv.SerializeToString() for kv in rs.resource.attributes], resource_values, {})
+        _promote(lean_rs.resource.attributes, resource_values, {})
         resource_defaults = [(column, resource_values[column]) for column in _FROM_RESOURCE
                              if column in resource_values]
         service_name = resource.get(c.SERVICE_NAME) if isinstance(resource.get(c.SERVICE_NAME), str) else None
         resource_json = _dumps(resource)
-        for si, (ss, lean_ss) in enumerate(zip(rs.scope_spans, lean_rs.scope_spans)):
-            scope_name = ss.scope.name or None
+        for si, lean_ss in enumerate(lean_rs.scope_spans):
+            scope_name = _otlp.full_scope(lean_ss.scope).name or None
             for pi, span in enumerate(lean_ss.spans):
                 trace_id, span_id, parent = span.trace_id, span.span_id, span.parent_span_id
                 start, end = span.start_time_unix_nano, span.end_time_unix_nano
@@ -467,6 +474,7 @@ def normalize(request, refusals: dict[tuple[int, int, int], str] | None = None,
                 ):
                     problem = _span_problem(span)
                 if problem:
+                    _otlp.full_span(span)  # a refused span's parts are read nowhere else: check them
                     batch.refused.append(f"span {span_id.hex() or '?'} in trace {trace_id.hex() or '?'}: {problem}")
                     continue
                 values: dict = {}

@@ -16,6 +16,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.resource.v1 import resource_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 PROTOBUF = "application/x-protobuf"
@@ -29,11 +31,21 @@ class BadRequest(ValueError):
 
 @dataclass
 class DecodedRequest:
-    request: ExportTraceServiceRequest
+    request: ExportTraceServiceRequest | None
+    """The request (None when only its `lean` view was parsed: `decode_lean`)."""
     refusals: dict[tuple[int, int, int], str] = field(default_factory=dict)
     """Spans refused during decoding, by (resource, scope, span) position, with the reason."""
     body: bytes | None = None
-    """The protobuf bytes ``request`` was parsed from (None for OTLP/JSON): `lean_view` reuses them."""
+    """The protobuf bytes the request was parsed from (None for OTLP/JSON): `lean_view` reuses them."""
+    lean: "LeanRequest | None" = None
+    """The request's `lean_view`, when it was made while decoding."""
+
+    def lean_view(self) -> "LeanRequest":
+        return self.lean if self.lean is not None else lean_view(self.request, self.body)
+
+
+def _not_protobuf(exc: Exception) -> BadRequest:
+    return BadRequest(f"body is not a valid OTLP protobuf ExportTraceServiceRequest: {exc}")
 
 
 def decode(body: bytes, media_type: str) -> DecodedRequest:
@@ -43,12 +55,27 @@ def decode(body: bytes, media_type: str) -> DecodedRequest:
         try:
             request.ParseFromString(body)
         except (DecodeError, RecursionError) as exc:
-            raise BadRequest(f"body is not a valid OTLP protobuf ExportTraceServiceRequest: {exc}") from None
+            raise _not_protobuf(exc) from None
         return DecodedRequest(request, body=body)
     try:
         return _decode_json(body)
     except RecursionError:
         raise BadRequest("OTLP/JSON body is nested too deeply") from None
+
+
+def decode_lean(body: bytes, media_type: str) -> DecodedRequest:
+    """`decode` for the receive path: a protobuf body is parsed only as its `lean_view` (``request``
+    is None). The serialized parts it leaves (attributes, resources, scopes) are parsed when they
+    are read; `normalize` reads every one of them, or parses the span whole (`full_span`), so a body
+    that `decode` refuses is still refused whole, with BadRequest, before anything is stored."""
+    if media_type != PROTOBUF:
+        decoded = decode(body, media_type)
+        decoded.lean = lean_view(decoded.request)
+        return decoded
+    try:
+        return DecodedRequest(None, body=body, lean=LeanRequest.FromString(body))
+    except (DecodeError, RecursionError) as exc:
+        raise _not_protobuf(exc) from None
 
 
 def _decode_json(body: bytes) -> DecodedRequest:
@@ -143,7 +170,8 @@ def _convert_ids(obj: dict) -> str | None:
 # non-repeated message fields of a span (status) stay messages, so repeated occurrences still merge.
 _MIRRORED = (
     ExportTraceServiceRequest, trace_pb2.ResourceSpans, trace_pb2.ScopeSpans, trace_pb2.Span,
-    trace_pb2.Span.Event, trace_pb2.Span.Link, trace_pb2.Status,
+    trace_pb2.Span.Event, trace_pb2.Span.Link, trace_pb2.Status, resource_pb2.Resource,
+    common_pb2.InstrumentationScope,
 )
 _LEAN_PACKAGE = "meritlens.lean"
 
@@ -177,6 +205,28 @@ def _lean_classes() -> dict[str, type]:
 LeanRequest = _lean_classes()["ExportTraceServiceRequest"]
 
 
+def _full(message_class, lean_message):
+    try:
+        return message_class.FromString(lean_message.SerializeToString())
+    except (DecodeError, RecursionError) as exc:
+        raise _not_protobuf(exc) from None
+
+
+def full_resource(lean_resource) -> resource_pb2.Resource:
+    """A lean view's resource, parsed whole; BadRequest if any part of it is not valid protobuf."""
+    return _full(resource_pb2.Resource, lean_resource)
+
+
+def full_scope(lean_scope) -> common_pb2.InstrumentationScope:
+    """A lean view's scope, parsed whole; BadRequest if any part of it is not valid protobuf."""
+    return _full(common_pb2.InstrumentationScope, lean_scope)
+
+
+def full_span(lean_span) -> trace_pb2.Span:
+    """A lean view's span, parsed whole; BadRequest if any part of it is not valid protobuf."""
+    return _full(trace_pb2.Span, lean_span)
+
+
 def lean_view(request: ExportTraceServiceRequest, body: bytes | None = None):
     """``request`` read as a `LeanRequest`: the same resource/scope/span positions, but each attribute,
     resource and scope still serialized. ``body`` (the bytes ``request`` was parsed from) saves
@@ -199,18 +249,19 @@ class SpanLimits:
     """Bytes (UTF-8) of any one string or bytes value, attribute key, span, event or status text."""
 
 
-def count_spans(request: ExportTraceServiceRequest) -> int:
+def count_spans(request) -> int:
+    """Spans in a request or its lean view."""
     return sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
 
 
 class SpanChecks:
     """The per-span limit checks of one request, asked span by span while its spans are walked.
 
-    ``serialized_size``: the length of the bytes ``request`` was parsed from, if known.
+    ``request``: the request's `lean_view`. ``serialized_size``: the length of the bytes it was
+    parsed from, if known.
     """
 
-    def __init__(self, request: ExportTraceServiceRequest, limits: SpanLimits, serialized_size: int | None = None):
-        self._request = request
+    def __init__(self, request, limits: SpanLimits, serialized_size: int | None = None):
         self._limits = limits
         # Every string or bytes value is a contiguous part of the serialized message, so when the whole
         # request (or a span) is no longer than the limit, none of its texts can be: only counts, kinds
@@ -219,21 +270,21 @@ class SpanChecks:
             serialized_size = request.ByteSize()
         self._texts_fit = serialized_size <= limits.max_attribute_bytes
         self._resource_problems = [
-            _attributes_problem("resource", rs.resource.attributes, limits) for rs in request.resource_spans
+            _attributes_problem("resource", full_resource(rs.resource).attributes, limits)
+            for rs in request.resource_spans
         ]
 
     def problem(self, position: tuple[int, int, int], span) -> str | None:
         """Why the span at (resource, scope, span) ``position`` breaks the limits, or None.
 
-        ``span`` is that span, decoded (`ExportTraceServiceRequest`) or in the `lean_view`.
+        ``span`` is that span in the `lean_view`.
         """
-        ri, si, pi = position
-        problem = self._resource_problems[ri]
+        problem = self._resource_problems[position[0]]
         if problem:
             return problem
         if self._texts_fit or span.ByteSize() <= self._limits.max_attribute_bytes:
             return _counts_problem(span, self._limits.max_attributes)
-        return _span_problem(self._request.resource_spans[ri].scope_spans[si].spans[pi], self._limits)
+        return _span_problem(full_span(span), self._limits)
 
 
 def _counts_problem(span, max_attributes: int) -> str | None:

@@ -296,11 +296,13 @@ class SpanStore:
             received_at = pa.array(np.full(received, received_us, dtype=np.int64)).cast(
                 pa.timestamp("us")).cast(pa.timestamp("us", tz="UTC"))
             table = table.append_column("received_at", received_at).select(list(SPAN_COLUMN_NAMES))
-            table = _first_of_each_span(table)
             cursor = self._span_cursor
+            keys = _table_key_hashes(cursor, table)
+            if np.unique(keys.column("s").to_numpy()).size < table.num_rows:  # a span repeated (or a collision)
+                table = _first_of_each_span(table)
+                keys = _table_key_hashes(cursor, table)
             cursor.register("_incoming", table)
             try:
-                keys = cursor.sql(f"{_KEY_HASHES_SQL} FROM _incoming").to_arrow_table()
                 span_hashes = keys.column("s").to_numpy()
                 with self._locator_lock:
                     stored = self._locator.ranges(span_hashes)
@@ -317,7 +319,7 @@ class SpanStore:
             with self._locator_lock:
                 self._locator.add(_row_key_hashes(keys), received_us, gated=span_hashes)
             with self._changed:
-                self._pending.append(_Stored(table, received_us, follow))
+                self._pending.append(_Stored(table, keys, received_us, follow))
                 self._pending_rows += table.num_rows
                 self._stored += 1
                 self._changed.notify_all()
@@ -332,13 +334,13 @@ class SpanStore:
             if not group:
                 return 0
             until_us = group[-1].received_us
-            bulk = [s.table for s in group if not s.follow and s.table.num_rows]
+            bulk = [s.keys for s in group if not s.follow and s.table.num_rows]
             if bulk:  # their windows are rebuilt by the loader; later batches must find their keys
-                self._keys.add(_hash_array(_key_hashes(self._con, _concat(bulk))))
+                self._keys.add(_trace_task_hashes(_concat(bulk)))
                 self._invalidate_watermark()
-            followed = [s.table for s in group if s.follow and s.table.num_rows]
+            followed = [s for s in group if s.follow and s.table.num_rows]
             if followed:
-                self._follow(_concat(followed), until_us)
+                self._follow(_concat([s.table for s in followed]), until_us, _concat([s.keys for s in followed]))
             self._mark_processed(group, until_us)
             return len(group)
 
@@ -378,13 +380,15 @@ class SpanStore:
             self._closing = True
             self._changed.notify_all()
 
-    def _follow(self, table: pa.Table, until_us: int) -> None:
+    def _follow(self, table: pa.Table, until_us: int, hashes: pa.Table | None = None) -> None:
         """Apply the stored rows of ``table`` (the batches committed after the windows' watermark,
-        up to ``until_us``) to the windows, in one transaction of window rows."""
+        up to ``until_us``) to the windows, in one transaction of window rows. ``hashes``: the
+        rows' `_KEY_HASHES_SQL` columns, when the caller has them."""
         con = self._con
         keys = touched_keys(table)
         targets = {k[0] for k in keys}
-        hashes = _key_hashes(con, table)
+        if hashes is None:
+            hashes = _table_key_hashes(con, table)
         rebuild: set[str] = set()
         if keys:
             try:
@@ -395,7 +399,8 @@ class SpanStore:
             if closure is not None:
                 con.execute("BEGIN")
                 try:
-                    self._write_window_rows(self._apply_batch(table, closure, targets, until_us), until_us)
+                    self._write_window_rows(
+                        self._apply_batch(table, hashes, closure, targets, until_us), until_us)
                     con.execute("COMMIT")
                 except StateMismatch as exc:
                     _rollback(con)
@@ -411,7 +416,7 @@ class SpanStore:
                     raise
         else:  # no application span: only the watermark moves
             self._store_windows(set(), until_us)
-        self._keys.add(_hash_array(hashes))
+        self._keys.add(_trace_task_hashes(hashes))
         if rebuild:
             self._forget(rebuild)
             try:
@@ -530,16 +535,19 @@ class SpanStore:
             self._changed.notify_all()
 
     # --- the window processor ------------------------------------------------------------------------
-    def _closure(self, table: pa.Table, hashes: dict[str, int], until_us: int) -> pa.Table:
+    def _closure(self, table: pa.Table, hashes: pa.Table, until_us: int) -> pa.Table:
         """The stored spans (committed up to ``until_us``, the batch's own included) of every task
         and trace the batch's application spans touch, closed over: all spans of every task and of
-        every trace in it. ``hashes`` holds the key filter's hash of every trace and task id of
-        the batch; keys the filter has not seen have no stored rows outside the batch."""
-        app = _application_rows(table)
-        wanted = sorted(set(app.column("trace_id").to_pylist())
-                        | set(pc.coalesce(app.column("task_id"), app.column("trace_id")).to_pylist()))
-        maybe = self._keys.may_contain(np.array([hashes[k] for k in wanted], dtype=np.uint64))
-        candidates = {k for k, m in zip(wanted, maybe.tolist()) if m}
+        every trace in it. ``hashes``: the batch's `_KEY_HASHES_SQL` columns, row by row; keys
+        the key filter has not seen have no stored rows outside the batch."""
+        app = _application_mask(table)
+        trace = hashes.column("t").to_numpy()[app]
+        no_task = hashes.column("no_task").to_numpy(zero_copy_only=False)[app]
+        task_or_trace = np.where(no_task, trace, hashes.column("k").to_numpy()[app])
+        rows = table.filter(app)
+        candidates = set(rows.column("trace_id").filter(self._keys.may_contain(trace)).to_pylist()) | set(
+            pc.coalesce(rows.column("task_id"), rows.column("trace_id")).filter(
+                self._keys.may_contain(task_or_trace)).to_pylist())
         fetched = table.schema.empty_table()
         seen_keys: set[str] = set()
         while candidates - seen_keys:
@@ -576,13 +584,18 @@ class SpanStore:
         finally:
             con.unregister("_keys")
 
-    def _apply_batch(self, table: pa.Table, closure: pa.Table, targets: set[str], until_us: int) -> set[tuple[str, str]]:
+    def _apply_batch(self, table: pa.Table, hashes: pa.Table, closure: pa.Table, targets: set[str],
+                     until_us: int) -> set[tuple[str, str]]:
         """Apply the delta of ``table`` (the batches committed after the watermark, up to
-        ``until_us``) to the window state of ``targets``, given the closure's stored rows; return
-        the keys whose rows must be written. Raises StateMismatch when the state cannot follow."""
+        ``until_us``; ``hashes`` its `_KEY_HASHES_SQL` columns) to the window state of ``targets``,
+        given the closure's stored rows; return the keys whose rows must be written. Raises
+        StateMismatch when the state cannot follow."""
         committed_us = pc.cast(closure.column("received_at"), pa.int64())
         before = closure.filter(pc.less_equal(committed_us, self._windowed_us))
-        after = _first_of_each_span(pa.concat_tables([closure, table]))  # stored rows win over retries
+        if closure.num_rows == 0 and np.unique(hashes.column("s").to_numpy()).size == table.num_rows:
+            after = table  # no stored row and no span twice: nothing to leave out
+        else:
+            after = _first_of_each_span(pa.concat_tables([closure, table]))  # stored rows win over retries
         evicted = targets & self._evicted
         rebuilt = self._rebuild_state(evicted, until_us) if evicted else set()
         removed, added = self._delta(before, after)
@@ -868,9 +881,13 @@ def _rollback(con: duckdb.DuckDBPyConnection) -> None:
         pass
 
 
-def _application_rows(table: pa.Table) -> pa.Table:
+def _application_mask(table: pa.Table) -> np.ndarray:
     mask = pc.and_(pc.equal(table.column("role"), ROLE_APPLICATION), pc.is_valid(table.column("target_id")))
-    return table.filter(pc.fill_null(mask, False))
+    return pc.fill_null(mask, False).to_numpy(zero_copy_only=False)
+
+
+def _application_rows(table: pa.Table) -> pa.Table:
+    return table.filter(_application_mask(table))
 
 
 def _first_of_each_span(table: pa.Table) -> pa.Table:
@@ -895,29 +912,26 @@ def _conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.table(columns, schema=schema)
 
 
-def _key_hashes(con: duckdb.DuckDBPyConnection, table: pa.Table) -> dict[str, int]:
-    """DuckDB's hash (the key filter's input) of every distinct trace_id and task_id of ``table``."""
-    keys = pa.table({"k": pa.concat_arrays([
-        table.column("trace_id").combine_chunks(), table.column("task_id").drop_null().combine_chunks()
-    ])})
-    cursor = con.cursor()
+def _table_key_hashes(cursor: duckdb.DuckDBPyConnection, table: pa.Table) -> pa.Table:
+    """The `_KEY_HASHES_SQL` columns of ``table``'s rows, in its row order."""
+    cursor.register("_hashed", table)
     try:
-        cursor.register("_k", keys)
-        rows = cursor.sql("SELECT DISTINCT k, hash(k) FROM _k").fetchall()
+        return cursor.sql(f"{_KEY_HASHES_SQL} FROM _hashed").to_arrow_table()
     finally:
-        cursor.close()
-    return dict(rows)
+        cursor.unregister("_hashed")
+
+
+def _trace_task_hashes(keys) -> np.ndarray:
+    """The hashes (DuckDB's `hash`, the key filters' input) of the distinct trace and task keys
+    of span rows, given their `_KEY_HASHES_SQL` columns."""
+    no_task = keys.column("no_task").to_numpy(zero_copy_only=False)
+    return np.concatenate([np.unique(keys.column("t").to_numpy()), np.unique(keys.column("k").to_numpy()[~no_task])])
 
 
 def _row_key_hashes(keys) -> np.ndarray:
     """The locator's hashes of span rows (columns of ``_KEY_HASHES_SQL``): every span key, every
     distinct trace key, every distinct task key."""
-    no_task = keys.column("no_task").to_numpy(zero_copy_only=False)
-    return np.concatenate([
-        keys.column("s").to_numpy(),
-        np.unique(keys.column("t").to_numpy()),
-        np.unique(keys.column("k").to_numpy()[~no_task]),
-    ])
+    return np.concatenate([keys.column("s").to_numpy(), _trace_task_hashes(keys)])
 
 
 def _timestamp_sql(us: int) -> str:
@@ -932,10 +946,6 @@ def _ranges_sql(ranges: list[tuple[int, int]], columns: str = "trace_id, span_id
         for a, b in ranges)
 
 
-def _hash_array(hashes: dict[str, int]) -> np.ndarray:
-    return np.fromiter(hashes.values(), dtype=np.uint64, count=len(hashes))
-
-
 def _concat(tables: list[pa.Table]) -> pa.Table:
     return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
@@ -945,6 +955,8 @@ class _Stored:
     """A committed batch whose rows the windows do not include yet."""
 
     table: pa.Table
+    keys: pa.Table
+    """The rows' `_KEY_HASHES_SQL` columns, in the same order."""
     received_us: int
     """Its commit time (µs since the epoch), later than every earlier batch's."""
     follow: bool

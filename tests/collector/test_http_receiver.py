@@ -13,6 +13,7 @@ from google.protobuf import json_format
 from google.rpc import code_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
+from meritlens.collector import _otlp
 from meritlens.instrumentation import conventions as c
 from tests.otlp_builders import json_request, json_span, make_request, make_span
 
@@ -180,6 +181,21 @@ def test_malformed_bodies_get_400_with_a_status_in_the_request_encoding(collecto
 
     r = httpx.post(collector.traces_url, content=b"\x1f\x8b\x08garbage", headers={**PB, "Content-Encoding": "gzip"})
     assert r.status_code == 400 and "gzip" in _status(r).message
+
+
+def test_a_body_invalid_only_inside_an_attribute_is_refused_whole_and_stores_nothing(collector):
+    """The receiver parses protobuf bodies lazily (`_otlp.decode_lean`): an invalid part deep in the
+    body, here a non-UTF-8 string in one attribute of the last span, still refuses the whole body."""
+    spans = [make_span({c.TARGET_ID: "lean-check"}) for _ in range(3)]
+    lean = _otlp.LeanRequest.FromString(make_request(spans).SerializeToString())
+    lean.resource_spans[0].scope_spans[0].spans[2].attributes.append(b"\x0a\x01k\x12\x03\x0a\x01\xff")
+    r = httpx.post(collector.traces_url, content=lean.SerializeToString(), headers=PB)
+    assert r.status_code == 400, r.text
+    assert "not a valid OTLP protobuf" in _status(r).message
+    assert collector.sql("select count(*) n from spans where target_id = 'lean-check'") == [{"n": 0}]
+    r = httpx.post(collector.traces_url, content=make_request(spans).SerializeToString(), headers=PB)
+    assert r.status_code == 200
+    assert collector.sql("select count(*) n from spans where target_id = 'lean-check'") == [{"n": 3}]
 
 
 def test_oversized_bodies_and_gzip_bombs_get_413(tmp_path):

@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from meritlens.collector._keyfilter import KeyLocator
+from meritlens.collector._keyfilter import KeyFilter, KeyLocator
 from meritlens.collector._store import SpanStore
 from meritlens.instrumentation import conventions as c
 from tests.analytics.evidence_helpers import Ids, S, Span, T0, span_rows
@@ -31,6 +31,29 @@ def test_every_added_key_is_found_in_a_range_holding_its_commit_and_memory_stays
             ranges = locator.ranges(np.array([h], dtype=np.uint64))
             assert any(a <= us <= b for a, b in ranges), (us, ranges)
             assert all(a <= b for a, b in ranges) and ranges == sorted(ranges)
+
+
+@pytest.mark.parametrize("size", [1024, 64 * 1024])
+def test_a_filter_sets_every_bit_of_keys_that_share_words(size):
+    """Keys whose probes fall in the same word in one `add` (certain in a small filter) all keep
+    their bits: the filter equals one built by setting each bit on its own."""
+    rng = np.random.default_rng(size)
+    hashes = rng.integers(0, 2**63, 40_000, dtype=np.int64).astype(np.uint64)
+    f = KeyFilter(size)
+    f.add(hashes[:20_000])
+    f.add(hashes[20_000:])
+    reference = KeyFilter(size)
+    for h in hashes[:3000]:
+        reference.add(np.array([h], dtype=np.uint64))
+    assert f.may_contain(hashes).all()
+    expected = np.zeros(size // 8, dtype=np.uint64)
+    for position in f.positions(hashes).ravel().tolist():
+        expected[position >> 6] |= np.uint64(1 << (position & 63))
+    assert np.array_equal(f._words, expected)
+    # one key at a time (no shared words within an add) gives the same words for the same keys
+    partial = KeyFilter(size)
+    partial.add(hashes[:3000])
+    assert np.array_equal(partial._words, reference._words)
 
 
 def test_unknown_keys_find_few_ranges_and_until_bounds_them():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 
 import httpx
 import pytest
@@ -36,7 +37,7 @@ def rows(request, limits=LIMITS, options=NO_FILLING, *, via_json: bool = False):
                             span[field] = base64.b64decode(span[field]).hex()
         decoded = _otlp.decode(json.dumps(doc).encode(), _otlp.JSON)
     else:
-        decoded = _otlp.decode(request.SerializeToString(), _otlp.PROTOBUF)
+        decoded = _otlp.decode_lean(request.SerializeToString(), _otlp.PROTOBUF)  # what the receivers run
     batch, table = _ingest.prepare(decoded, limits, options)
     return batch.refused, ([] if table is None else table.to_pylist())
 
@@ -185,3 +186,71 @@ def test_the_attribute_cache_stays_within_its_bounds():
     for key in (b"c", b"d", b"e"):
         assert cache[key] == key.upper()
     assert len(cache) <= 3
+
+
+# --- the receive path parses a protobuf body only as its lean view ------------------------------------
+BAD_KEY_VALUE = b"\x0a\x01k\x12\x03\x0a\x01\xff"
+"""A KeyValue whose string value is not UTF-8: valid wire format, invalid protobuf."""
+
+
+def _lean_body(place: str) -> bytes:
+    """A request whose only invalid part is BAD_KEY_VALUE, at ``place``."""
+    good = make_span({c.TARGET_ID: "t", c.GEN_AI_REQUEST_MODEL: "m"})
+    lean = _otlp.LeanRequest.FromString(make_request([good, make_span({}, trace_id=bytes(16))]).SerializeToString())
+    rs = lean.resource_spans[0]
+    ss = rs.scope_spans[0]
+    if place == "span attribute":
+        ss.spans[0].attributes.append(BAD_KEY_VALUE)
+    elif place == "attribute of a refused span":
+        ss.spans[1].attributes.append(BAD_KEY_VALUE)
+    elif place == "event attribute":
+        ss.spans[0].events.add(name="e", time_unix_nano=ss.spans[0].start_time_unix_nano).attributes.append(BAD_KEY_VALUE)
+    elif place == "link attribute":
+        ss.spans[0].links.add(trace_id=os.urandom(16), span_id=os.urandom(8)).attributes.append(BAD_KEY_VALUE)
+    elif place == "resource attribute":
+        rs.resource.attributes.append(BAD_KEY_VALUE)
+    elif place == "scope attribute":
+        ss.scope.attributes.append(BAD_KEY_VALUE)
+    return lean.SerializeToString()
+
+
+@pytest.mark.parametrize("place", ["span attribute", "attribute of a refused span", "event attribute",
+                                   "link attribute", "resource attribute", "scope attribute"])
+def test_a_body_invalid_anywhere_is_refused_whole_though_only_its_lean_view_was_parsed(place):
+    body = _lean_body(place)
+    with pytest.raises(_otlp.BadRequest, match="not a valid OTLP protobuf"):
+        _otlp.decode(body, _otlp.PROTOBUF)  # the full parse refuses it ...
+    decoded = _otlp.decode_lean(body, _otlp.PROTOBUF)  # ... the lean one cannot see it yet ...
+    with pytest.raises(_otlp.BadRequest, match="not a valid OTLP protobuf"):
+        _ingest.prepare(decoded, LIMITS, NO_FILLING)  # ... and normalizing refuses the body whole
+
+
+def test_a_resource_and_scope_split_over_the_wire_merge_as_in_a_full_parse():
+    """Protobuf merges repeated occurrences of a message field; the lean view keeps resources and
+    scopes as messages so they merge the same way (one occurrence per attribute here)."""
+    request = make_request([make_span({c.TARGET_ID: "t"})], resource={"service.name": "svc"})
+    rs = request.resource_spans[0]
+    extra_resource = make_request([], resource={"deployment.environment": "prod"}).resource_spans[0].resource
+    scope_spans = rs.scope_spans[0].SerializeToString() + _field(1, b"\x0a\x05later")  # ScopeSpans.scope again
+    wire = (_field(1, rs.resource.SerializeToString()) + _field(1, extra_resource.SerializeToString())
+            + _field(2, scope_spans))  # ResourceSpans: resource twice, then its scope spans
+    body = _field(1, wire)  # ExportTraceServiceRequest.resource_spans
+    full = _ingest.prepare(_otlp.decode(body, _otlp.PROTOBUF), LIMITS, NO_FILLING)[1].to_pylist()
+    lean = _ingest.prepare(_otlp.decode_lean(body, _otlp.PROTOBUF), LIMITS, NO_FILLING)[1].to_pylist()
+    assert lean == full
+    assert json.loads(lean[0]["resource"]) == {"service.name": "svc", "deployment.environment": "prod"}
+    assert lean[0]["scope_name"] == "later"
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
