@@ -297,12 +297,14 @@ class SpanStore:
                 pa.timestamp("us")).cast(pa.timestamp("us", tz="UTC"))
             table = table.append_column("received_at", received_at).select(list(SPAN_COLUMN_NAMES))
             cursor = self._span_cursor
-            keys = _table_key_hashes(cursor, table)
-            if np.unique(keys.column("s").to_numpy()).size < table.num_rows:  # a span repeated (or a collision)
-                table = _first_of_each_span(table)
-                keys = _table_key_hashes(cursor, table)
             cursor.register("_incoming", table)
             try:
+                keys = cursor.sql(f"{_KEY_HASHES_SQL} FROM _incoming").to_arrow_table()
+                if np.unique(keys.column("s").to_numpy()).size < table.num_rows:  # a span repeated (or a collision)
+                    table = _first_of_each_span(table)
+                    cursor.unregister("_incoming")
+                    cursor.register("_incoming", table)
+                    keys = cursor.sql(f"{_KEY_HASHES_SQL} FROM _incoming").to_arrow_table()
                 span_hashes = keys.column("s").to_numpy()
                 with self._locator_lock:
                     stored = self._locator.ranges(span_hashes)
@@ -912,13 +914,10 @@ def _conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.table(columns, schema=schema)
 
 
-def _table_key_hashes(cursor: duckdb.DuckDBPyConnection, table: pa.Table) -> pa.Table:
+def _table_key_hashes(con: duckdb.DuckDBPyConnection, table: pa.Table) -> pa.Table:
     """The `_KEY_HASHES_SQL` columns of ``table``'s rows, in its row order."""
-    cursor.register("_hashed", table)
-    try:
-        return cursor.sql(f"{_KEY_HASHES_SQL} FROM _hashed").to_arrow_table()
-    finally:
-        cursor.unregister("_hashed")
+    return con.from_arrow(table.select(["trace_id", "span_id", "task_id"])).select(
+        _KEY_HASHES_SQL.removeprefix("SELECT ")).to_arrow_table()
 
 
 def _trace_task_hashes(keys) -> np.ndarray:
