@@ -1,10 +1,9 @@
-"""Bloom filters of the keys the store holds: `KeyFilter` (fixed size), `GrowingKeyFilter` (sized
-to its keys up to a bound) and `KeyLocator` (where in commit order a key may be).
+"""A fixed-size filter of the trace and task keys the store holds (a Bloom filter).
 
-A filter answers "may this key be stored?": never *no* for a stored key, and *yes* for a key
-never stored with a small probability that grows as more keys are added. The store uses them to
-skip reading back spans; a wrong *yes* costs a look-up, never a wrong answer. Their memory is
-bounded by the sizes they were given, whatever the load.
+It answers "may this key be stored?": never *no* for a stored key, and *yes* for a key never
+stored with a small probability that grows as more keys are added. The store uses it to skip
+reading back spans for a batch of new tasks; a wrong *yes* costs one index lookup, never a
+wrong window. Its memory is the size it was given, whatever the load.
 """
 
 from __future__ import annotations
@@ -69,60 +68,6 @@ class KeyFilter:
         return bits.all(axis=0).astype(bool)
 
 
-class GrowingKeyFilter:
-    """A `KeyFilter` whose memory follows the keys it holds, up to ``max_bytes``.
-
-    Keys go into levels of doubling size, the first ``max_bytes / 32``: a level takes keys until
-    it holds one per ``bits_per_key`` bits, then the next is allocated, as long as all levels
-    together stay within ``max_bytes``; the last level then takes every further key (its wrong
-    "maybe"s grow, as a fixed filter's would). A key may be in any level, so `may_contain` asks
-    each (at most six). A small store thus holds a small filter, and a full one the bound.
-    """
-
-    def __init__(self, max_bytes: int, probes: int = _PROBES, *, bits_per_key: int = 20):
-        self._max_bytes = max_bytes
-        self._probes = probes
-        self._bits_per_key = bits_per_key
-        self._first_bytes = max(1024, max_bytes // 32)
-        self.clear()
-
-    @property
-    def nbytes(self) -> int:
-        return sum(level.nbytes for level in self._levels)
-
-    @property
-    def levels(self) -> int:
-        return len(self._levels)
-
-    def clear(self) -> None:
-        self._levels = [KeyFilter(self._first_bytes, self._probes)]
-        self._held = 0  # keys in the last level
-
-    def _capacity(self, level: KeyFilter) -> int:
-        return level.nbytes * 8 // self._bits_per_key
-
-    def add(self, hashes: np.ndarray) -> None:
-        start = 0
-        while start < hashes.size:
-            last = self._levels[-1]
-            room = self._capacity(last) - self._held
-            if room <= 0 and self.nbytes + 2 * last.nbytes <= self._max_bytes:
-                self._levels.append(KeyFilter(2 * last.nbytes, self._probes))
-                self._held = 0
-                continue
-            part = hashes[start:] if room <= 0 else hashes[start:start + room]
-            self._levels[-1].add(part)
-            self._held += int(part.size)
-            start += part.size
-
-    def may_contain(self, hashes: np.ndarray) -> np.ndarray:
-        """One bool per hash: False only for keys never added."""
-        found = self._levels[0].may_contain(hashes)
-        for level in self._levels[1:]:
-            found |= level.may_contain(hashes)
-        return found
-
-
 class _Block:
     """The keys committed between two times (µs since the epoch), as a Bloom filter."""
 
@@ -141,9 +86,8 @@ class KeyLocator:
     span: commits are grouped in blocks of consecutive commit times, each with a Bloom filter of
     its keys, and a filter over the span keys alone (the ones every insert checks) answers
     "stored anywhere?" first. The spans table is
-    kept in commit order, so a range is read through DuckDB's min/max pruning. Its memory grows
-    with the keys up to ``size_bytes``, whatever the load: a quarter for the overall filter (a
-    `GrowingKeyFilter`), the rest for the blocks, allocated as they fill;
+    kept in commit order, so a range is read through DuckDB's min/max pruning. Its memory is
+    ``size_bytes`` whatever the load: a quarter for the overall filter, the rest for the blocks;
     when the blocks fill it, the two adjacent blocks with the fewest keys are merged (their
     filters OR'ed), so older ranges get coarser and a wrong "maybe" costs a larger read — never
     a wrong answer. A block holds 24 bits a key with 16 probes: ~0.001% wrong "maybe"s, so that
@@ -154,10 +98,10 @@ class KeyLocator:
     _BLOCK_BITS_PER_KEY = 24
 
     def __init__(self, size_bytes: int, *, block_bytes: int = 256 * 1024, block_keys: int | None = None):
-        self._all = GrowingKeyFilter(size_bytes // 4)
+        self._all = KeyFilter(size_bytes // 4)
         self._block_bytes = min(block_bytes, max(1024, size_bytes // 8))
         self._block_keys = block_keys or self._block_bytes * 8 // self._BLOCK_BITS_PER_KEY
-        self._max_blocks = max(2, (size_bytes - size_bytes // 4) // self._block_bytes)
+        self._max_blocks = max(2, (size_bytes - self._all.nbytes) // self._block_bytes)
         self._blocks: list[_Block] = []
 
     @property

@@ -7,14 +7,14 @@ Windows are updated in O(new spans), after the spans are committed and for every
 since the last update at once: the batches' *closure* (the stored spans of every task and trace
 they touch, up to the last of them) is read, the samples of that closure are computed before (up
 to the windows' watermark) and after, and only the difference is applied to the window accumulators
-(`meritlens.analytics._accumulate`). A bounded key filter answers "was this trace or task
+(`meritlens.analytics._accumulate`). A fixed-size key filter answers "was this trace or task
 seen before?" without reading the table, so a batch of new tasks reads nothing back; keys the
 filter may have seen are read from the commit-time ranges a `KeyLocator` gives.
 
 No B-tree index is kept on `spans`: DuckDB holds such indexes whole in its memory, so they grow
 with every stored span until the memory limit fails a commit (measured: ~170 bytes a span with the
 primary key and two key indexes; a 512 MiB limit failed at ~2.9M spans). Instead the table stays in
-commit order, and a bounded `KeyLocator` says which commit-time ranges may hold a key; DuckDB
+commit order, and a fixed-size `KeyLocator` says which commit-time ranges may hold a key; DuckDB
 reads a range through its min/max pruning. The same locator makes retried exports idempotent: a
 batch's spans that may be stored are checked against the ranges that may hold them.
 """
@@ -52,7 +52,7 @@ from meritlens.analytics._windows import (
     sample_rows_sql,
     window_definitions_digest,
 )
-from meritlens.collector._keyfilter import GrowingKeyFilter, KeyLocator
+from meritlens.collector._keyfilter import KeyFilter, KeyLocator
 from meritlens.collector._normalize import _ARROW_TYPES
 from meritlens.collector._partitions import partition_spans
 from meritlens.collector._settings import (
@@ -123,9 +123,9 @@ class SpanStore:
     """A DuckDB file holding `spans` and `windows`. One writer; readers use their own cursors.
 
     ``db_memory_bytes`` caps DuckDB's buffer pool (None: DuckDB's default, 80% of RAM).
-    ``span_index_bytes`` bounds the `KeyLocator` that finds stored keys.
+    ``span_index_bytes`` is the fixed size of the `KeyLocator` that finds stored keys.
     ``key_filter_bytes`` and ``window_memory_bytes`` bound the memory of the window processor:
-    the filter of seen trace/task keys grows with them up to that size (more keys only cost more lookups),
+    the filter of seen trace/task keys has that fixed size (more keys only cost more lookups),
     and window state beyond the budget is dropped, least recently used first, and rebuilt from
     the spans when its target is written to again.
 
@@ -174,7 +174,7 @@ class SpanStore:
         self._readers_waiting = 0
         self._reader: duckdb.DuckDBPyConnection | None = None
         self._reader_lock = threading.Lock()
-        self._keys = GrowingKeyFilter(key_filter_bytes)
+        self._keys = KeyFilter(key_filter_bytes)
         self._locator = KeyLocator(span_index_bytes)
         self._locator_lock = threading.Lock()
         """The span writer adds to the locator while the window thread reads it."""

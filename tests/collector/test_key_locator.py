@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from meritlens.collector._keyfilter import GrowingKeyFilter, KeyFilter, KeyLocator
+from meritlens.collector._keyfilter import KeyFilter, KeyLocator
 from meritlens.collector._store import SpanStore
 from meritlens.instrumentation import conventions as c
 from tests.analytics.evidence_helpers import Ids, S, Span, T0, span_rows
@@ -54,33 +54,6 @@ def test_a_filter_sets_every_bit_of_keys_that_share_words(size):
     partial = KeyFilter(size)
     partial.add(hashes[:3000])
     assert np.array_equal(partial._words, reference._words)
-
-
-def test_a_growing_filter_follows_its_keys_up_to_its_bound_and_finds_every_key():
-    bound = 1 << 20
-    f = GrowingKeyFilter(bound)
-    rng = np.random.default_rng(11)
-    first = f.nbytes
-    assert first == bound // 32
-    added = []
-    sizes = []
-    for _ in range(40):
-        batch = rng.integers(0, 2**63, 20_000, dtype=np.int64).astype(np.uint64)
-        f.add(batch)
-        added.append(batch)
-        sizes.append(f.nbytes)
-        assert f.nbytes <= bound
-    keys = np.concatenate(added)
-    assert f.may_contain(keys).all()  # never a wrong "no", in whichever level a key went
-    assert sizes == sorted(sizes) and sizes[0] < sizes[-1]  # it grew with the keys ...
-    assert sizes[-1] > bound // 2 and f.levels <= 6  # ... to near its bound, and stopped there
-    # while the levels are not overfull, wrong "maybe"s stay near one level's rate (~0.02%) times the levels
-    g = GrowingKeyFilter(bound)
-    g.add(keys[: sum(bound // 32 * 2**i for i in range(4)) * 8 // 20])
-    unknown = rng.integers(0, 2**63, 200_000, dtype=np.int64).astype(np.uint64)
-    assert g.may_contain(unknown).mean() < 0.002
-    g.clear()
-    assert g.nbytes == first and not g.may_contain(keys[:1000]).any()
 
 
 def test_unknown_keys_find_few_ranges_and_until_bounds_them():
