@@ -441,7 +441,7 @@ def normalize(request, refusals: dict[tuple[int, int, int], str] | None = None,
     try:
         return _normalize(lean, refusals, options, checks)
     except DecodeError as exc:  # an attribute, event or link of the lean view
-        raise _otlp.BadRequest(f"body is not a valid OTLP protobuf ExportTraceServiceRequest: {exc}") from None
+        raise _otlp.not_protobuf(exc) from None
 
 
 def _normalize(lean, refusals, options: NormalizeOptions, checks) -> SpanBatch:

@@ -44,7 +44,8 @@ class DecodedRequest:
         return self.lean if self.lean is not None else lean_view(self.request, self.body)
 
 
-def _not_protobuf(exc: Exception) -> BadRequest:
+def not_protobuf(exc: Exception) -> BadRequest:
+    """The BadRequest for a body (or a part of it) that protobuf cannot parse."""
     return BadRequest(f"body is not a valid OTLP protobuf ExportTraceServiceRequest: {exc}")
 
 
@@ -55,7 +56,7 @@ def decode(body: bytes, media_type: str) -> DecodedRequest:
         try:
             request.ParseFromString(body)
         except (DecodeError, RecursionError) as exc:
-            raise _not_protobuf(exc) from None
+            raise not_protobuf(exc) from None
         return DecodedRequest(request, body=body)
     try:
         return _decode_json(body)
@@ -75,7 +76,7 @@ def decode_lean(body: bytes, media_type: str) -> DecodedRequest:
     try:
         return DecodedRequest(None, body=body, lean=LeanRequest.FromString(body))
     except (DecodeError, RecursionError) as exc:
-        raise _not_protobuf(exc) from None
+        raise not_protobuf(exc) from None
 
 
 def _decode_json(body: bytes) -> DecodedRequest:
@@ -162,12 +163,13 @@ def _convert_ids(obj: dict) -> str | None:
 
 # --- the lean view: spans whose attributes stay serialized -------------------------------------------
 # The same wire format read through mirror messages of ExportTraceServiceRequest, ResourceSpans,
-# ScopeSpans, Span, Span.Event, Span.Link and Status in which every other message field (attributes'
-# KeyValues, resource, scope) is declared `bytes`. Parsing is then cheap and each attribute comes out as
-# its own serialized KeyValue, which the normalizer maps to its JSON text once per distinct value instead
-# of building Python objects per attribute. Field numbers and types are copied from the OTLP descriptors,
-# never retyped. A message field that is repeated (attributes, events, links) reads the same either way;
-# non-repeated message fields of a span (status) stay messages, so repeated occurrences still merge.
+# ScopeSpans, Span, Span.Event, Span.Link, Status, Resource and InstrumentationScope in which every
+# other message field (attributes' KeyValues, a resource's entity references) is declared `bytes`.
+# Parsing is then cheap and each attribute comes out as its own serialized KeyValue, which the
+# normalizer maps to its JSON text once per distinct value instead of building Python objects per
+# attribute. Field numbers and types are copied from the OTLP descriptors, never retyped. A message
+# field that is repeated (attributes, events, links) reads the same either way; non-repeated message
+# fields (status, resource, scope) stay messages, so repeated occurrences still merge.
 _MIRRORED = (
     ExportTraceServiceRequest, trace_pb2.ResourceSpans, trace_pb2.ScopeSpans, trace_pb2.Span,
     trace_pb2.Span.Event, trace_pb2.Span.Link, trace_pb2.Status, resource_pb2.Resource,
@@ -209,7 +211,7 @@ def _full(message_class, lean_message):
     try:
         return message_class.FromString(lean_message.SerializeToString())
     except (DecodeError, RecursionError) as exc:
-        raise _not_protobuf(exc) from None
+        raise not_protobuf(exc) from None
 
 
 def full_resource(lean_resource) -> resource_pb2.Resource:
