@@ -78,7 +78,8 @@ _CONFIG = {
 }
 _OLD_INDEXES = ("spans_trace_id", "spans_task_id")
 """B-tree indexes of earlier versions, dropped at start (see the module docstring)."""
-_KEY_HASHES_SQL = "SELECT hash(trace_id, span_id) AS s, hash(trace_id) AS t, hash(task_id) AS k, task_id IS NULL AS no_task"
+_KEY_HASH_COLUMNS = "hash(trace_id, span_id) AS s, hash(trace_id) AS t, hash(task_id) AS k, task_id IS NULL AS no_task"
+_KEY_HASHES_SQL = f"SELECT {_KEY_HASH_COLUMNS}"
 """The locator's keys of span rows: the span's own (for idempotent inserts), its trace's and task's."""
 _REBUILD_BATCH_ROWS = 65_536
 """Sample rows per Arrow batch read by a rebuild."""
@@ -300,11 +301,11 @@ class SpanStore:
             cursor.register("_incoming", table)
             try:
                 keys = cursor.sql(f"{_KEY_HASHES_SQL} FROM _incoming").to_arrow_table()
-                if np.unique(keys.column("s").to_numpy()).size < table.num_rows:  # a span repeated (or a collision)
-                    table = _first_of_each_span(table)
+                first = _first_of_each_span(table, keys.column("s").to_numpy())
+                if first is not table:  # a span was repeated in the batch
+                    table, keys = first, _table_key_hashes(cursor, first)
                     cursor.unregister("_incoming")
                     cursor.register("_incoming", table)
-                    keys = cursor.sql(f"{_KEY_HASHES_SQL} FROM _incoming").to_arrow_table()
                 span_hashes = keys.column("s").to_numpy()
                 with self._locator_lock:
                     stored = self._locator.ranges(span_hashes)
@@ -594,10 +595,10 @@ class SpanStore:
         StateMismatch when the state cannot follow."""
         committed_us = pc.cast(closure.column("received_at"), pa.int64())
         before = closure.filter(pc.less_equal(committed_us, self._windowed_us))
-        if closure.num_rows == 0 and np.unique(hashes.column("s").to_numpy()).size == table.num_rows:
-            after = table  # no stored row and no span twice: nothing to leave out
-        else:
+        if closure.num_rows:
             after = _first_of_each_span(pa.concat_tables([closure, table]))  # stored rows win over retries
+        else:
+            after = _first_of_each_span(table, hashes.column("s").to_numpy())
         evicted = targets & self._evicted
         rebuilt = self._rebuild_state(evicted, until_us) if evicted else set()
         removed, added = self._delta(before, after)
@@ -892,9 +893,13 @@ def _application_rows(table: pa.Table) -> pa.Table:
     return table.filter(_application_mask(table))
 
 
-def _first_of_each_span(table: pa.Table) -> pa.Table:
-    """The table without repeated (trace_id, span_id): the first row of each is kept."""
+def _first_of_each_span(table: pa.Table, span_hashes: np.ndarray | None = None) -> pa.Table:
+    """The table without repeated (trace_id, span_id): the first row of each is kept. The table
+    itself when no span repeats; ``span_hashes`` (the rows' `hash(trace_id, span_id)`) shows
+    that without comparing the keys when no two hashes are equal."""
     if table.num_rows < 2:
+        return table
+    if span_hashes is not None and np.unique(span_hashes).size == table.num_rows:
         return table
     keys = pc.binary_join_element_wise(table.column("trace_id"), table.column("span_id"), ":")
     if pc.count_distinct(keys).as_py() == table.num_rows:
@@ -916,8 +921,7 @@ def _conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
 
 def _table_key_hashes(con: duckdb.DuckDBPyConnection, table: pa.Table) -> pa.Table:
     """The `_KEY_HASHES_SQL` columns of ``table``'s rows, in its row order."""
-    return con.from_arrow(table.select(["trace_id", "span_id", "task_id"])).select(
-        _KEY_HASHES_SQL.removeprefix("SELECT ")).to_arrow_table()
+    return con.from_arrow(table.select(["trace_id", "span_id", "task_id"])).select(_KEY_HASH_COLUMNS).to_arrow_table()
 
 
 def _trace_task_hashes(keys) -> np.ndarray:

@@ -222,6 +222,14 @@ def test_a_batch_keeps_the_first_copy_of_each_span():
     table = pa.table({"trace_id": ["t1", "t2", "t1", "t3", "t2"], "span_id": ["a", "b", "a", "c", "b"],
                       "n": [0, 1, 2, 3, 4]})
     assert _first_of_each_span(table).column("n").to_pylist() == [0, 1, 3]
+    import numpy as np
+
+    # the span hashes only shortcut the check: equal hashes (a collision) still compare the keys
+    same_hash = np.zeros(table.num_rows, dtype=np.uint64)
+    assert _first_of_each_span(table, same_hash).column("n").to_pylist() == [0, 1, 3]
+    distinct = pa.table({"trace_id": ["t1", "t2"], "span_id": ["a", "a"], "n": [0, 1]})
+    assert _first_of_each_span(distinct, np.array([7, 7], dtype=np.uint64)).column("n").to_pylist() == [0, 1]
+    assert _first_of_each_span(distinct, np.array([7, 8], dtype=np.uint64)) is distinct
 
 
 def _one_call(ids: Ids, tokens: int, target: str = "bot") -> list[Span]:
