@@ -6,7 +6,8 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: run test install bench clean browser
 
-$(STAMP): pyproject.toml
+# setup.py builds the native span scanner (collector/_spanscan.c): a change to it reinstalls.
+$(STAMP): pyproject.toml setup.py collector/_spanscan.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[server,test]'
@@ -34,4 +35,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/run_all.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info collector/_spanscan.*.so

@@ -205,7 +205,7 @@ def prepare(decoded: _otlp.DecodedRequest, limits: _otlp.SpanLimits,
     body = decoded.body
     lean = decoded.lean_view()
     checks = _otlp.SpanChecks(lean, limits, None if body is None else len(body))
-    batch = normalize(lean, decoded.refusals, options, checks=checks)
+    batch = normalize(lean, decoded.refusals, options, checks=checks, body=body)
     return batch, (batch.to_arrow() if batch.size else None)
 
 

@@ -34,6 +34,13 @@ from meritlens.collector import _otlp
 from meritlens.collector._settings import DEFAULT_TARGET_FALLBACK
 from meritlens.instrumentation import conventions as c
 
+try:
+    from meritlens.collector import _spanscan  # built from _spanscan.c by `pip install`
+except ImportError:  # pragma: no cover - a source tree that was never built; the Python walk is complete
+    _spanscan = None
+NATIVE_SCANNER = _spanscan is not None
+"""Whether the receive path's per-span work runs in native code (`collector/_spanscan.c`)."""
+
 # Kinds of promoted value.
 STR, COUNT, NONNEG_FLOAT, FLOAT, BOOL = "str", "count", "nonneg_float", "float", "bool"
 
@@ -167,6 +174,7 @@ for _column, (_kind, _keys) in PROMOTED.items():
     }[_kind]
 _ARROW_TYPES.update(retries=pa.int32(), tool_calls=pa.int32(), agent_step=pa.int32())
 _PROMOTED_COLUMNS = tuple(PROMOTED)
+_PROMOTED_SLOTS = {column: slot for slot, column in enumerate(_PROMOTED_COLUMNS)}
 # A row as `normalize` builds it: these columns in this order. The time columns derived from
 # start/end are computed by Arrow in `SpanBatch.to_arrow`.
 _ROW_LAYOUT = (
@@ -183,16 +191,21 @@ class SpanBatch:
     """Normalized rows ready for the store, and the spans refused with their reasons."""
 
     rows: list[tuple] = field(default_factory=list)
-    """One tuple per span, in `_ROW_LAYOUT` order."""
+    """One tuple per span, in `_ROW_LAYOUT` order (when ``columns`` is None)."""
     refused: list[str] = field(default_factory=list)
+    columns: list[list] | None = None
+    """The rows as one list per column, in `_ROW_LAYOUT` order (the native scanner's output)."""
 
     @property
     def size(self) -> int:
-        return len(self.rows)
+        return len(self.columns[0]) if self.columns is not None else len(self.rows)
 
     def to_arrow(self) -> pa.Table:
         """The rows as an Arrow table in the `spans` row schema (every column but received_at)."""
-        values = zip(*self.rows) if self.rows else ((),) * len(_ROW_LAYOUT)
+        if self.columns is not None:
+            values = self.columns
+        else:
+            values = zip(*self.rows) if self.rows else ((),) * len(_ROW_LAYOUT)
         arrays = {name: pa.array(column, type=_ARROW_TYPES[name]) for name, column in zip(_ROW_LAYOUT, values)}
         start, end = arrays["start_unix_nano"], arrays["end_unix_nano"]
         # Times are checked to lie in 1..2**63-1 ns, so integer division is floor division.
@@ -235,6 +248,8 @@ class _Attribute(NamedTuple):
     """The typed column value (when ``column`` is set)."""
     kept: bool
     """Whether it stays in ``attributes`` even when promoted (a derived source, not invertible)."""
+    slot: int
+    """``column``'s index in `_PROMOTED_COLUMNS` (-1 when ``column`` is None), for the native scanner."""
 
 
 def _attribute(raw: bytes) -> _Attribute:
@@ -252,7 +267,7 @@ def _attribute(raw: bytes) -> _Attribute:
             value = None
         if value is not None:
             column, rank, kept = source.column, source.rank, source.values is not None
-    return _Attribute(key, text, column, rank, value, kept)
+    return _Attribute(key, text, column, rank, value, kept, -1 if column is None else _PROMOTED_SLOTS[column])
 
 
 class _BoundedCache(dict):
@@ -284,7 +299,7 @@ def _promote(serialized_attributes, values: dict, held: dict) -> dict[str, str]:
     held in a typed column (unmapped, invalid, outranked or derived). A key given twice keeps its
     first position and its last value, as in a JSON object built in order."""
     rest: dict[str, str] = {}
-    for key, text, column, rank, value, kept in map(_attributes.__getitem__, serialized_attributes):
+    for key, text, column, rank, value, kept, _slot in map(_attributes.__getitem__, serialized_attributes):
         if column is not None:
             current = held.get(column)
             if current is None or rank < current[0]:
@@ -430,78 +445,169 @@ _DEFAULT_OPTIONS = NormalizeOptions()
 
 def normalize(request, refusals: dict[tuple[int, int, int], str] | None = None,
               options: NormalizeOptions = _DEFAULT_OPTIONS, *,
-              checks: _otlp.SpanChecks | None = None) -> SpanBatch:
+              checks: _otlp.SpanChecks | None = None, body: bytes | None = None) -> SpanBatch:
     """Normalize an ExportTraceServiceRequest, or its `_otlp.lean_view`, into a SpanBatch.
 
     ``refusals``: spans already refused, by (resource, scope, span) position, with the reason.
     ``checks``: limits to apply to every span not already refused.
+    ``body``: the protobuf bytes ``request`` was parsed from; with it the native scanner does the
+    per-span work (same rows, same refusals).
     Raises `_otlp.BadRequest` when a part of a lean view is not valid protobuf (`_otlp.decode_lean`).
     """
-    lean = request if isinstance(request, _otlp.LeanRequest) else _otlp.lean_view(request)
+    lean = request if isinstance(request, _otlp.LeanRequest) else _otlp.lean_view(request, body)
     try:
+        if body is not None and not refusals and _spanscan is not None:
+            return _scan_normalize(lean, body, options, checks)
         return _normalize(lean, refusals, options, checks)
     except DecodeError as exc:  # an attribute, event or link of the lean view
         raise _otlp.not_protobuf(exc) from None
 
 
+class _ResourceContext(NamedTuple):
+    """What the spans of one ResourceSpans take from their resource."""
+
+    service_name: str | None
+    json: str | None
+    defaults: list[tuple[str, object]]
+    """(column, value) for the `_FROM_RESOURCE` columns the resource sets, for spans that do not."""
+
+
+def _resource_context(lean_rs) -> _ResourceContext:
+    resource = {kv.key: any_value(kv.value) for kv in _otlp.full_resource(lean_rs.resource).attributes}
+    resource_values: dict = {}
+    _promote(lean_rs.resource.attributes, resource_values, {})
+    service_name = resource.get(c.SERVICE_NAME) if isinstance(resource.get(c.SERVICE_NAME), str) else None
+    return _ResourceContext(service_name, _dumps(resource),
+                            [(column, resource_values[column]) for column in _FROM_RESOURCE if column in resource_values])
+
+
 def _normalize(lean, refusals, options: NormalizeOptions, checks) -> SpanBatch:
     batch = SpanBatch()
-    rows = batch.rows
-    add_row = rows.append
-    refusals = refusals or {}
-    price = options.price
-    target_fallback = options.target_fallback
-    zero_trace, zero_span = bytes(16), bytes(8)
+    add_row = batch.rows.append
     for ri, lean_rs in enumerate(lean.resource_spans):
-        resource = {kv.key: any_value(kv.value) for kv in _otlp.full_resource(lean_rs.resource).attributes}
-        resource_values: dict = {}
-        _promote(lean_rs.resource.attributes, resource_values, {})
-        resource_defaults = [(column, resource_values[column]) for column in _FROM_RESOURCE
-                             if column in resource_values]
-        service_name = resource.get(c.SERVICE_NAME) if isinstance(resource.get(c.SERVICE_NAME), str) else None
-        resource_json = _dumps(resource)
+        resource = _resource_context(lean_rs)
         for si, lean_ss in enumerate(lean_rs.scope_spans):
             scope_name = _otlp.full_scope(lean_ss.scope).name or None
             for pi, span in enumerate(lean_ss.spans):
-                trace_id, span_id, parent = span.trace_id, span.span_id, span.parent_span_id
-                start, end = span.start_time_unix_nano, span.end_time_unix_nano
-                problem = refusals.get((ri, si, pi)) if refusals else None
-                if problem is None and checks is not None:
-                    problem = checks.problem((ri, si, pi), span)
-                if problem is None and (
-                    len(trace_id) != 16 or trace_id == zero_trace or len(span_id) != 8 or span_id == zero_span
-                    or (parent and len(parent) != 8) or not start or end < start or end > _INT64_MAX
-                ):
-                    problem = _span_problem(span)
-                if problem:
-                    _otlp.full_span(span)  # a refused span's parts are read nowhere else: check them
-                    batch.refused.append(f"span {span_id.hex() or '?'} in trace {trace_id.hex() or '?'}: {problem}")
-                    continue
-                values: dict = {}
-                rest = _promote(span.attributes, values, {})
-                for column, value in resource_defaults:
-                    if column not in values:
-                        values[column] = value
-                if "role" not in values and c.ROLE not in rest:
-                    # No role given: the target's own call. A role given but invalid stays NULL
-                    # (kept in attributes), so a mistyped orchestration span is never counted.
-                    values["role"] = c.ROLE_APPLICATION
-                events_json, first_chunk_s = _events(span, "ttft_s" not in values)
-                if first_chunk_s is not None:
-                    values["ttft_s"] = first_chunk_s
-                if "target_id" not in values and target_fallback:
-                    values["target_id"] = _fallback_target(target_fallback, values, service_name, scope_name)
-                if "cost_usd" not in values and price is not None and c.COST_USD not in rest:
-                    cost = _price(price, values, end)
-                    if cost is not None:
-                        values["cost_usd"] = cost
-                        rest[c.COST_PRICED_BY] = _PRICED_BY_COLLECTOR
-                status = span.status
-                add_row((
-                    trace_id.hex(), span_id.hex(), parent.hex() if parent else None, span.name, span.kind,
-                    start, end, status.code, status.message or None, service_name, scope_name,
-                    "{" + ",".join(rest.values()) + "}" if rest else None, resource_json,
-                    events_json, _links_json(span.links),
-                    *map(values.get, _PROMOTED_COLUMNS),
-                ))
+                row = _span_row(span, (ri, si, pi), refusals, checks, resource, scope_name, options)
+                if isinstance(row, str):
+                    batch.refused.append(row)
+                else:
+                    add_row(row)
     return batch
+
+
+_ZERO_TRACE, _ZERO_SPAN = bytes(16), bytes(8)
+
+
+def _span_row(span, position, refusals, checks, resource: _ResourceContext, scope_name, options: NormalizeOptions):
+    """The row of one lean span in `_ROW_LAYOUT` order, or the reason it is refused (a str)."""
+    trace_id, span_id, parent = span.trace_id, span.span_id, span.parent_span_id
+    start, end = span.start_time_unix_nano, span.end_time_unix_nano
+    problem = refusals.get(position) if refusals else None
+    if problem is None and checks is not None:
+        problem = checks.problem(position, span)
+    if problem is None and (
+        len(trace_id) != 16 or trace_id == _ZERO_TRACE or len(span_id) != 8 or span_id == _ZERO_SPAN
+        or (parent and len(parent) != 8) or not start or end < start or end > _INT64_MAX
+    ):
+        problem = _span_problem(span)
+    if problem:
+        _otlp.full_span(span)  # a refused span's parts are read nowhere else: check them
+        return f"span {span_id.hex() or '?'} in trace {trace_id.hex() or '?'}: {problem}"
+    values: dict = {}
+    rest = _promote(span.attributes, values, {})
+    for column, value in resource.defaults:
+        if column not in values:
+            values[column] = value
+    if "role" not in values and c.ROLE not in rest:
+        # No role given: the target's own call. A role given but invalid stays NULL
+        # (kept in attributes), so a mistyped orchestration span is never counted.
+        values["role"] = c.ROLE_APPLICATION
+    events_json, first_chunk_s = _events(span, "ttft_s" not in values)
+    if first_chunk_s is not None:
+        values["ttft_s"] = first_chunk_s
+    if "target_id" not in values and options.target_fallback:
+        values["target_id"] = _fallback_target(options.target_fallback, values, resource.service_name, scope_name)
+    if "cost_usd" not in values and options.price is not None and c.COST_USD not in rest:
+        cost = _price(options.price, values, end)
+        if cost is not None:
+            values["cost_usd"] = cost
+            rest[c.COST_PRICED_BY] = _PRICED_BY_COLLECTOR
+    status = span.status
+    return (
+        trace_id.hex(), span_id.hex(), parent.hex() if parent else None, span.name, span.kind,
+        start, end, status.code, status.message or None, resource.service_name, scope_name,
+        "{" + ",".join(rest.values()) + "}" if rest else None, resource.json,
+        events_json, _links_json(span.links),
+        *map(values.get, _PROMOTED_COLUMNS),
+    )
+
+
+# --- the native scanner's side ---------------------------------------------------------------------
+_BASE_COLUMNS = len(_ROW_LAYOUT) - len(_PROMOTED_COLUMNS)
+_COLUMN = {name: i for i, name in enumerate(_ROW_LAYOUT)}
+_FIRST_CHUNK_NAMES = tuple(name.encode() for name in sorted(FIRST_CHUNK_EVENTS))
+
+
+def _scan_plan(options: NormalizeOptions, checks: _otlp.SpanChecks | None) -> tuple:
+    """What `_spanscan.scan` needs besides the body: see its C source for the order."""
+    return (
+        _attributes, _FIRST_CHUNK_NAMES, len(_PROMOTED_COLUMNS),
+        _PROMOTED_SLOTS["role"], _PROMOTED_SLOTS["ttft_s"], _PROMOTED_SLOTS["target_id"], _PROMOTED_SLOTS["cost_usd"],
+        c.ROLE, c.COST_USD, c.COST_PRICED_BY, c.ROLE_APPLICATION,
+        checks.limits.max_attributes if checks is not None else _INT64_MAX,
+        -1 if checks is None or checks.texts_fit else checks.limits.max_attribute_bytes,
+        options.price is not None, bool(options.target_fallback),
+    )
+
+
+def _scan_normalize(lean, body: bytes, options: NormalizeOptions, checks) -> SpanBatch:
+    """`_normalize` with the per-span work done by the native scanner; the spans it leaves (see its C
+    source) go through `_span_row`, and the rows that need a fallback target or a price are finished here."""
+    contexts = [_resource_context(lean_rs) for lean_rs in lean.resource_spans]
+    resources = [
+        (ctx.service_name, ctx.json, tuple((_PROMOTED_SLOTS[column], value) for column, value in ctx.defaults),
+         checks is not None and checks.resource_problem(ri) is not None)
+        for ri, ctx in enumerate(contexts)
+    ]
+    scopes = [[_otlp.full_scope(ss.scope).name or None for ss in lean_rs.scope_spans] for lean_rs in lean.resource_spans]
+    scanned = _spanscan.scan(body, _scan_plan(options, checks), resources, scopes)
+    if scanned is None:  # a body shape the scanner leaves to the Python walk (protobuf groups)
+        return _normalize(lean, None, options, checks)
+    columns, python_spans, finish = scanned
+    batch = SpanBatch(columns=columns)
+    for row, needs_target, needs_price in finish:
+        _finish_row(columns, row, needs_target, needs_price, options)
+    refused_rows = []
+    for row, ri, si, pi in python_spans:
+        span = lean.resource_spans[ri].scope_spans[si].spans[pi]
+        result = _span_row(span, (ri, si, pi), None, checks, contexts[ri], scopes[ri][si], options)
+        if isinstance(result, str):
+            batch.refused.append(result)
+            refused_rows.append(row)
+        else:
+            for column, value in zip(columns, result):
+                column[row] = value
+    if refused_rows:
+        refused = set(refused_rows)
+        keep = [i for i in range(len(columns[0])) if i not in refused]
+        batch.columns = [[column[i] for i in keep] for column in columns]
+    return batch
+
+
+def _finish_row(columns: list[list], row: int, needs_target: bool, needs_price: bool, options: NormalizeOptions):
+    """The fallback target and the collector's price of a scanned row, as `_span_row` sets them."""
+    values = {name: columns[_BASE_COLUMNS + i][row] for i, name in enumerate(_PROMOTED_COLUMNS)
+              if columns[_BASE_COLUMNS + i][row] is not None}
+    if needs_target:
+        target = _fallback_target(options.target_fallback, values, columns[_COLUMN["service_name"]][row],
+                                  columns[_COLUMN["scope_name"]][row])
+        columns[_COLUMN["target_id"]][row] = values["target_id"] = target
+    if needs_price:
+        cost = _price(options.price, values, columns[_COLUMN["end_unix_nano"]][row])
+        if cost is not None:
+            columns[_COLUMN["cost_usd"]][row] = cost
+            attributes = columns[_COLUMN["attributes"]][row]  # the scanner left spans that already say it
+            columns[_COLUMN["attributes"]][row] = (
+                "{" + _PRICED_BY_COLLECTOR + "}" if attributes is None else attributes[:-1] + "," + _PRICED_BY_COLLECTOR + "}")

@@ -264,17 +264,22 @@ class SpanChecks:
     """
 
     def __init__(self, request, limits: SpanLimits, serialized_size: int | None = None):
-        self._limits = limits
+        self.limits = limits
         # Every string or bytes value is a contiguous part of the serialized message, so when the whole
         # request (or a span) is no longer than the limit, none of its texts can be: only counts, kinds
         # and status codes remain to check. This skips touching every attribute of ordinary requests.
         if serialized_size is None:
             serialized_size = request.ByteSize()
-        self._texts_fit = serialized_size <= limits.max_attribute_bytes
+        self.texts_fit = serialized_size <= limits.max_attribute_bytes
+        """No text of the request can be over the byte limit (it is no longer than the limit)."""
         self._resource_problems = [
             _attributes_problem("resource", full_resource(rs.resource).attributes, limits)
             for rs in request.resource_spans
         ]
+
+    def resource_problem(self, ri: int) -> str | None:
+        """Why every span of the request's ``ri``-th ResourceSpans is refused (its resource breaks a limit), or None."""
+        return self._resource_problems[ri]
 
     def problem(self, position: tuple[int, int, int], span) -> str | None:
         """Why the span at (resource, scope, span) ``position`` breaks the limits, or None.
@@ -284,9 +289,9 @@ class SpanChecks:
         problem = self._resource_problems[position[0]]
         if problem:
             return problem
-        if self._texts_fit or span.ByteSize() <= self._limits.max_attribute_bytes:
-            return _counts_problem(span, self._limits.max_attributes)
-        return _span_problem(full_span(span), self._limits)
+        if self.texts_fit or span.ByteSize() <= self.limits.max_attribute_bytes:
+            return _counts_problem(span, self.limits.max_attributes)
+        return _span_problem(full_span(span), self.limits)
 
 
 def _counts_problem(span, max_attributes: int) -> str | None:

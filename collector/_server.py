@@ -15,7 +15,7 @@ from meritlens.collector._auth import BearerToken
 from meritlens.collector._dashboard import Dashboard
 from meritlens.collector._http import HttpReceiver
 from meritlens.collector._ingest import InflightBudget, Ingest
-from meritlens.collector._normalize import NormalizeOptions, check_target_fallback
+from meritlens.collector._normalize import NATIVE_SCANNER, NormalizeOptions, check_target_fallback
 from meritlens.collector._otlp import SpanLimits
 from meritlens.collector._pipeline import IngestPipeline
 from meritlens.instrumentation.pricing import price_call
@@ -73,6 +73,9 @@ class Collector:
 
     async def _start(self) -> None:
         s = self.settings
+        if not NATIVE_SCANNER:
+            log.warning("the native span scanner (collector/_spanscan.c) is not built: spans are normalized by the"
+                        " Python walk, ~4x slower; reinstall with a C compiler present (pip install -e .)")
         self.store.start()
         keys, resumed = self.store.open_windows()
         log.info("opened %s; windows of %d keys %s", s.db, keys, "taken up" if resumed else "recomputed")

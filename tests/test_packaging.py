@@ -22,7 +22,7 @@ def _all_modules() -> list[str]:
     modules = []
     for folder, package in PACKAGES.items():
         modules.append(package)
-        for path in sorted((ROOT / folder).glob("*.py")):
+        for path in sorted([*(ROOT / folder).glob("*.py"), *(ROOT / folder).glob("*.c")]):  # .c: extensions
             if path.stem != "__init__":
                 modules.append(f"{package}.{path.stem}")
     return modules

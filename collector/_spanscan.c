@@ -1,0 +1,648 @@
+/* The receive path's per-span work in native code: the spans of an OTLP ExportTraceServiceRequest
+ * read straight from its protobuf bytes into the columns of the spans table.
+ *
+ * `meritlens.collector._normalize` is the reference: it calls `scan` only for a body that upb has
+ * already parsed as the request's lean view (so the wire format and every string field are valid),
+ * and it gives the scanner everything that is decided per request or per distinct attribute:
+ * resource and scope context, and the cache that turns a serialized KeyValue into its `_Attribute`
+ * (parsing it with protobuf on a miss, which is where a bad attribute fails the whole request).
+ * What the scanner does per span is what `_normalize._span_row` does for an ordinary span: hex IDs,
+ * times, status, promotion of attributes to typed columns, the leftover attributes' JSON, the events'
+ * JSON and the first streamed chunk. Any span it does not handle exactly that way (invalid IDs or
+ * times, a limit to check, links, a kind or status code out of range, more attributes or events than
+ * its fixed arrays hold) gets placeholder values and is listed for the Python walk. A body it cannot
+ * walk (groups) makes it return None, and Python normalizes the whole request.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+enum {
+    COL_TRACE_ID, COL_SPAN_ID, COL_PARENT, COL_NAME, COL_KIND, COL_START, COL_END, COL_STATUS_CODE,
+    COL_STATUS_MESSAGE, COL_SERVICE, COL_SCOPE, COL_ATTRIBUTES, COL_RESOURCE, COL_EVENTS, COL_LINKS,
+    N_BASE
+};
+#define MAX_PROMOTED 64
+#define MAX_ATTRS 128 /* per span or event; more goes to the Python walk */
+#define MAX_EVENTS 64
+
+typedef struct { const uint8_t *p, *end; } Rd;
+
+static int rd_varint(Rd *r, uint64_t *v) {
+    uint64_t x = 0;
+    for (int shift = 0; shift <= 63 && r->p < r->end; shift += 7) {
+        uint8_t b = *r->p++;
+        x |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) { *v = x; return 0; }
+    }
+    return -1;
+}
+
+static int rd_tag(Rd *r, uint32_t *field, int *wire) {
+    uint64_t t;
+    if (rd_varint(r, &t) || (t >> 3) == 0 || (t >> 3) > UINT32_MAX) return -1;
+    *field = (uint32_t)(t >> 3);
+    *wire = (int)(t & 7);
+    return 0;
+}
+
+static int rd_len(Rd *r, Rd *out) {
+    uint64_t n;
+    if (rd_varint(r, &n) || n > (uint64_t)(r->end - r->p)) return -1;
+    out->p = r->p;
+    out->end = r->p + n;
+    r->p += n;
+    return 0;
+}
+
+static int rd_fixed64(Rd *r, uint64_t *v) {
+    if (r->end - r->p < 8) return -1;
+    uint64_t x = 0;
+    for (int i = 7; i >= 0; i--) x = (x << 8) | r->p[i];
+    *v = x;
+    r->p += 8;
+    return 0;
+}
+
+/* Skip a field of the given wire type; groups (3, 4) are left to the Python walk (-1). */
+static int rd_skip(Rd *r, int wire) {
+    uint64_t v;
+    Rd s;
+    switch (wire) {
+    case 0: return rd_varint(r, &v);
+    case 1: return rd_fixed64(r, &v);
+    case 2: return rd_len(r, &s);
+    case 5:
+        if (r->end - r->p < 4) return -1;
+        r->p += 4;
+        return 0;
+    default: return -1;
+    }
+}
+
+static size_t rd_size(Rd s) { return (size_t)(s.end - s.p); }
+
+/* --- a growing text buffer ---------------------------------------------------------------------- */
+typedef struct { char *data; size_t len, cap; } Buf;
+
+static int buf_put(Buf *b, const char *s, size_t n) {
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 1024;
+        while (cap < b->len + n) cap *= 2;
+        char *data = PyMem_Realloc(b->data, cap);
+        if (!data) { PyErr_NoMemory(); return -1; }
+        b->data = data;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+    return 0;
+}
+
+static int buf_char(Buf *b, char c) { return buf_put(b, &c, 1); }
+
+static int buf_text(Buf *b, PyObject *text) {
+    Py_ssize_t n;
+    const char *s = PyUnicode_AsUTF8AndSize(text, &n);
+    return s ? buf_put(b, s, (size_t)n) : -1;
+}
+
+/* A JSON string as orjson writes it: quote, backslash and control characters escaped, the rest as is. */
+static int buf_json_string(Buf *b, Rd s) {
+    static const char hex[] = "0123456789abcdef";
+    if (buf_char(b, '"')) return -1;
+    for (const uint8_t *p = s.p; p < s.end; p++) {
+        uint8_t c = *p;
+        char esc[6];
+        if (c == '"' || c == '\\') {
+            esc[0] = '\\'; esc[1] = (char)c;
+            if (buf_put(b, esc, 2)) return -1;
+        } else if (c < 0x20) {
+            char short_form = c == '\b' ? 'b' : c == '\t' ? 't' : c == '\n' ? 'n' : c == '\f' ? 'f' : c == '\r' ? 'r' : 0;
+            if (short_form) {
+                esc[0] = '\\'; esc[1] = short_form;
+                if (buf_put(b, esc, 2)) return -1;
+            } else {
+                memcpy(esc, "\\u00", 4);
+                esc[4] = hex[c >> 4]; esc[5] = hex[c & 15];
+                if (buf_put(b, esc, 6)) return -1;
+            }
+        } else if (buf_char(b, (char)c)) {
+            return -1;
+        }
+    }
+    return buf_char(b, '"');
+}
+
+/* --- what one request's scan is given ----------------------------------------------------------- */
+typedef struct {
+    PyObject *attributes;      /* serialized KeyValue (bytes) -> _Attribute, a mapping */
+    PyObject *first_chunk;     /* tuple of event names (bytes) that mark the first streamed chunk */
+    Py_ssize_t n_promoted;
+    Py_ssize_t role_slot, ttft_slot, target_slot, cost_slot;
+    PyObject *role_key, *cost_key, *priced_by_key, *application_role; /* str */
+    long long max_attributes;
+    long long max_span_bytes;  /* -1: no span's texts can be over the byte limit */
+    int price, fallback;
+} Plan;
+
+/* One attribute as `_normalize._Attribute`: (key, json, column, rank, value, kept, slot). */
+typedef struct { PyObject *key, *text; } Entry;
+
+typedef struct {
+    Entry items[MAX_ATTRS + 2];
+    int n;
+} Texts;
+
+static int same_key(PyObject *a, PyObject *b) {
+    if (a == b) return 1;
+    if (PyObject_Hash(a) != PyObject_Hash(b)) return 0;
+    return PyUnicode_Compare(a, b) == 0;
+}
+
+static int texts_find(Texts *t, PyObject *key) {
+    for (int i = 0; i < t->n; i++)
+        if (same_key(t->items[i].key, key)) return i;
+    return -1;
+}
+
+/* texts[key] = text: a key already there keeps its position and takes the new text. */
+static void texts_set(Texts *t, PyObject *key, PyObject *text) {
+    int i = texts_find(t, key);
+    if (i < 0) {
+        i = t->n++;
+        t->items[i].key = key;
+    }
+    t->items[i].text = text;
+}
+
+static int texts_json_object(Buf *b, Texts *t) {
+    if (buf_char(b, '{')) return -1;
+    for (int i = 0; i < t->n; i++) {
+        if ((i && buf_char(b, ',')) || buf_text(b, t->items[i].text)) return -1;
+    }
+    return buf_char(b, '}');
+}
+
+static PyObject *hex_id(Rd s) {
+    static const char hex[] = "0123456789abcdef";
+    size_t n = rd_size(s);
+    PyObject *u = PyUnicode_New((Py_ssize_t)(2 * n), 127);
+    if (!u) return NULL;
+    Py_UCS1 *d = PyUnicode_1BYTE_DATA(u);
+    for (size_t i = 0; i < n; i++) {
+        d[2 * i] = (Py_UCS1)hex[s.p[i] >> 4];
+        d[2 * i + 1] = (Py_UCS1)hex[s.p[i] & 15];
+    }
+    return u;
+}
+
+static int all_zero(Rd s) {
+    for (const uint8_t *p = s.p; p < s.end; p++)
+        if (*p) return 0;
+    return 1;
+}
+
+typedef struct {
+    Rd trace_id, span_id, parent, name, status_message;
+    uint64_t kind, start, end, status_code;
+    Rd attrs[MAX_ATTRS];
+    int n_attrs;
+    Rd events[MAX_EVENTS];
+    int n_events;
+    int n_links;
+    int overflow; /* more attributes or events than the arrays hold */
+} Span;
+
+static int read_span(Rd r, Span *s) {
+    memset(s, 0, sizeof *s);
+    while (r.p < r.end) {
+        uint32_t field;
+        int wire;
+        if (rd_tag(&r, &field, &wire)) return -1;
+        Rd v;
+        if (wire == 2 && (field == 1 || field == 2 || field == 4 || field == 5 || field == 9 || field == 11
+                          || field == 13 || field == 15)) {
+            if (rd_len(&r, &v)) return -1;
+            switch (field) {
+            case 1: s->trace_id = v; break;
+            case 2: s->span_id = v; break;
+            case 4: s->parent = v; break;
+            case 5: s->name = v; break;
+            case 9:
+                if (s->n_attrs < MAX_ATTRS) s->attrs[s->n_attrs] = v; else s->overflow = 1;
+                s->n_attrs++;
+                break;
+            case 11:
+                if (s->n_events < MAX_EVENTS) s->events[s->n_events] = v; else s->overflow = 1;
+                s->n_events++;
+                break;
+            case 13: s->n_links++; break;
+            case 15: /* Status: occurrences merge, so later fields win one by one */
+                while (v.p < v.end) {
+                    uint32_t f;
+                    int w;
+                    if (rd_tag(&v, &f, &w)) return -1;
+                    if (f == 2 && w == 2) {
+                        if (rd_len(&v, &s->status_message)) return -1;
+                    } else if (f == 3 && w == 0) {
+                        if (rd_varint(&v, &s->status_code)) return -1;
+                    } else if (rd_skip(&v, w)) {
+                        return -1;
+                    }
+                }
+                break;
+            }
+        } else if (wire == 0 && field == 6) {
+            if (rd_varint(&r, &s->kind)) return -1;
+        } else if (wire == 1 && (field == 7 || field == 8)) {
+            if (rd_fixed64(&r, field == 7 ? &s->start : &s->end)) return -1;
+        } else if (rd_skip(&r, wire)) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The int32 a varint holds when read as an int32 (enum) field. */
+static int32_t as_int32(uint64_t v) { return (int32_t)(uint32_t)v; }
+
+/* Whether the scanner can normalize this span itself (0), or leaves it to the Python walk (1). */
+static int needs_python(const Span *s, const Plan *plan, size_t span_bytes, int resource_problem) {
+    size_t parent = rd_size(s->parent);
+    int32_t kind = as_int32(s->kind), code = as_int32(s->status_code);
+    return resource_problem || s->overflow || s->n_links
+        || rd_size(s->trace_id) != 16 || all_zero(s->trace_id)
+        || rd_size(s->span_id) != 8 || all_zero(s->span_id) || (parent && parent != 8)
+        || s->start == 0 || s->end == 0 || s->end < s->start || s->end > (uint64_t)INT64_MAX
+        || kind < 0 || kind > 5 || code < 0 || code > 2
+        || (long long)s->n_attrs > plan->max_attributes
+        || (plan->max_span_bytes >= 0 && (long long)span_bytes > plan->max_span_bytes);
+}
+
+typedef struct {
+    PyObject **columns;         /* N_BASE + n_promoted lists */
+    PyObject *python_spans;     /* list of (row, ri, si, pi) */
+    PyObject *finish;           /* list of (row, needs target, needs price) */
+    Py_ssize_t rows;
+} Out;
+
+static int append_steal(PyObject *list, PyObject *item) {
+    if (!item) return -1;
+    int rc = PyList_Append(list, item);
+    Py_DECREF(item);
+    return rc;
+}
+
+static int append_placeholder_row(Out *out, Py_ssize_t n_columns) {
+    for (Py_ssize_t i = 0; i < n_columns; i++)
+        if (PyList_Append(out->columns[i], Py_None)) return -1;
+    return 0;
+}
+
+/* An attribute from the cache, checked to have the `_Attribute` shape; a new reference. */
+static PyObject *lookup_attribute(const Plan *plan, Rd raw) {
+    PyObject *key = PyBytes_FromStringAndSize((const char *)raw.p, (Py_ssize_t)rd_size(raw));
+    if (!key) return NULL;
+    PyObject *attr = PyObject_GetItem(plan->attributes, key);
+    Py_DECREF(key);
+    if (attr && (!PyTuple_Check(attr) || PyTuple_GET_SIZE(attr) != 7)) {
+        Py_DECREF(attr);
+        PyErr_SetString(PyExc_TypeError, "the attribute cache must give 7-tuples (_Attribute)");
+        return NULL;
+    }
+    return attr;
+}
+
+/* The event's JSON object into ``b``; *first_chunk_s set when it marks the first chunk (want). */
+static int event_json(Buf *b, const Plan *plan, Rd ev, uint64_t span_start, int want, PyObject **first_chunk_s,
+                      int *too_many) {
+    uint64_t t = 0;
+    Rd name = {ev.p, ev.p};
+    Rd attrs[MAX_ATTRS];
+    int n = 0;
+    while (ev.p < ev.end) {
+        uint32_t field;
+        int wire;
+        if (rd_tag(&ev, &field, &wire)) return -1;
+        if (field == 1 && wire == 1) {
+            if (rd_fixed64(&ev, &t)) return -1;
+        } else if ((field == 2 || field == 3) && wire == 2) {
+            Rd v;
+            if (rd_len(&ev, &v)) return -1;
+            if (field == 2) {
+                name = v;
+            } else {
+                if (n < MAX_ATTRS) attrs[n] = v;
+                n++;
+            }
+        } else if (rd_skip(&ev, wire)) {
+            return -1;
+        }
+    }
+    if ((long long)n > plan->max_attributes || n > MAX_ATTRS) {
+        *too_many = 1;
+        return 0;
+    }
+    char number[32];
+    int digits = snprintf(number, sizeof number, "%llu", (unsigned long long)t);
+    if (buf_put(b, "{\"name\":", 8) || buf_json_string(b, name)
+        || buf_put(b, ",\"time_unix_nano\":", 18) || buf_put(b, number, (size_t)digits)
+        || buf_put(b, ",\"attributes\":", 14))
+        return -1;
+    PyObject *held[MAX_ATTRS];
+    Texts texts;
+    texts.n = 0;
+    int rc = 0, k = 0;
+    for (; k < n; k++) {
+        held[k] = lookup_attribute(plan, attrs[k]);
+        if (!held[k]) { rc = -1; break; }
+        texts_set(&texts, PyTuple_GET_ITEM(held[k], 0), PyTuple_GET_ITEM(held[k], 1));
+    }
+    if (rc == 0) rc = texts_json_object(b, &texts) || buf_char(b, '}') ? -1 : 0;
+    for (int i = 0; i < k; i++) Py_DECREF(held[i]);
+    if (rc) return -1;
+    if (want && t >= span_start) {
+        Py_ssize_t names = PyTuple_GET_SIZE(plan->first_chunk);
+        for (Py_ssize_t i = 0; i < names; i++) {
+            PyObject *marker = PyTuple_GET_ITEM(plan->first_chunk, i);
+            if (PyBytes_GET_SIZE(marker) == (Py_ssize_t)rd_size(name)
+                && memcmp(PyBytes_AS_STRING(marker), name.p, rd_size(name)) == 0) {
+                *first_chunk_s = PyFloat_FromDouble((double)(t - span_start) / 1e9);
+                return *first_chunk_s ? 0 : -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Normalize one span into the output columns; returns 1 when it turns out to need the Python walk
+ * (nothing appended), 0 when its row was appended, -1 on error. */
+static int span_row(Out *out, const Plan *plan, const Span *s, PyObject *resource, PyObject *scope_name, Buf *b) {
+    PyObject *attrs[MAX_ATTRS];
+    PyObject *values[MAX_PROMOTED] = {0};
+    long held_rank[MAX_PROMOTED];
+    PyObject *held_key[MAX_PROMOTED], *held_text[MAX_PROMOTED];
+    PyObject *first_chunk_s = NULL;
+    Texts rest;
+    rest.n = 0;
+    int n = 0, rc = -1;
+    Py_ssize_t np = plan->n_promoted;
+
+    for (; n < s->n_attrs; n++) {
+        PyObject *attr = attrs[n] = lookup_attribute(plan, s->attrs[n]);
+        if (!attr) goto done;
+        PyObject *key = PyTuple_GET_ITEM(attr, 0), *text = PyTuple_GET_ITEM(attr, 1);
+        Py_ssize_t slot = PyLong_AsSsize_t(PyTuple_GET_ITEM(attr, 6));
+        if (slot == -1 && PyErr_Occurred()) { n++; goto done; }
+        if (slot >= 0 && slot < np) {
+            long rank = PyLong_AsLong(PyTuple_GET_ITEM(attr, 3));
+            if (rank == -1 && PyErr_Occurred()) { n++; goto done; }
+            if (!values[slot] || rank < held_rank[slot]) {
+                if (values[slot] && texts_find(&rest, held_key[slot]) < 0)
+                    texts_set(&rest, held_key[slot], held_text[slot]);
+                values[slot] = PyTuple_GET_ITEM(attr, 4);
+                held_rank[slot] = rank;
+                held_key[slot] = key;
+                held_text[slot] = text;
+                if (!PyObject_IsTrue(PyTuple_GET_ITEM(attr, 5))) continue;
+            }
+        }
+        texts_set(&rest, key, text);
+    }
+    PyObject *defaults = PyTuple_GET_ITEM(resource, 2);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(defaults); i++) {
+        PyObject *pair = PyTuple_GET_ITEM(defaults, i);
+        Py_ssize_t slot = PyLong_AsSsize_t(PyTuple_GET_ITEM(pair, 0));
+        if (slot >= 0 && slot < np && !values[slot]) values[slot] = PyTuple_GET_ITEM(pair, 1);
+    }
+    if (!values[plan->role_slot] && texts_find(&rest, plan->role_key) < 0)
+        values[plan->role_slot] = plan->application_role;
+
+    PyObject *events_json = Py_None;
+    Py_INCREF(Py_None);
+    if (s->n_events) {
+        b->len = 0;
+        int want = values[plan->ttft_slot] == NULL, too_many = 0;
+        if (buf_char(b, '[')) goto done_events;
+        for (int i = 0; i < s->n_events; i++) {
+            PyObject *found = NULL;
+            if ((i && buf_char(b, ','))
+                || event_json(b, plan, s->events[i], s->start, want, &found, &too_many))
+                goto done_events;
+            if (too_many) { rc = 1; goto done_events; }
+            if (found) { first_chunk_s = found; want = 0; }
+        }
+        if (buf_char(b, ']')) goto done_events;
+        Py_DECREF(events_json);
+        events_json = PyUnicode_FromStringAndSize(b->data, (Py_ssize_t)b->len);
+        if (!events_json) goto done;
+        if (first_chunk_s) values[plan->ttft_slot] = first_chunk_s;
+    }
+    int need_target = plan->fallback && !values[plan->target_slot];
+    int need_price = plan->price && !values[plan->cost_slot] && texts_find(&rest, plan->cost_key) < 0;
+    if (need_price && texts_find(&rest, plan->priced_by_key) >= 0) { rc = 1; goto done_events; }
+
+    PyObject *attributes_json = Py_None;
+    Py_INCREF(Py_None);
+    if (rest.n) {
+        b->len = 0;
+        if (texts_json_object(b, &rest)) { Py_DECREF(attributes_json); goto done_events; }
+        Py_DECREF(attributes_json);
+        attributes_json = PyUnicode_FromStringAndSize(b->data, (Py_ssize_t)b->len);
+        if (!attributes_json) goto done_events;
+    }
+    Py_ssize_t row = out->rows;
+    PyObject **c = out->columns;
+    size_t parent = rd_size(s->parent);
+    PyObject *message = rd_size(s->status_message)
+        ? PyUnicode_DecodeUTF8((const char *)s->status_message.p, (Py_ssize_t)rd_size(s->status_message), NULL)
+        : (Py_INCREF(Py_None), Py_None);
+    /* the two new references first, so that a failure cannot leak them */
+    if (append_steal(c[COL_ATTRIBUTES], attributes_json) || append_steal(c[COL_STATUS_MESSAGE], message)
+        || append_steal(c[COL_TRACE_ID], hex_id(s->trace_id)) || append_steal(c[COL_SPAN_ID], hex_id(s->span_id))
+        || append_steal(c[COL_PARENT], parent ? hex_id(s->parent) : (Py_INCREF(Py_None), Py_None))
+        || append_steal(c[COL_NAME], PyUnicode_DecodeUTF8((const char *)s->name.p, (Py_ssize_t)rd_size(s->name), NULL))
+        || append_steal(c[COL_KIND], PyLong_FromLong(as_int32(s->kind)))
+        || append_steal(c[COL_START], PyLong_FromUnsignedLongLong(s->start))
+        || append_steal(c[COL_END], PyLong_FromUnsignedLongLong(s->end))
+        || append_steal(c[COL_STATUS_CODE], PyLong_FromLong(as_int32(s->status_code)))
+        || PyList_Append(c[COL_SERVICE], PyTuple_GET_ITEM(resource, 0))
+        || PyList_Append(c[COL_SCOPE], scope_name)
+        || PyList_Append(c[COL_RESOURCE], PyTuple_GET_ITEM(resource, 1))
+        || PyList_Append(c[COL_EVENTS], events_json)
+        || PyList_Append(c[COL_LINKS], Py_None)) {
+        goto done_events;
+    }
+    for (Py_ssize_t i = 0; i < np; i++)
+        if (PyList_Append(c[N_BASE + i], values[i] ? values[i] : Py_None)) goto done_events;
+    if (need_target || need_price) {
+        if (append_steal(out->finish, Py_BuildValue("(nii)", row, need_target, need_price))) goto done_events;
+    }
+    out->rows++;
+    rc = 0;
+done_events:
+    Py_DECREF(events_json);
+done:
+    Py_XDECREF(first_chunk_s);
+    for (int i = 0; i < n && i < s->n_attrs; i++) Py_XDECREF(attrs[i]);
+    return rc;
+}
+
+static int parse_plan(PyObject *t, Plan *p) {
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 15) {
+        PyErr_SetString(PyExc_TypeError, "plan must be a 15-tuple (see _normalize._scan_plan)");
+        return -1;
+    }
+    p->attributes = PyTuple_GET_ITEM(t, 0);
+    p->first_chunk = PyTuple_GET_ITEM(t, 1);
+    p->n_promoted = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 2));
+    p->role_slot = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 3));
+    p->ttft_slot = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 4));
+    p->target_slot = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 5));
+    p->cost_slot = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 6));
+    p->role_key = PyTuple_GET_ITEM(t, 7);
+    p->cost_key = PyTuple_GET_ITEM(t, 8);
+    p->priced_by_key = PyTuple_GET_ITEM(t, 9);
+    p->application_role = PyTuple_GET_ITEM(t, 10);
+    p->max_attributes = PyLong_AsLongLong(PyTuple_GET_ITEM(t, 11));
+    p->max_span_bytes = PyLong_AsLongLong(PyTuple_GET_ITEM(t, 12));
+    p->price = PyObject_IsTrue(PyTuple_GET_ITEM(t, 13));
+    p->fallback = PyObject_IsTrue(PyTuple_GET_ITEM(t, 14));
+    if (PyErr_Occurred()) return -1;
+    if (!PyTuple_Check(p->first_chunk) || p->n_promoted < 0 || p->n_promoted > MAX_PROMOTED
+        || p->role_slot < 0 || p->role_slot >= p->n_promoted || p->ttft_slot < 0 || p->ttft_slot >= p->n_promoted
+        || p->target_slot < 0 || p->target_slot >= p->n_promoted || p->cost_slot < 0 || p->cost_slot >= p->n_promoted
+        || !PyUnicode_Check(p->role_key) || !PyUnicode_Check(p->cost_key) || !PyUnicode_Check(p->priced_by_key)) {
+        PyErr_SetString(PyExc_ValueError, "plan is not a valid scan plan");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(p->first_chunk); i++)
+        if (!PyBytes_Check(PyTuple_GET_ITEM(p->first_chunk, i))) {
+            PyErr_SetString(PyExc_TypeError, "first-chunk event names must be bytes");
+            return -1;
+        }
+    return 0;
+}
+
+#define WALK_FAIL 1 /* a shape left to the Python walk */
+
+static int scan_body(Rd body, const Plan *plan, PyObject *resources, PyObject *scopes, Out *out, Buf *b) {
+    Py_ssize_t ri = 0, n_columns = N_BASE + plan->n_promoted;
+    Span *span = PyMem_Malloc(sizeof(Span));
+    if (!span) { PyErr_NoMemory(); return -1; }
+    int rc = 0;
+    while (rc == 0 && body.p < body.end) {
+        uint32_t field;
+        int wire;
+        Rd rs;
+        if (rd_tag(&body, &field, &wire)) { rc = WALK_FAIL; break; }
+        if (!(field == 1 && wire == 2)) {
+            if (rd_skip(&body, wire)) rc = WALK_FAIL;
+            continue;
+        }
+        if (rd_len(&body, &rs)) { rc = WALK_FAIL; break; }
+        if (ri >= PyList_GET_SIZE(resources) || ri >= PyList_GET_SIZE(scopes)) { rc = WALK_FAIL; break; }
+        PyObject *resource = PyList_GET_ITEM(resources, ri), *scope_names = PyList_GET_ITEM(scopes, ri);
+        if (!PyTuple_Check(resource) || PyTuple_GET_SIZE(resource) != 4 || !PyList_Check(scope_names)
+            || !PyTuple_Check(PyTuple_GET_ITEM(resource, 2))) {
+            PyErr_SetString(PyExc_TypeError, "resources must be (service, json, defaults, problem) tuples");
+            rc = -1;
+            break;
+        }
+        int resource_problem = PyObject_IsTrue(PyTuple_GET_ITEM(resource, 3));
+        Py_ssize_t si = 0;
+        while (rc == 0 && rs.p < rs.end) {
+            Rd ss;
+            if (rd_tag(&rs, &field, &wire)) { rc = WALK_FAIL; break; }
+            if (!(field == 2 && wire == 2)) {
+                if (rd_skip(&rs, wire)) rc = WALK_FAIL;
+                continue;
+            }
+            if (rd_len(&rs, &ss) || si >= PyList_GET_SIZE(scope_names)) { rc = WALK_FAIL; break; }
+            PyObject *scope_name = PyList_GET_ITEM(scope_names, si);
+            Py_ssize_t pi = 0;
+            while (rc == 0 && ss.p < ss.end) {
+                Rd raw;
+                if (rd_tag(&ss, &field, &wire)) { rc = WALK_FAIL; break; }
+                if (!(field == 2 && wire == 2)) {
+                    if (rd_skip(&ss, wire)) rc = WALK_FAIL;
+                    continue;
+                }
+                if (rd_len(&ss, &raw) || read_span(raw, span)) { rc = WALK_FAIL; break; }
+                int r = needs_python(span, plan, rd_size(raw), resource_problem)
+                    ? 1 : span_row(out, plan, span, resource, scope_name, b);
+                if (r < 0) { rc = -1; break; }
+                if (r == 1) {
+                    if (append_steal(out->python_spans, Py_BuildValue("(nnnn)", out->rows, ri, si, pi))
+                        || append_placeholder_row(out, n_columns)) { rc = -1; break; }
+                    out->rows++;
+                }
+                pi++;
+            }
+            si++;
+        }
+        ri++;
+    }
+    PyMem_Free(span);
+    return rc;
+}
+
+static PyObject *scan(PyObject *self, PyObject *args) {
+    Py_buffer body;
+    PyObject *plan_tuple, *resources, *scopes;
+    if (!PyArg_ParseTuple(args, "y*OO!O!:scan", &body, &plan_tuple, &PyList_Type, &resources, &PyList_Type, &scopes))
+        return NULL;
+    Plan plan;
+    Py_ssize_t allocated = 0;
+    Out out = {0};
+    Buf b = {0};
+    PyObject *result = NULL;
+    if (parse_plan(plan_tuple, &plan)) goto end;
+    Py_ssize_t n_columns = N_BASE + plan.n_promoted;
+    out.columns = PyMem_Calloc((size_t)n_columns, sizeof(PyObject *));
+    if (!out.columns) { PyErr_NoMemory(); goto end; }
+    allocated = n_columns;
+    for (Py_ssize_t i = 0; i < n_columns; i++)
+        if (!(out.columns[i] = PyList_New(0))) goto end;
+    if (!(out.python_spans = PyList_New(0)) || !(out.finish = PyList_New(0))) goto end;
+    Rd r = {(const uint8_t *)body.buf, (const uint8_t *)body.buf + body.len};
+    int rc = scan_body(r, &plan, resources, scopes, &out, &b);
+    if (rc < 0) goto end;
+    if (rc == WALK_FAIL) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto end;
+    }
+    PyObject *columns = PyList_New(n_columns);
+    if (!columns) goto end;
+    for (Py_ssize_t i = 0; i < n_columns; i++) {
+        PyList_SET_ITEM(columns, i, out.columns[i]);
+        out.columns[i] = NULL;
+    }
+    result = Py_BuildValue("(NOO)", columns, out.python_spans, out.finish);
+end:
+    for (Py_ssize_t i = 0; i < allocated; i++) Py_XDECREF(out.columns[i]);
+    PyMem_Free(out.columns);
+    Py_XDECREF(out.python_spans);
+    Py_XDECREF(out.finish);
+    PyMem_Free(b.data);
+    PyBuffer_Release(&body);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"scan", scan, METH_VARARGS,
+     "scan(body, plan, resources, scopes) -> (columns, python_spans, finish) or None.\n\n"
+     "The spans of a protobuf ExportTraceServiceRequest as columns in `_normalize._ROW_LAYOUT` order;\n"
+     "python_spans: (row, ri, si, pi) of placeholder rows the Python walk must fill or refuse;\n"
+     "finish: (row, needs target fallback, needs pricing). None: a body the Python walk must take."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_spanscan", "Native span scanner for the collector's receive path.", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__spanscan(void) { return PyModule_Create(&module); }
