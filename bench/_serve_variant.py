@@ -23,6 +23,8 @@ def _use_obvious_walk() -> None:
     from meritlens.collector import _ingest, _otlp
 
     def prepare(decoded: _otlp.DecodedRequest, limits: _otlp.SpanLimits, options):
+        if decoded.request is None:  # the receivers parse protobuf only as its lean view; the walk needs it whole
+            decoded = _otlp.decode(decoded.body, _otlp.PROTOBUF)
         obvious.check_spans(decoded.request, limits, decoded.refusals)
         batch = obvious.normalize(decoded.request, decoded.refusals, options)
         return batch, (batch.to_arrow() if batch.size else None)
