@@ -271,3 +271,28 @@ def test_byte_mutations_that_protobuf_accepts_read_the_same(seed, data):
         return  # refused before normalizing, whichever way it would be walked
     assert_same(body, WIDE)
     assert_same(body, TIGHT)
+
+
+@settings(max_examples=300, deadline=None)
+@given(seed=st.sampled_from(SEEDS), data=st.data())
+def test_the_scanner_survives_bodies_protobuf_refuses(seed, data):
+    """The receive path calls the scanner only on bodies protobuf parsed, but it must not depend on
+    that: on any bytes it returns columns of equal length, None (left to the Python walk), or raises."""
+    if data.draw(st.booleans()):
+        body = data.draw(st.binary(max_size=300))
+    else:
+        body = bytearray(seed)
+        for _ in range(data.draw(st.integers(1, 4))):
+            at = data.draw(st.integers(0, len(body) - 1))
+            body[at] = data.draw(st.integers(0, 255))
+        body = bytes(body[:data.draw(st.integers(0, len(body)))])
+    plan = _normalize._scan_plan(FILLING, _otlp.SpanChecks(_otlp.LeanRequest(), TIGHT, 0))
+    resources = [("svc", "{}", ((0, "t"),), False)] * 4
+    try:
+        scanned = _normalize._spanscan.scan(body, plan, resources, [[None] * 4] * 4)
+    except (DecodeError, UnicodeDecodeError):
+        return  # an attribute or a text that is not valid protobuf
+    if scanned is not None:
+        columns, python_spans, finish = scanned
+        assert len({len(column) for column in columns}) == 1
+        assert all(0 <= row < len(columns[0]) for row, *_ in python_spans + finish)
