@@ -7,8 +7,8 @@ the same run:
 
 * obvious: the walk the collector had before issue 7 (bench/_obvious_normalize.py): every attribute
   becomes Python objects, the leftover attributes a dict JSON-encoded per span;
-* production: `meritlens.collector._otlp.decode` then `meritlens.collector._ingest.prepare`, exactly
-  what the receivers run for a request.
+* production: `meritlens.collector._otlp.decode_lean` then `meritlens.collector._ingest.prepare` (the native
+  span scanner), exactly what the receivers run for a request.
 
 Workloads: `loadgen` (the spans carry their cost) and `unpriced` (the same spans without
 `meritlens.cost.usd`, so the collector prices each one, as for spans of other instrumentations).
@@ -213,7 +213,7 @@ def stage_breakdown(bodies: list[bytes], spans: int) -> dict[str, float]:
         decoded = _otlp.decode_lean(body, _otlp.PROTOBUF)
         t1 = time.perf_counter()
         checks = _otlp.SpanChecks(decoded.lean, LIMITS, len(body))
-        batch = _ingest.normalize(decoded.lean, decoded.refusals, OPTIONS, checks=checks)
+        batch = _ingest.normalize(decoded.lean, decoded.refusals, OPTIONS, checks=checks, body=body)
         t2 = time.perf_counter()
         batch.to_arrow()
         t3 = time.perf_counter()

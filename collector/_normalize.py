@@ -191,22 +191,22 @@ class SpanBatch:
     """Normalized rows ready for the store, and the spans refused with their reasons."""
 
     rows: list[tuple] = field(default_factory=list)
-    """One tuple per span, in `_ROW_LAYOUT` order (when ``columns`` is None)."""
+    """One tuple per span, in `_ROW_LAYOUT` order (when ``arrays`` is None)."""
     refused: list[str] = field(default_factory=list)
-    columns: list[list] | None = None
-    """The rows as one list per column, in `_ROW_LAYOUT` order (the native scanner's output)."""
+    arrays: list[pa.Array] | None = None
+    """The rows as one Arrow array per column, in `_ROW_LAYOUT` order (the native scanner's output)."""
 
     @property
     def size(self) -> int:
-        return len(self.columns[0]) if self.columns is not None else len(self.rows)
+        return len(self.arrays[0]) if self.arrays is not None else len(self.rows)
 
     def to_arrow(self) -> pa.Table:
         """The rows as an Arrow table in the `spans` row schema (every column but received_at)."""
-        if self.columns is not None:
-            values = self.columns
+        if self.arrays is not None:
+            arrays = dict(zip(_ROW_LAYOUT, self.arrays))
         else:
             values = zip(*self.rows) if self.rows else ((),) * len(_ROW_LAYOUT)
-        arrays = {name: pa.array(column, type=_ARROW_TYPES[name]) for name, column in zip(_ROW_LAYOUT, values)}
+            arrays = {name: pa.array(column, type=_ARROW_TYPES[name]) for name, column in zip(_ROW_LAYOUT, values)}
         start, end = arrays["start_unix_nano"], arrays["end_unix_nano"]
         # Times are checked to lie in 1..2**63-1 ns, so integer division is floor division.
         arrays["start_time"] = pc.divide(start, 1000).cast(_TS)
@@ -545,9 +545,14 @@ def _span_row(span, position, refusals, checks, resource: _ResourceContext, scop
 
 
 # --- the native scanner's side ---------------------------------------------------------------------
-_BASE_COLUMNS = len(_ROW_LAYOUT) - len(_PROMOTED_COLUMNS)
 _COLUMN = {name: i for i, name in enumerate(_ROW_LAYOUT)}
 _FIRST_CHUNK_NAMES = tuple(name.encode() for name in sorted(FIRST_CHUNK_EVENTS))
+# The scanner's column kinds (K_* in _spanscan.c), by Arrow type; it builds each column's buffers.
+_KINDS = {pa.string(): 0, pa.int8(): 1, pa.int32(): 2, pa.int64(): 3, pa.float64(): 4, pa.bool_(): 5}
+_PROMOTED_KINDS = tuple(_KINDS[_ARROW_TYPES[column]] for column in _PROMOTED_COLUMNS)
+_FINISH_INPUTS = ("request_model", "response_model", "provider", "input_tokens", "output_tokens",
+                  "cache_read_tokens", "cache_creation_tokens", "reasoning_tokens")
+"""The promoted columns `_fallback_target` and `_price` read."""
 
 
 def _scan_plan(options: NormalizeOptions, checks: _otlp.SpanChecks | None) -> tuple:
@@ -558,8 +563,18 @@ def _scan_plan(options: NormalizeOptions, checks: _otlp.SpanChecks | None) -> tu
         c.ROLE, c.COST_USD, c.COST_PRICED_BY, c.ROLE_APPLICATION,
         checks.limits.max_attributes if checks is not None else _INT64_MAX,
         -1 if checks is None or checks.texts_fit else checks.limits.max_attribute_bytes,
-        options.price is not None, bool(options.target_fallback),
+        options.price is not None, bool(options.target_fallback), _PROMOTED_KINDS,
     )
+
+
+def _array(name: str, rows: int, buffers: tuple) -> pa.Array:
+    """One column the scanner built: (validity or None, offsets or None, data, null count)."""
+    validity, offsets, data, nulls = buffers
+    parts = [None if validity is None else pa.py_buffer(validity)]
+    if offsets is not None:
+        parts.append(pa.py_buffer(offsets))
+    parts.append(pa.py_buffer(data))
+    return pa.Array.from_buffers(_ARROW_TYPES[name], rows, parts, null_count=nulls)
 
 
 def _scan_normalize(lean, body: bytes, options: NormalizeOptions, checks) -> SpanBatch:
@@ -575,39 +590,51 @@ def _scan_normalize(lean, body: bytes, options: NormalizeOptions, checks) -> Spa
     scanned = _spanscan.scan(body, _scan_plan(options, checks), resources, scopes)
     if scanned is None:  # a body shape the scanner leaves to the Python walk (protobuf groups)
         return _normalize(lean, None, options, checks)
-    columns, python_spans, finish = scanned
-    batch = SpanBatch(columns=columns)
-    for row, needs_target, needs_price in finish:
-        _finish_row(columns, row, needs_target, needs_price, options)
-    refused_rows = []
+    columns, rows, python_spans, finish = scanned
+    arrays = [_array(name, rows, buffers) for name, buffers in zip(_ROW_LAYOUT, columns)]
+    batch = SpanBatch(arrays=arrays)
+    if finish:
+        _finish_rows(arrays, finish, options)
+    if python_spans:
+        _python_rows(batch, lean, python_spans, checks, contexts, scopes, options)
+    return batch
+
+
+def _finish_rows(arrays: list[pa.Array], finish: list[tuple[int, bool, bool]], options: NormalizeOptions) -> None:
+    """The fallback target and the collector's price of scanned rows, as `_span_row` sets them."""
+    at = pa.array([row for row, _, _ in finish], type=pa.int64())
+    picked = {name: arrays[_COLUMN[name]].take(at).to_pylist()
+              for name in (*_FINISH_INPUTS, "service_name", "scope_name", "end_unix_nano")}
+    patched = {name: arrays[_COLUMN[name]].to_pylist() for name in ("target_id", "cost_usd", "attributes")}
+    for k, (row, needs_target, needs_price) in enumerate(finish):
+        values = {name: picked[name][k] for name in _FINISH_INPUTS if picked[name][k] is not None}
+        if needs_target:
+            patched["target_id"][row] = _fallback_target(
+                options.target_fallback, values, picked["service_name"][k], picked["scope_name"][k])
+        if needs_price:
+            cost = _price(options.price, values, picked["end_unix_nano"][k])
+            if cost is not None:
+                patched["cost_usd"][row] = cost
+                attributes = patched["attributes"][row]  # the scanner left spans that already say it
+                patched["attributes"][row] = ("{" + _PRICED_BY_COLLECTOR + "}" if attributes is None
+                                              else attributes[:-1] + "," + _PRICED_BY_COLLECTOR + "}")
+    for name, values in patched.items():
+        arrays[_COLUMN[name]] = pa.array(values, type=_ARROW_TYPES[name])
+
+
+def _python_rows(batch: SpanBatch, lean, python_spans, checks, contexts, scopes, options: NormalizeOptions) -> None:
+    """Fill the placeholder rows of the spans the scanner left with `_span_row`; drop the refused ones."""
+    columns = [array.to_pylist() for array in batch.arrays]
+    refused_rows = set()
     for row, ri, si, pi in python_spans:
         span = lean.resource_spans[ri].scope_spans[si].spans[pi]
         result = _span_row(span, (ri, si, pi), None, checks, contexts[ri], scopes[ri][si], options)
         if isinstance(result, str):
             batch.refused.append(result)
-            refused_rows.append(row)
+            refused_rows.add(row)
         else:
             for column, value in zip(columns, result):
                 column[row] = value
     if refused_rows:
-        refused = set(refused_rows)
-        keep = [i for i in range(len(columns[0])) if i not in refused]
-        batch.columns = [[column[i] for i in keep] for column in columns]
-    return batch
-
-
-def _finish_row(columns: list[list], row: int, needs_target: bool, needs_price: bool, options: NormalizeOptions):
-    """The fallback target and the collector's price of a scanned row, as `_span_row` sets them."""
-    values = {name: columns[_BASE_COLUMNS + i][row] for i, name in enumerate(_PROMOTED_COLUMNS)
-              if columns[_BASE_COLUMNS + i][row] is not None}
-    if needs_target:
-        target = _fallback_target(options.target_fallback, values, columns[_COLUMN["service_name"]][row],
-                                  columns[_COLUMN["scope_name"]][row])
-        columns[_COLUMN["target_id"]][row] = values["target_id"] = target
-    if needs_price:
-        cost = _price(options.price, values, columns[_COLUMN["end_unix_nano"]][row])
-        if cost is not None:
-            columns[_COLUMN["cost_usd"]][row] = cost
-            attributes = columns[_COLUMN["attributes"]][row]  # the scanner left spans that already say it
-            columns[_COLUMN["attributes"]][row] = (
-                "{" + _PRICED_BY_COLLECTOR + "}" if attributes is None else attributes[:-1] + "," + _PRICED_BY_COLLECTOR + "}")
+        columns = [[value for i, value in enumerate(column) if i not in refused_rows] for column in columns]
+    batch.arrays = [pa.array(column, type=_ARROW_TYPES[name]) for name, column in zip(_ROW_LAYOUT, columns)]

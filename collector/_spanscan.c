@@ -145,6 +145,7 @@ typedef struct {
     long long max_attributes;
     long long max_span_bytes;  /* -1: no span's texts can be over the byte limit */
     int price, fallback;
+    int kinds[MAX_PROMOTED];   /* each promoted column's kind (K_*) */
 } Plan;
 
 /* One attribute as `_normalize._Attribute`: (key, json, column, rank, value, kept, slot). */
@@ -185,17 +186,145 @@ static int texts_json_object(Buf *b, Texts *t) {
     return buf_char(b, '}');
 }
 
-static PyObject *hex_id(Rd s) {
-    static const char hex[] = "0123456789abcdef";
-    size_t n = rd_size(s);
-    PyObject *u = PyUnicode_New((Py_ssize_t)(2 * n), 127);
-    if (!u) return NULL;
-    Py_UCS1 *d = PyUnicode_1BYTE_DATA(u);
-    for (size_t i = 0; i < n; i++) {
-        d[2 * i] = (Py_UCS1)hex[s.p[i] >> 4];
-        d[2 * i + 1] = (Py_UCS1)hex[s.p[i] & 15];
+/* --- Arrow columns ---------------------------------------------------------------------------------
+ * Each column is built as the buffers of an Arrow array (validity bitmap, offsets, data), which
+ * `_normalize` wraps with `pyarrow.Array.from_buffers`: no Python object per value. */
+enum { K_STR, K_I8, K_I32, K_I64, K_F64, K_BOOL, N_KINDS };
+
+typedef struct {
+    int kind;
+    Buf valid, offsets, data;
+    Py_ssize_t n, nulls;
+} Col;
+
+static int put_bit(Buf *b, Py_ssize_t i, int on) {
+    if ((i & 7) == 0 && buf_char(b, 0)) return -1;
+    if (on) b->data[i >> 3] |= (char)(1 << (i & 7));
+    return 0;
+}
+
+static int col_offset(Col *c) {
+    if (c->data.len > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "a string column of one request is over 2 GiB");
+        return -1;
     }
-    return u;
+    int32_t end = (int32_t)c->data.len;
+    return buf_put(&c->offsets, (const char *)&end, 4);
+}
+
+static int col_init(Col *c, int kind) {
+    memset(c, 0, sizeof *c);
+    c->kind = kind;
+    return kind == K_STR ? col_offset(c) : 0;
+}
+
+static void col_free(Col *c) {
+    PyMem_Free(c->valid.data);
+    PyMem_Free(c->offsets.data);
+    PyMem_Free(c->data.data);
+}
+
+static int col_null(Col *c) {
+    static const char zeros[8] = {0};
+    static const size_t width[N_KINDS] = {0, 1, 4, 8, 8, 0};
+    if (put_bit(&c->valid, c->n, 0)) return -1;
+    int rc = c->kind == K_STR ? col_offset(c) : c->kind == K_BOOL ? put_bit(&c->data, c->n, 0)
+                                                                   : buf_put(&c->data, zeros, width[c->kind]);
+    if (rc) return -1;
+    c->nulls++;
+    c->n++;
+    return 0;
+}
+
+static int col_str(Col *c, const char *s, size_t n) {
+    if (put_bit(&c->valid, c->n, 1) || buf_put(&c->data, s, n) || col_offset(c)) return -1;
+    c->n++;
+    return 0;
+}
+
+static int col_fixed(Col *c, const void *v, size_t width) {
+    if (put_bit(&c->valid, c->n, 1) || buf_put(&c->data, v, width)) return -1;
+    c->n++;
+    return 0;
+}
+
+static int col_i8(Col *c, int8_t v) { return col_fixed(c, &v, 1); }
+static int col_i64(Col *c, int64_t v) { return col_fixed(c, &v, 8); }
+static int col_f64(Col *c, double v) { return col_fixed(c, &v, 8); }
+
+static int col_hex(Col *c, Rd s) {
+    static const char hex[] = "0123456789abcdef";
+    char out[64];
+    size_t n = rd_size(s);
+    if (n > 32) return -1; /* IDs are 8 or 16 bytes here */
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = hex[s.p[i] >> 4];
+        out[2 * i + 1] = hex[s.p[i] & 15];
+    }
+    return col_str(c, out, 2 * n);
+}
+
+static int col_text(Col *c, PyObject *text) {
+    if (text == NULL || text == Py_None) return col_null(c);
+    Py_ssize_t n;
+    const char *s = PyUnicode_AsUTF8AndSize(text, &n);
+    return s ? col_str(c, s, (size_t)n) : -1;
+}
+
+/* A Python value (a promoted attribute's typed value) in its column's kind; NULL or None: null. */
+static int col_object(Col *c, PyObject *v) {
+    if (v == NULL || v == Py_None) return col_null(c);
+    switch (c->kind) {
+    case K_STR: return col_text(c, v);
+    case K_I64: {
+        long long x = PyLong_AsLongLong(v);
+        if (x == -1 && PyErr_Occurred()) return -1;
+        return col_i64(c, (int64_t)x);
+    }
+    case K_I32: {
+        long long x = PyLong_AsLongLong(v);
+        if (x == -1 && PyErr_Occurred()) return -1;
+        if (x < INT32_MIN || x > INT32_MAX) {
+            PyErr_SetString(PyExc_OverflowError, "a value is out of its int32 column's range");
+            return -1;
+        }
+        int32_t y = (int32_t)x;
+        return col_fixed(c, &y, 4);
+    }
+    case K_I8: {
+        long x = PyLong_AsLong(v);
+        if (x == -1 && PyErr_Occurred()) return -1;
+        return col_i8(c, (int8_t)x);
+    }
+    case K_F64: {
+        double x = PyFloat_AsDouble(v);
+        if (x == -1.0 && PyErr_Occurred()) return -1;
+        return col_f64(c, x);
+    }
+    case K_BOOL: {
+        int x = PyObject_IsTrue(v);
+        if (x < 0 || put_bit(&c->valid, c->n, 1) || put_bit(&c->data, c->n, x)) return -1;
+        c->n++;
+        return 0;
+    }
+    }
+    return -1;
+}
+
+/* (validity or None, offsets or None, data, null count) for `pyarrow.Array.from_buffers`. */
+static PyObject *col_buffers(Col *c) {
+    PyObject *valid = c->nulls ? PyBytes_FromStringAndSize(c->valid.data, (Py_ssize_t)c->valid.len)
+                               : (Py_INCREF(Py_None), Py_None);
+    PyObject *offsets = c->kind == K_STR ? PyBytes_FromStringAndSize(c->offsets.data, (Py_ssize_t)c->offsets.len)
+                                         : (Py_INCREF(Py_None), Py_None);
+    PyObject *data = PyBytes_FromStringAndSize(c->data.data ? c->data.data : "", (Py_ssize_t)c->data.len);
+    if (!valid || !offsets || !data) {
+        Py_XDECREF(valid);
+        Py_XDECREF(offsets);
+        Py_XDECREF(data);
+        return NULL;
+    }
+    return Py_BuildValue("(NNNn)", valid, offsets, data, c->nulls);
 }
 
 static int all_zero(Rd s) {
@@ -282,7 +411,7 @@ static int needs_python(const Span *s, const Plan *plan, size_t span_bytes, int 
 }
 
 typedef struct {
-    PyObject **columns;         /* N_BASE + n_promoted lists */
+    Col *columns;               /* N_BASE + n_promoted */
     PyObject *python_spans;     /* list of (row, ri, si, pi) */
     PyObject *finish;           /* list of (row, needs target, needs price) */
     Py_ssize_t rows;
@@ -297,20 +426,109 @@ static int append_steal(PyObject *list, PyObject *item) {
 
 static int append_placeholder_row(Out *out, Py_ssize_t n_columns) {
     for (Py_ssize_t i = 0; i < n_columns; i++)
-        if (PyList_Append(out->columns[i], Py_None)) return -1;
+        if (col_null(&out->columns[i])) return -1;
     return 0;
 }
 
-/* An attribute from the cache, checked to have the `_Attribute` shape; a new reference. */
+/* --- serialized KeyValue -> _Attribute, remembered in C ----------------------------------------------
+ * The same bounded memo as `_normalize._attributes` (whose misses decode the KeyValue), kept here too
+ * so that a repeated attribute costs a hash and a memcmp instead of a bytes object and a dict look-up.
+ * Only used with the GIL held; a miss calls into Python, which may let another thread in, so nothing
+ * found before that call is used after it. Emptied whole when full, as the Python memo is. */
+#define MEMO_SLOTS 16384 /* a power of two, twice the entries */
+#define MEMO_ENTRIES 8192
+#define MEMO_MAX_KEY 256
+
+typedef struct {
+    uint64_t hash;
+    size_t len;
+    uint8_t *key;      /* NULL: an empty slot */
+    PyObject *value;
+} MemoSlot;
+
+static MemoSlot memo[MEMO_SLOTS];
+static Py_ssize_t memo_count;
+static PyObject *memo_owner; /* the mapping the memo's values came from (held, so its address stays its own) */
+
+static uint64_t hash_bytes(const uint8_t *p, size_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ n;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = (((h << 5) | (h >> 59)) ^ w) * 0x51AF14D4C3E6A8B9ULL;
+        p += 8;
+        n -= 8;
+    }
+    uint64_t w = 0;
+    memcpy(&w, p, n);
+    h = (((h << 5) | (h >> 59)) ^ w) * 0x51AF14D4C3E6A8B9ULL;
+    return h ^ (h >> 29);
+}
+
+static void memo_clear(void) {
+    for (Py_ssize_t i = 0; i < MEMO_SLOTS; i++) {
+        if (memo[i].key) {
+            PyMem_Free(memo[i].key);
+            Py_DECREF(memo[i].value);
+            memo[i].key = NULL;
+            memo[i].value = NULL;
+        }
+    }
+    memo_count = 0;
+}
+
+/* The slot holding raw (found) or the empty slot where it belongs. */
+static MemoSlot *memo_slot(Rd raw, uint64_t hash) {
+    size_t n = rd_size(raw);
+    for (size_t i = (size_t)hash & (MEMO_SLOTS - 1);; i = (i + 1) & (MEMO_SLOTS - 1)) {
+        MemoSlot *slot = &memo[i];
+        if (!slot->key || (slot->hash == hash && slot->len == n && memcmp(slot->key, raw.p, n) == 0)) return slot;
+    }
+}
+
+/* An attribute from the memo or the Python cache, checked to have the `_Attribute` shape; a new reference. */
 static PyObject *lookup_attribute(const Plan *plan, Rd raw) {
-    PyObject *key = PyBytes_FromStringAndSize((const char *)raw.p, (Py_ssize_t)rd_size(raw));
+    size_t n = rd_size(raw);
+    uint64_t hash = 0;
+    if (n <= MEMO_MAX_KEY) {
+        if (memo_owner != plan->attributes) {
+            memo_clear();
+            Py_XDECREF(memo_owner);
+            Py_INCREF(plan->attributes);
+            memo_owner = plan->attributes;
+        }
+        hash = hash_bytes(raw.p, n);
+        MemoSlot *slot = memo_slot(raw, hash);
+        if (slot->key) {
+            Py_INCREF(slot->value);
+            return slot->value;
+        }
+    }
+    PyObject *key = PyBytes_FromStringAndSize((const char *)raw.p, (Py_ssize_t)n);
     if (!key) return NULL;
     PyObject *attr = PyObject_GetItem(plan->attributes, key);
     Py_DECREF(key);
-    if (attr && (!PyTuple_Check(attr) || PyTuple_GET_SIZE(attr) != 7)) {
+    if (!attr) return NULL;
+    if (!PyTuple_Check(attr) || PyTuple_GET_SIZE(attr) != 7) {
         Py_DECREF(attr);
         PyErr_SetString(PyExc_TypeError, "the attribute cache must give 7-tuples (_Attribute)");
         return NULL;
+    }
+    if (n <= MEMO_MAX_KEY && memo_owner == plan->attributes) {
+        if (memo_count >= MEMO_ENTRIES) memo_clear();
+        MemoSlot *slot = memo_slot(raw, hash); /* looked up again: another thread may have added it */
+        if (!slot->key) {
+            uint8_t *copy = PyMem_Malloc(n ? n : 1);
+            if (copy) {
+                memcpy(copy, raw.p, n);
+                slot->key = copy;
+                slot->len = n;
+                slot->hash = hash;
+                slot->value = attr;
+                Py_INCREF(attr);
+                memo_count++;
+            }
+        }
     }
     return attr;
 }
@@ -345,8 +563,15 @@ static int event_json(Buf *b, const Plan *plan, Rd ev, uint64_t span_start, int 
         *too_many = 1;
         return 0;
     }
-    char number[32];
-    int digits = snprintf(number, sizeof number, "%llu", (unsigned long long)t);
+    char number[24];
+    int digits = 0;
+    char reversed[24];
+    uint64_t rest = t;
+    do {
+        reversed[digits++] = (char)('0' + rest % 10);
+        rest /= 10;
+    } while (rest);
+    for (int i = 0; i < digits; i++) number[i] = reversed[digits - 1 - i];
     if (buf_put(b, "{\"name\":", 8) || buf_json_string(b, name)
         || buf_put(b, ",\"time_unix_nano\":", 18) || buf_put(b, number, (size_t)digits)
         || buf_put(b, ",\"attributes\":", 14))
@@ -379,7 +604,8 @@ static int event_json(Buf *b, const Plan *plan, Rd ev, uint64_t span_start, int 
 
 /* Normalize one span into the output columns; returns 1 when it turns out to need the Python walk
  * (nothing appended), 0 when its row was appended, -1 on error. */
-static int span_row(Out *out, const Plan *plan, const Span *s, PyObject *resource, PyObject *scope_name, Buf *b) {
+static int span_row(Out *out, const Plan *plan, const Span *s, PyObject *resource, PyObject *scope_name, Buf *b,
+                    Buf *attributes) {
     PyObject *attrs[MAX_ATTRS];
     PyObject *values[MAX_PROMOTED] = {0};
     long held_rank[MAX_PROMOTED];
@@ -420,70 +646,52 @@ static int span_row(Out *out, const Plan *plan, const Span *s, PyObject *resourc
     if (!values[plan->role_slot] && texts_find(&rest, plan->role_key) < 0)
         values[plan->role_slot] = plan->application_role;
 
-    PyObject *events_json = Py_None;
-    Py_INCREF(Py_None);
+    int need_target = plan->fallback && !values[plan->target_slot];
+    int need_price = plan->price && !values[plan->cost_slot] && texts_find(&rest, plan->cost_key) < 0;
+    if (need_price && texts_find(&rest, plan->priced_by_key) >= 0) { rc = 1; goto done; }
+    b->len = 0;
     if (s->n_events) {
-        b->len = 0;
         int want = values[plan->ttft_slot] == NULL, too_many = 0;
-        if (buf_char(b, '[')) goto done_events;
+        if (buf_char(b, '[')) goto done;
         for (int i = 0; i < s->n_events; i++) {
             PyObject *found = NULL;
             if ((i && buf_char(b, ','))
                 || event_json(b, plan, s->events[i], s->start, want, &found, &too_many))
-                goto done_events;
-            if (too_many) { rc = 1; goto done_events; }
+                goto done;
+            if (too_many) { rc = 1; goto done; }
             if (found) { first_chunk_s = found; want = 0; }
         }
-        if (buf_char(b, ']')) goto done_events;
-        Py_DECREF(events_json);
-        events_json = PyUnicode_FromStringAndSize(b->data, (Py_ssize_t)b->len);
-        if (!events_json) goto done;
+        if (buf_char(b, ']')) goto done;
         if (first_chunk_s) values[plan->ttft_slot] = first_chunk_s;
     }
-    int need_target = plan->fallback && !values[plan->target_slot];
-    int need_price = plan->price && !values[plan->cost_slot] && texts_find(&rest, plan->cost_key) < 0;
-    if (need_price && texts_find(&rest, plan->priced_by_key) >= 0) { rc = 1; goto done_events; }
+    attributes->len = 0;
+    if (rest.n && texts_json_object(attributes, &rest)) goto done;
 
-    PyObject *attributes_json = Py_None;
-    Py_INCREF(Py_None);
-    if (rest.n) {
-        b->len = 0;
-        if (texts_json_object(b, &rest)) { Py_DECREF(attributes_json); goto done_events; }
-        Py_DECREF(attributes_json);
-        attributes_json = PyUnicode_FromStringAndSize(b->data, (Py_ssize_t)b->len);
-        if (!attributes_json) goto done_events;
-    }
     Py_ssize_t row = out->rows;
-    PyObject **c = out->columns;
-    size_t parent = rd_size(s->parent);
-    PyObject *message = rd_size(s->status_message)
-        ? PyUnicode_DecodeUTF8((const char *)s->status_message.p, (Py_ssize_t)rd_size(s->status_message), NULL)
-        : (Py_INCREF(Py_None), Py_None);
-    /* the two new references first, so that a failure cannot leak them */
-    if (append_steal(c[COL_ATTRIBUTES], attributes_json) || append_steal(c[COL_STATUS_MESSAGE], message)
-        || append_steal(c[COL_TRACE_ID], hex_id(s->trace_id)) || append_steal(c[COL_SPAN_ID], hex_id(s->span_id))
-        || append_steal(c[COL_PARENT], parent ? hex_id(s->parent) : (Py_INCREF(Py_None), Py_None))
-        || append_steal(c[COL_NAME], PyUnicode_DecodeUTF8((const char *)s->name.p, (Py_ssize_t)rd_size(s->name), NULL))
-        || append_steal(c[COL_KIND], PyLong_FromLong(as_int32(s->kind)))
-        || append_steal(c[COL_START], PyLong_FromUnsignedLongLong(s->start))
-        || append_steal(c[COL_END], PyLong_FromUnsignedLongLong(s->end))
-        || append_steal(c[COL_STATUS_CODE], PyLong_FromLong(as_int32(s->status_code)))
-        || PyList_Append(c[COL_SERVICE], PyTuple_GET_ITEM(resource, 0))
-        || PyList_Append(c[COL_SCOPE], scope_name)
-        || PyList_Append(c[COL_RESOURCE], PyTuple_GET_ITEM(resource, 1))
-        || PyList_Append(c[COL_EVENTS], events_json)
-        || PyList_Append(c[COL_LINKS], Py_None)) {
-        goto done_events;
-    }
+    Col *c = out->columns;
+    if (col_hex(&c[COL_TRACE_ID], s->trace_id) || col_hex(&c[COL_SPAN_ID], s->span_id)
+        || (rd_size(s->parent) ? col_hex(&c[COL_PARENT], s->parent) : col_null(&c[COL_PARENT]))
+        || col_str(&c[COL_NAME], (const char *)s->name.p, rd_size(s->name))
+        || col_i8(&c[COL_KIND], (int8_t)as_int32(s->kind))
+        || col_i64(&c[COL_START], (int64_t)s->start) || col_i64(&c[COL_END], (int64_t)s->end)
+        || col_i8(&c[COL_STATUS_CODE], (int8_t)as_int32(s->status_code))
+        || (rd_size(s->status_message) ? col_str(&c[COL_STATUS_MESSAGE], (const char *)s->status_message.p,
+                                                 rd_size(s->status_message))
+                                       : col_null(&c[COL_STATUS_MESSAGE]))
+        || col_text(&c[COL_SERVICE], PyTuple_GET_ITEM(resource, 0))
+        || col_text(&c[COL_SCOPE], scope_name)
+        || (rest.n ? col_str(&c[COL_ATTRIBUTES], attributes->data, attributes->len) : col_null(&c[COL_ATTRIBUTES]))
+        || col_text(&c[COL_RESOURCE], PyTuple_GET_ITEM(resource, 1))
+        || (s->n_events ? col_str(&c[COL_EVENTS], b->data, b->len) : col_null(&c[COL_EVENTS]))
+        || col_null(&c[COL_LINKS]))
+        goto done;
     for (Py_ssize_t i = 0; i < np; i++)
-        if (PyList_Append(c[N_BASE + i], values[i] ? values[i] : Py_None)) goto done_events;
+        if (col_object(&c[N_BASE + i], values[i])) goto done;
     if (need_target || need_price) {
-        if (append_steal(out->finish, Py_BuildValue("(nii)", row, need_target, need_price))) goto done_events;
+        if (append_steal(out->finish, Py_BuildValue("(nii)", row, need_target, need_price))) goto done;
     }
     out->rows++;
     rc = 0;
-done_events:
-    Py_DECREF(events_json);
 done:
     Py_XDECREF(first_chunk_s);
     for (int i = 0; i < n && i < s->n_attrs; i++) Py_XDECREF(attrs[i]);
@@ -491,8 +699,8 @@ done:
 }
 
 static int parse_plan(PyObject *t, Plan *p) {
-    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 15) {
-        PyErr_SetString(PyExc_TypeError, "plan must be a 15-tuple (see _normalize._scan_plan)");
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 16) {
+        PyErr_SetString(PyExc_TypeError, "plan must be a 16-tuple (see _normalize._scan_plan)");
         return -1;
     }
     p->attributes = PyTuple_GET_ITEM(t, 0);
@@ -518,6 +726,20 @@ static int parse_plan(PyObject *t, Plan *p) {
         PyErr_SetString(PyExc_ValueError, "plan is not a valid scan plan");
         return -1;
     }
+    PyObject *kinds = PyTuple_GET_ITEM(t, 15);
+    if (!PyTuple_Check(kinds) || PyTuple_GET_SIZE(kinds) != p->n_promoted) {
+        PyErr_SetString(PyExc_ValueError, "plan's column kinds must be a tuple, one per promoted column");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < p->n_promoted; i++) {
+        long kind = PyLong_AsLong(PyTuple_GET_ITEM(kinds, i));
+        if (kind < 0 || kind >= N_KINDS) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_ValueError, "plan's column kinds must be numbers of kinds the scanner knows");
+            return -1;
+        }
+        p->kinds[i] = (int)kind;
+    }
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(p->first_chunk); i++)
         if (!PyBytes_Check(PyTuple_GET_ITEM(p->first_chunk, i))) {
             PyErr_SetString(PyExc_TypeError, "first-chunk event names must be bytes");
@@ -528,7 +750,8 @@ static int parse_plan(PyObject *t, Plan *p) {
 
 #define WALK_FAIL 1 /* a shape left to the Python walk */
 
-static int scan_body(Rd body, const Plan *plan, PyObject *resources, PyObject *scopes, Out *out, Buf *b) {
+static int scan_body(Rd body, const Plan *plan, PyObject *resources, PyObject *scopes, Out *out, Buf *b,
+                     Buf *attributes) {
     Py_ssize_t ri = 0, n_columns = N_BASE + plan->n_promoted;
     Span *span = PyMem_Malloc(sizeof(Span));
     if (!span) { PyErr_NoMemory(); return -1; }
@@ -572,7 +795,7 @@ static int scan_body(Rd body, const Plan *plan, PyObject *resources, PyObject *s
                 }
                 if (rd_len(&ss, &raw) || read_span(raw, span)) { rc = WALK_FAIL; break; }
                 int r = needs_python(span, plan, rd_size(raw), resource_problem)
-                    ? 1 : span_row(out, plan, span, resource, scope_name, b);
+                    ? 1 : span_row(out, plan, span, resource, scope_name, b, attributes);
                 if (r < 0) { rc = -1; break; }
                 if (r == 1) {
                     if (append_steal(out->python_spans, Py_BuildValue("(nnnn)", out->rows, ri, si, pi))
@@ -589,6 +812,10 @@ static int scan_body(Rd body, const Plan *plan, PyObject *resources, PyObject *s
     return rc;
 }
 
+static const int BASE_KINDS[N_BASE] = {
+    K_STR, K_STR, K_STR, K_STR, K_I8, K_I64, K_I64, K_I8, K_STR, K_STR, K_STR, K_STR, K_STR, K_STR, K_STR,
+};
+
 static PyObject *scan(PyObject *self, PyObject *args) {
     Py_buffer body;
     PyObject *plan_tuple, *resources, *scopes;
@@ -597,18 +824,19 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     Plan plan;
     Py_ssize_t allocated = 0;
     Out out = {0};
-    Buf b = {0};
+    Buf b = {0}, attributes = {0};
     PyObject *result = NULL;
     if (parse_plan(plan_tuple, &plan)) goto end;
     Py_ssize_t n_columns = N_BASE + plan.n_promoted;
-    out.columns = PyMem_Calloc((size_t)n_columns, sizeof(PyObject *));
+    out.columns = PyMem_Calloc((size_t)n_columns, sizeof(Col));
     if (!out.columns) { PyErr_NoMemory(); goto end; }
-    allocated = n_columns;
-    for (Py_ssize_t i = 0; i < n_columns; i++)
-        if (!(out.columns[i] = PyList_New(0))) goto end;
+    for (; allocated < n_columns; allocated++) {
+        int kind = allocated < N_BASE ? BASE_KINDS[allocated] : plan.kinds[allocated - N_BASE];
+        if (col_init(&out.columns[allocated], kind)) { allocated++; goto end; }
+    }
     if (!(out.python_spans = PyList_New(0)) || !(out.finish = PyList_New(0))) goto end;
     Rd r = {(const uint8_t *)body.buf, (const uint8_t *)body.buf + body.len};
-    int rc = scan_body(r, &plan, resources, scopes, &out, &b);
+    int rc = scan_body(r, &plan, resources, scopes, &out, &b, &attributes);
     if (rc < 0) goto end;
     if (rc == WALK_FAIL) {
         result = Py_None;
@@ -618,24 +846,27 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     PyObject *columns = PyList_New(n_columns);
     if (!columns) goto end;
     for (Py_ssize_t i = 0; i < n_columns; i++) {
-        PyList_SET_ITEM(columns, i, out.columns[i]);
-        out.columns[i] = NULL;
+        PyObject *buffers = col_buffers(&out.columns[i]);
+        if (!buffers) { Py_DECREF(columns); goto end; }
+        PyList_SET_ITEM(columns, i, buffers);
     }
-    result = Py_BuildValue("(NOO)", columns, out.python_spans, out.finish);
+    result = Py_BuildValue("(NnOO)", columns, out.rows, out.python_spans, out.finish);
 end:
-    for (Py_ssize_t i = 0; i < allocated; i++) Py_XDECREF(out.columns[i]);
+    for (Py_ssize_t i = 0; i < allocated; i++) col_free(&out.columns[i]);
     PyMem_Free(out.columns);
     Py_XDECREF(out.python_spans);
     Py_XDECREF(out.finish);
     PyMem_Free(b.data);
+    PyMem_Free(attributes.data);
     PyBuffer_Release(&body);
     return result;
 }
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
-     "scan(body, plan, resources, scopes) -> (columns, python_spans, finish) or None.\n\n"
-     "The spans of a protobuf ExportTraceServiceRequest as columns in `_normalize._ROW_LAYOUT` order;\n"
+     "scan(body, plan, resources, scopes) -> (columns, rows, python_spans, finish) or None.\n\n"
+     "The spans of a protobuf ExportTraceServiceRequest as columns in `_normalize._ROW_LAYOUT` order,\n"
+     "each (validity or None, offsets or None, data, null count): the buffers of an Arrow array;\n"
      "python_spans: (row, ri, si, pi) of placeholder rows the Python walk must fill or refuse;\n"
      "finish: (row, needs target fallback, needs pricing). None: a body the Python walk must take."},
     {NULL, NULL, 0, NULL},

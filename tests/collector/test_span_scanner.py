@@ -70,16 +70,17 @@ def test_the_native_scanner_is_built_and_takes_ordinary_spans():
     checks = _otlp.SpanChecks(lean, WIDE, len(body))
     resources = [(None, None, (), False)]
     scanned = _normalize._spanscan.scan(body, _normalize._scan_plan(FILLING, checks), resources, [[None]])
-    columns, python_spans, finish = scanned
-    assert python_spans == [] and len(columns) == len(_normalize._ROW_LAYOUT)
-    assert columns[_normalize._COLUMN["trace_id"]] == [s.trace_id.hex() for s in spans]
+    columns, rows, python_spans, finish = scanned
+    assert python_spans == [] and len(columns) == len(_normalize._ROW_LAYOUT) and rows == 5
+    trace_ids = _normalize._array("trace_id", rows, columns[_normalize._COLUMN["trace_id"]])
+    assert trace_ids.to_pylist() == [s.trace_id.hex() for s in spans]
     assert [row for row, *_ in finish] == list(range(5))  # no cost: each is priced afterwards
     refused, table = assert_same(body)
     assert refused == [] and table.num_rows == 5
 
 
 def test_a_broken_plan_is_a_clear_error_not_a_crash():
-    with pytest.raises(TypeError, match="15-tuple"):
+    with pytest.raises(TypeError, match="16-tuple"):
         _normalize._spanscan.scan(b"", (), [], [])
     plan = list(_normalize._scan_plan(FILLING, None))
     plan[3] = 999  # the role slot
@@ -293,6 +294,8 @@ def test_the_scanner_survives_bodies_protobuf_refuses(seed, data):
     except (DecodeError, UnicodeDecodeError):
         return  # an attribute or a text that is not valid protobuf
     if scanned is not None:
-        columns, python_spans, finish = scanned
-        assert len({len(column) for column in columns}) == 1
-        assert all(0 <= row < len(columns[0]) for row, *_ in python_spans + finish)
+        columns, rows, python_spans, finish = scanned
+        arrays = [_normalize._array(name, rows, buffers) for name, buffers in zip(_normalize._ROW_LAYOUT, columns)]
+        for array in arrays:
+            array.validate(full=True)
+        assert all(0 <= row < rows for row, *_ in python_spans + finish)
