@@ -70,12 +70,30 @@ def _to_float(scaled: int, divisor: int = 1) -> float:
     return scaled / (divisor << SUM_SCALE)
 
 
+def _kth_of_two(a: np.ndarray, b: np.ndarray, k: int) -> float:
+    """The k-th smallest (0-based) value of the two sorted arrays together, by a binary search for
+    how many of the k + 1 smallest come from ``a``: O(log n), nothing merged or copied."""
+    lo, hi = max(0, k + 1 - b.size), min(k + 1, a.size)
+    while lo < hi:  # the fewest i from a such that b's (k + 1 - i)-th is not above a[i]
+        i = (lo + hi) // 2
+        if b[k - i] > a[i]:
+            lo = i + 1
+        else:
+            hi = i
+    taken_b = k + 1 - lo
+    if lo == 0:
+        return float(b[taken_b - 1])
+    if taken_b == 0:
+        return float(a[lo - 1])
+    return float(max(a[lo - 1], b[taken_b - 1]))
+
+
 class Multiset:
     """An exact multiset of doubles with insert, remove and k-th smallest.
 
     Few distinct values (rates, token counts, steps): value -> count. Many: a sorted base array plus
     a small sorted array of recent inserts, merged into the base when it grows past a fraction of it;
-    the k-th value is found without merging. Removing from the base costs a copy of it (removals
+    the k-th value is found without merging, by a binary search over both (`_kth_of_two`). Removing from the base costs a copy of it (removals
     come only from tasks that gain spans after they were first counted)."""
 
     __slots__ = ("_counts", "_base", "_recent", "n")
@@ -150,16 +168,7 @@ class Multiset:
             return [float(keys[int(np.searchsorted(ends, r, "right"))]) for r in ranks]
         if self._recent.size == 0:
             return [float(self._base[r]) for r in ranks]
-        # where each recent value sits in the merged order (after equal base values)
-        positions = np.arange(self._recent.size) + np.searchsorted(self._base, self._recent, "right")
-        out = []
-        for r in ranks:
-            before = int(np.searchsorted(positions, r, "left"))
-            if before < positions.size and positions[before] == r:
-                out.append(float(self._recent[before]))
-            else:
-                out.append(float(self._base[r - before]))
-        return out
+        return [_kth_of_two(self._base, self._recent, r) for r in ranks]
 
     def quantiles(self, qs: tuple[float, ...]) -> list[float]:
         """Continuous quantiles (linear interpolation between the two nearest ranks)."""

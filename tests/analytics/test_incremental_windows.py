@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from meritlens.analytics._accumulate import Multiset, StateMismatch, exact_sum, SUM_SCALE
+from meritlens.analytics._accumulate import Multiset, StateMismatch, _kth_of_two, exact_sum, SUM_SCALE
 from meritlens.collector._keyfilter import KeyFilter
 from meritlens.collector._store import SpanStore
 from meritlens.instrumentation import conventions as c
@@ -174,6 +174,16 @@ def test_multiset_order_statistics_match_a_sorted_list(data):
                 position = q * (len(ordered) - 1)
                 lo, hi = ordered[math.floor(position)], ordered[math.ceil(position)]
                 assert got == pytest.approx(lo + (hi - lo) * (position - math.floor(position)), rel=1e-12, abs=0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(a=st.lists(st.integers(0, 6), max_size=40), b=st.lists(st.integers(0, 6), max_size=40), data=st.data())
+def test_the_kth_value_of_two_sorted_arrays_is_that_of_their_merge(a, b, data):
+    if not a and not b:
+        return
+    merged = sorted(a + b)
+    k = data.draw(st.integers(0, len(merged) - 1))
+    assert _kth_of_two(np.array(sorted(a), dtype=float), np.array(sorted(b), dtype=float), k) == merged[k]
 
 
 def test_multiset_refuses_to_remove_what_it_does_not_hold():
