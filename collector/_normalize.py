@@ -12,6 +12,11 @@ into an `_Attribute` (its key, its JSON text, and the typed column value it may 
 remembered in a bounded cache, so a span's attributes cost a dictionary look-up each, and its
 `attributes` JSON is the joined texts of the attributes that stay. Rows are tuples; the Arrow
 columns are built once per batch, the time columns by Arrow casts from the nanosecond columns.
+
+On the receive path a protobuf body goes to the native scanner (`collector/_spanscan.c`), which does
+the same per-span work straight from the body's bytes into Arrow buffers, with the same attribute
+cache; `_span_row` below is the reference it is tested against, and it takes every span the scanner
+leaves (invalid IDs or times, limits to check, links) and every body it cannot walk.
 """
 
 from __future__ import annotations
