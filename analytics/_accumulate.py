@@ -93,8 +93,9 @@ class Multiset:
 
     Few distinct values (rates, token counts, steps): value -> count. Many: a sorted base array plus
     a small sorted array of recent inserts, merged into the base when it grows past a fraction of it;
-    the k-th value is found without merging, by a binary search over both (`_kth_of_two`). Removing from the base costs a copy of it (removals
-    come only from tasks that gain spans after they were first counted)."""
+    the k-th value is found without merging, by a binary search over both (`_kth_of_two`). Removing
+    from the base costs a copy of it (removals come only from tasks that gain spans after they were
+    first counted)."""
 
     __slots__ = ("_counts", "_base", "_recent", "n")
 

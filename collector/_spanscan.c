@@ -750,22 +750,46 @@ static int parse_plan(PyObject *t, Plan *p) {
 
 #define WALK_FAIL 1 /* a shape left to the Python walk */
 
+/* The next occurrence of length-delimited field ``number`` in ``r`` (other fields skipped) into
+ * ``out``: 1 when found, 0 at the end or when ``r`` is malformed (then *rc = WALK_FAIL). */
+static int next_message(Rd *r, uint32_t number, Rd *out, int *rc) {
+    int malformed = 0;
+    while (r->p < r->end) {
+        uint32_t field;
+        int wire;
+        if (rd_tag(r, &field, &wire)) { malformed = 1; break; }
+        if (field == number && wire == 2) {
+            if (!rd_len(r, out)) return 1;
+            malformed = 1;
+            break;
+        }
+        if (rd_skip(r, wire)) { malformed = 1; break; }
+    }
+    if (malformed) *rc = WALK_FAIL;
+    return 0;
+}
+
+/* One span at (ri, si, pi): its row, or a placeholder row listed for the Python walk. */
+static int scan_span(Out *out, const Plan *plan, Rd raw, Span *span, PyObject *resource, int resource_problem,
+                     PyObject *scope_name, Py_ssize_t ri, Py_ssize_t si, Py_ssize_t pi, Buf *b, Buf *attributes) {
+    if (read_span(raw, span)) return WALK_FAIL;
+    int r = needs_python(span, plan, rd_size(raw), resource_problem)
+        ? 1 : span_row(out, plan, span, resource, scope_name, b, attributes);
+    if (r != 1) return r;
+    if (append_steal(out->python_spans, Py_BuildValue("(nnnn)", out->rows, ri, si, pi))
+        || append_placeholder_row(out, N_BASE + plan->n_promoted))
+        return -1;
+    out->rows++;
+    return 0;
+}
+
 static int scan_body(Rd body, const Plan *plan, PyObject *resources, PyObject *scopes, Out *out, Buf *b,
                      Buf *attributes) {
-    Py_ssize_t ri = 0, n_columns = N_BASE + plan->n_promoted;
     Span *span = PyMem_Malloc(sizeof(Span));
     if (!span) { PyErr_NoMemory(); return -1; }
     int rc = 0;
-    while (rc == 0 && body.p < body.end) {
-        uint32_t field;
-        int wire;
-        Rd rs;
-        if (rd_tag(&body, &field, &wire)) { rc = WALK_FAIL; break; }
-        if (!(field == 1 && wire == 2)) {
-            if (rd_skip(&body, wire)) rc = WALK_FAIL;
-            continue;
-        }
-        if (rd_len(&body, &rs)) { rc = WALK_FAIL; break; }
+    Rd rs, ss, raw;
+    for (Py_ssize_t ri = 0; rc == 0 && next_message(&body, 1, &rs, &rc); ri++) { /* resource_spans */
         if (ri >= PyList_GET_SIZE(resources) || ri >= PyList_GET_SIZE(scopes)) { rc = WALK_FAIL; break; }
         PyObject *resource = PyList_GET_ITEM(resources, ri), *scope_names = PyList_GET_ITEM(scopes, ri);
         if (!PyTuple_Check(resource) || PyTuple_GET_SIZE(resource) != 4 || !PyList_Check(scope_names)
@@ -775,38 +799,12 @@ static int scan_body(Rd body, const Plan *plan, PyObject *resources, PyObject *s
             break;
         }
         int resource_problem = PyObject_IsTrue(PyTuple_GET_ITEM(resource, 3));
-        Py_ssize_t si = 0;
-        while (rc == 0 && rs.p < rs.end) {
-            Rd ss;
-            if (rd_tag(&rs, &field, &wire)) { rc = WALK_FAIL; break; }
-            if (!(field == 2 && wire == 2)) {
-                if (rd_skip(&rs, wire)) rc = WALK_FAIL;
-                continue;
-            }
-            if (rd_len(&rs, &ss) || si >= PyList_GET_SIZE(scope_names)) { rc = WALK_FAIL; break; }
+        for (Py_ssize_t si = 0; rc == 0 && next_message(&rs, 2, &ss, &rc); si++) { /* scope_spans */
+            if (si >= PyList_GET_SIZE(scope_names)) { rc = WALK_FAIL; break; }
             PyObject *scope_name = PyList_GET_ITEM(scope_names, si);
-            Py_ssize_t pi = 0;
-            while (rc == 0 && ss.p < ss.end) {
-                Rd raw;
-                if (rd_tag(&ss, &field, &wire)) { rc = WALK_FAIL; break; }
-                if (!(field == 2 && wire == 2)) {
-                    if (rd_skip(&ss, wire)) rc = WALK_FAIL;
-                    continue;
-                }
-                if (rd_len(&ss, &raw) || read_span(raw, span)) { rc = WALK_FAIL; break; }
-                int r = needs_python(span, plan, rd_size(raw), resource_problem)
-                    ? 1 : span_row(out, plan, span, resource, scope_name, b, attributes);
-                if (r < 0) { rc = -1; break; }
-                if (r == 1) {
-                    if (append_steal(out->python_spans, Py_BuildValue("(nnnn)", out->rows, ri, si, pi))
-                        || append_placeholder_row(out, n_columns)) { rc = -1; break; }
-                    out->rows++;
-                }
-                pi++;
-            }
-            si++;
+            for (Py_ssize_t pi = 0; rc == 0 && next_message(&ss, 2, &raw, &rc); pi++) /* spans */
+                rc = scan_span(out, plan, raw, span, resource, resource_problem, scope_name, ri, si, pi, b, attributes);
         }
-        ri++;
     }
     PyMem_Free(span);
     return rc;

@@ -75,3 +75,24 @@ def json_request(spans: list[dict], resource_attributes: list[dict] | None = Non
             }
         ]
     }
+
+
+# --- raw protobuf wire format, for bodies the message classes cannot produce ---------------------
+def wire_varint(n: int) -> bytes:
+    """``n`` as a protobuf varint."""
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def wire_tag(number: int, wire_type: int) -> bytes:
+    """The key of field ``number`` with ``wire_type``."""
+    return wire_varint(number << 3 | wire_type)
+
+
+def wire_field(number: int, payload: bytes) -> bytes:
+    """A length-delimited field."""
+    return wire_tag(number, 2) + wire_varint(len(payload)) + payload

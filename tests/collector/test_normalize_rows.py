@@ -19,7 +19,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from meritlens.collector import _ingest, _normalize, _otlp
 from meritlens.collector._normalize import NormalizeOptions
 from meritlens.instrumentation import conventions as c
-from tests.otlp_builders import make_request, make_span
+from tests.otlp_builders import make_request, make_span, wire_field
 
 LIMITS = _otlp.SpanLimits(max_attributes=1024, max_attribute_bytes=1024 * 1024)
 NO_FILLING = NormalizeOptions(target_fallback=None, price=None)
@@ -231,26 +231,12 @@ def test_a_resource_and_scope_split_over_the_wire_merge_as_in_a_full_parse():
     request = make_request([make_span({c.TARGET_ID: "t"})], resource={"service.name": "svc"})
     rs = request.resource_spans[0]
     extra_resource = make_request([], resource={"deployment.environment": "prod"}).resource_spans[0].resource
-    scope_spans = rs.scope_spans[0].SerializeToString() + _field(1, b"\x0a\x05later")  # ScopeSpans.scope again
-    wire = (_field(1, rs.resource.SerializeToString()) + _field(1, extra_resource.SerializeToString())
-            + _field(2, scope_spans))  # ResourceSpans: resource twice, then its scope spans
-    body = _field(1, wire)  # ExportTraceServiceRequest.resource_spans
+    scope_spans = rs.scope_spans[0].SerializeToString() + wire_field(1, b"\x0a\x05later")  # ScopeSpans.scope again
+    wire = (wire_field(1, rs.resource.SerializeToString()) + wire_field(1, extra_resource.SerializeToString())
+            + wire_field(2, scope_spans))  # ResourceSpans: resource twice, then its scope spans
+    body = wire_field(1, wire)  # ExportTraceServiceRequest.resource_spans
     full = _ingest.prepare(_otlp.decode(body, _otlp.PROTOBUF), LIMITS, NO_FILLING)[1].to_pylist()
     lean = _ingest.prepare(_otlp.decode_lean(body, _otlp.PROTOBUF), LIMITS, NO_FILLING)[1].to_pylist()
     assert lean == full
     assert json.loads(lean[0]["resource"]) == {"service.name": "svc", "deployment.environment": "prod"}
     assert lean[0]["scope_name"] == "later"
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    """A length-delimited protobuf field."""
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)

@@ -21,7 +21,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from meritlens.collector import _normalize, _otlp
 from meritlens.collector._normalize import FIRST_CHUNK_EVENTS, PROMOTED, NormalizeOptions
 from meritlens.instrumentation import conventions as c
-from tests.otlp_builders import make_request, make_span
+from tests.otlp_builders import make_request, make_span, wire_field, wire_tag, wire_varint
 
 
 def fake_price(provider, model, input_tokens, output_tokens, cache_read, cache_creation, reasoning, *, at):
@@ -175,49 +175,32 @@ def test_random_requests_give_the_same_rows_and_refusals(body, tight, filling):
 
 
 # --- wire-level shapes ----------------------------------------------------------------------------
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def _tag(number: int, wire: int) -> bytes:
-    return _varint(number << 3 | wire)
-
-
-def _len_field(number: int, payload: bytes) -> bytes:
-    return _tag(number, 2) + _varint(len(payload)) + payload
-
-
 def _body_with_span_extra(extra: bytes, attributes: dict | None = None) -> bytes:
     """A one-span request whose serialized span has ``extra`` appended (later fields win or merge)."""
     span = make_span(attributes or {c.TARGET_ID: "t", c.GEN_AI_REQUEST_MODEL: "m"})
     span_bytes = span.SerializeToString() + extra
-    scope_spans = _len_field(2, span_bytes)
-    resource_spans = _len_field(2, scope_spans)
-    return _len_field(1, resource_spans)
+    scope_spans = wire_field(2, span_bytes)
+    resource_spans = wire_field(2, scope_spans)
+    return wire_field(1, resource_spans)
 
 
 WIRE_SHAPES = {
-    "status split over two occurrences": _len_field(15, _tag(3, 0) + _varint(2)) + _len_field(15, _len_field(2, b"late")),
-    "name given twice": _len_field(5, b"second name"),
+    "status split over two occurrences": wire_field(15, wire_tag(3, 0) + wire_varint(2)) + wire_field(15, wire_field(2, b"late")),
+    "name given twice": wire_field(5, b"second name"),
     "unknown varint, fixed32, fixed64 and bytes fields": (
-        _tag(40, 0) + _varint(7) + _tag(41, 5) + b"\x01\x02\x03\x04" + _tag(42, 1) + b"\x00" * 8 + _len_field(43, b"xyz")),
-    "kind as a fixed64 (wrong wire type: an unknown field)": _tag(6, 1) + b"\x03" + b"\x00" * 7,
-    "start time as a varint (wrong wire type)": _tag(7, 0) + _varint(5),
-    "kind as an overlong varint": _tag(6, 0) + b"\x83\x80\x80\x00",
-    "negative kind": _tag(6, 0) + _varint(2**64 - 1),
-    "kind over 32 bits": _tag(6, 0) + _varint(2**32 + 2),
-    "a group": _tag(44, 3) + _tag(1, 0) + _varint(1) + _tag(44, 4),
-    "an event with extra fields and its name twice": _len_field(11, _tag(1, 1) + (_START + 9).to_bytes(8, "little")
-                                                               + _len_field(2, b"a") + _tag(9, 0) + _varint(1)
-                                                               + _len_field(2, FIRST_CHUNK_EVENTS.__iter__().__next__().encode())),
-    "a span id given twice": _len_field(2, bytes(range(40, 48))),
-    "an empty trace id given last": _len_field(1, b""),
-    "end time over int64": _tag(8, 1) + (2**63).to_bytes(8, "little"),
+        wire_tag(40, 0) + wire_varint(7) + wire_tag(41, 5) + b"\x01\x02\x03\x04" + wire_tag(42, 1) + b"\x00" * 8 + wire_field(43, b"xyz")),
+    "kind as a fixed64 (wrong wire type: an unknown field)": wire_tag(6, 1) + b"\x03" + b"\x00" * 7,
+    "start time as a varint (wrong wire type)": wire_tag(7, 0) + wire_varint(5),
+    "kind as an overlong varint": wire_tag(6, 0) + b"\x83\x80\x80\x00",
+    "negative kind": wire_tag(6, 0) + wire_varint(2**64 - 1),
+    "kind over 32 bits": wire_tag(6, 0) + wire_varint(2**32 + 2),
+    "a group": wire_tag(44, 3) + wire_tag(1, 0) + wire_varint(1) + wire_tag(44, 4),
+    "an event with extra fields and its name twice": wire_field(11, wire_tag(1, 1) + (_START + 9).to_bytes(8, "little")
+                                                               + wire_field(2, b"a") + wire_tag(9, 0) + wire_varint(1)
+                                                               + wire_field(2, FIRST_CHUNK_EVENTS.__iter__().__next__().encode())),
+    "a span id given twice": wire_field(2, bytes(range(40, 48))),
+    "an empty trace id given last": wire_field(1, b""),
+    "end time over int64": wire_tag(8, 1) + (2**63).to_bytes(8, "little"),
 }
 
 
