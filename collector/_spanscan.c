@@ -860,6 +860,72 @@ end:
     return result;
 }
 
+/* Key hashes for the store's key filters and locator: `hash_bytes` with a finalizer, so that both
+ * 32-bit halves (the filters' first probe and step) are well mixed. */
+static uint64_t key_hash(const uint8_t *p, size_t n) {
+    uint64_t h = hash_bytes(p, n);
+    h ^= h >> 33;
+    h *= 0xFF51AFD7ED558CCDULL;
+    h ^= h >> 33;
+    h *= 0xC4CEB9FE1A85EC53ULL;
+    return h ^ (h >> 33);
+}
+
+static PyObject *hash_strings(PyObject *self, PyObject *args) {
+    PyObject *validity_obj;
+    Py_buffer offsets, data, validity = {0};
+    Py_ssize_t offset, length;
+    int wide;
+    if (!PyArg_ParseTuple(args, "Oy*y*nnp", &validity_obj, &offsets, &data, &offset, &length, &wide)) return NULL;
+    PyObject *out = NULL;
+    size_t width = wide ? 8 : 4;
+    if (validity_obj != Py_None && PyObject_GetBuffer(validity_obj, &validity, PyBUF_SIMPLE) < 0) goto done;
+    if (offset < 0 || length < 0 || (size_t)offsets.len / width < (size_t)offset + (size_t)length + 1 ||
+        (validity.buf && (size_t)validity.len * 8 < (size_t)offset + (size_t)length)) {
+        PyErr_SetString(PyExc_ValueError, "hash_strings: the buffers are shorter than offset + length");
+        goto done;
+    }
+    out = PyBytes_FromStringAndSize(NULL, length * 8);
+    if (!out) goto done;
+    uint64_t *h = (uint64_t *)PyBytes_AS_STRING(out);
+    const uint8_t *bits = validity.buf, *chars = data.buf;
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < length && !bad; i++) {
+        Py_ssize_t j = offset + i;
+        if (bits && !(bits[j >> 3] >> (j & 7) & 1)) {
+            h[i] = 0;
+            continue;
+        }
+        int64_t a, b;
+        if (wide) {
+            memcpy(&a, (const char *)offsets.buf + 8 * j, 8);
+            memcpy(&b, (const char *)offsets.buf + 8 * (j + 1), 8);
+        } else {
+            int32_t a32, b32;
+            memcpy(&a32, (const char *)offsets.buf + 4 * j, 4);
+            memcpy(&b32, (const char *)offsets.buf + 4 * (j + 1), 4);
+            a = a32;
+            b = b32;
+        }
+        if (a < 0 || b < a || b > data.len) {
+            bad = 1;
+            break;
+        }
+        h[i] = key_hash(chars + a, (size_t)(b - a));
+    }
+    Py_END_ALLOW_THREADS
+    if (bad) {
+        Py_CLEAR(out);
+        PyErr_SetString(PyExc_ValueError, "hash_strings: an offset is outside the data buffer");
+    }
+done:
+    if (validity.buf) PyBuffer_Release(&validity);
+    PyBuffer_Release(&offsets);
+    PyBuffer_Release(&data);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
      "scan(body, plan, resources, scopes) -> (columns, rows, python_spans, finish) or None.\n\n"
@@ -867,6 +933,10 @@ static PyMethodDef methods[] = {
      "each (validity or None, offsets or None, data, null count): the buffers of an Arrow array;\n"
      "python_spans: (row, ri, si, pi) of placeholder rows the Python walk must fill or refuse;\n"
      "finish: (row, needs target fallback, needs pricing). None: a body the Python walk must take."},
+    {"hash_strings", hash_strings, METH_VARARGS,
+     "hash_strings(validity or None, offsets, data, offset, length, wide) -> bytes.\n\n"
+     "A 64-bit hash (native byte order) of each string of an Arrow string array (`wide`: 64-bit offsets),\n"
+     "0 for a null: the store's key hashes (`collector/_keyhash.py`)."},
     {NULL, NULL, 0, NULL},
 };
 

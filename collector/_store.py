@@ -53,6 +53,7 @@ from meritlens.analytics._windows import (
     window_definitions_digest,
 )
 from meritlens.collector._keyfilter import KeyFilter, KeyLocator
+from meritlens.collector._keyhash import key_hashes, string_hashes
 from meritlens.collector._normalize import _ARROW_TYPES
 from meritlens.collector._partitions import partition_spans
 from meritlens.collector._settings import (
@@ -78,8 +79,6 @@ _CONFIG = {
 }
 _OLD_INDEXES = ("spans_trace_id", "spans_task_id")
 """B-tree indexes of earlier versions, dropped at start (see the module docstring)."""
-_KEY_HASH_COLUMNS = "hash(trace_id, span_id) AS s, hash(trace_id) AS t, hash(task_id) AS k, task_id IS NULL AS no_task"
-_KEY_HASHES_SQL = f"SELECT {_KEY_HASH_COLUMNS}"
 """The locator's keys of span rows: the span's own (for idempotent inserts), its trace's and task's."""
 _REBUILD_BATCH_ROWS = 65_536
 """Sample rows per Arrow batch read by a rebuild."""
@@ -244,10 +243,11 @@ class SpanStore:
         """Put every stored span's keys in the locator, in commit order."""
         self._locator.clear()
         reader = self._con.sql(
-            f"{_KEY_HASHES_SQL}, epoch_us(received_at) AS us FROM {SPANS_TABLE}").to_arrow_reader(50_000)
+            f"SELECT trace_id, span_id, task_id, epoch_us(received_at) AS us FROM {SPANS_TABLE}").to_arrow_reader(50_000)
         for batch in reader:
-            us = batch.column(4).to_numpy()
-            self._locator.add(_row_key_hashes(batch), int(us.min()), int(us.max()), gated=batch.column(0).to_numpy())
+            us = batch.column(3).to_numpy()
+            keys = key_hashes(pa.Table.from_batches([batch]))
+            self._locator.add(_row_key_hashes(keys), int(us.min()), int(us.max()), gated=keys.column("s").to_numpy())
 
     def shutdown(self) -> None:
         if self._con is not None:
@@ -298,27 +298,27 @@ class SpanStore:
                 pa.timestamp("us")).cast(pa.timestamp("us", tz="UTC"))
             table = table.append_column("received_at", received_at).select(list(SPAN_COLUMN_NAMES))
             cursor = self._span_cursor
-            cursor.register("_incoming", table)
-            try:
-                keys = cursor.sql(f"{_KEY_HASHES_SQL} FROM _incoming").to_arrow_table()
-                first = _first_of_each_span(table, keys.column("s").to_numpy())
-                if first is not table:  # a span was repeated in the batch
-                    table, keys = first, _table_key_hashes(cursor, first)
-                    cursor.unregister("_incoming")
-                    cursor.register("_incoming", table)
-                span_hashes = keys.column("s").to_numpy()
-                with self._locator_lock:
-                    stored = self._locator.ranges(span_hashes)
-                if stored:  # some span may be stored already (a retried export): leave those out
-                    self.stats["duplicate_checks"] += 1
+            keys = key_hashes(table)
+            first = _first_of_each_span(table, keys.column("s").to_numpy())
+            if first is not table:  # a span was repeated in the batch
+                table, keys = first, key_hashes(first)
+            span_hashes = keys.column("s").to_numpy()
+            with self._locator_lock:
+                stored = self._locator.ranges(span_hashes)
+            if stored:  # some span may be stored already (a retried export): leave those out
+                self.stats["duplicate_checks"] += 1
+                cursor.register("_incoming", table)
+                try:
                     inserted = cursor.execute(
                         f"INSERT INTO {SPANS_TABLE} SELECT * FROM _incoming i WHERE NOT EXISTS ("
                         f"SELECT 1 FROM ({_ranges_sql(stored)}) s"
                         " WHERE s.trace_id = i.trace_id AND s.span_id = i.span_id)").fetchall()[0][0]
-                else:
-                    inserted = cursor.execute(f"INSERT INTO {SPANS_TABLE} SELECT * FROM _incoming").fetchall()[0][0]
-            finally:
-                cursor.unregister("_incoming")
+                finally:
+                    cursor.unregister("_incoming")
+            else:
+                # A relation over the batch: no registration, and no count to read back (every row goes in).
+                cursor.from_arrow(table).insert_into(SPANS_TABLE)
+                inserted = table.num_rows
             with self._locator_lock:
                 self._locator.add(_row_key_hashes(keys), received_us, gated=span_hashes)
             with self._changed:
@@ -386,12 +386,12 @@ class SpanStore:
     def _follow(self, table: pa.Table, until_us: int, hashes: pa.Table | None = None) -> None:
         """Apply the stored rows of ``table`` (the batches committed after the windows' watermark,
         up to ``until_us``) to the windows, in one transaction of window rows. ``hashes``: the
-        rows' `_KEY_HASHES_SQL` columns, when the caller has them."""
+        rows' `key_hashes` columns, when the caller has them."""
         con = self._con
         keys = touched_keys(table)
         targets = {k[0] for k in keys}
         if hashes is None:
-            hashes = _table_key_hashes(con, table)
+            hashes = key_hashes(table)
         rebuild: set[str] = set()
         if keys:
             try:
@@ -516,10 +516,10 @@ class SpanStore:
     def _fill_key_filter(self) -> None:
         self._keys.clear()
         for batch in self._con.sql(
-            f"SELECT hash(trace_id) AS h FROM {SPANS_TABLE}"
-            f" UNION ALL SELECT hash(task_id) FROM {SPANS_TABLE} WHERE task_id IS NOT NULL"
+            f"SELECT trace_id AS key FROM {SPANS_TABLE}"
+            f" UNION ALL SELECT task_id FROM {SPANS_TABLE} WHERE task_id IS NOT NULL"
         ).to_arrow_reader(_REBUILD_BATCH_ROWS):
-            self._keys.add(batch.column(0).to_numpy(zero_copy_only=False))
+            self._keys.add(string_hashes(batch.column(0)))
 
     def _invalidate_watermark(self) -> None:
         """The window rows may now miss committed spans: store no watermark until a full rebuild."""
@@ -541,7 +541,7 @@ class SpanStore:
     def _closure(self, table: pa.Table, hashes: pa.Table, until_us: int) -> pa.Table:
         """The stored spans (committed up to ``until_us``, the batch's own included) of every task
         and trace the batch's application spans touch, closed over: all spans of every task and of
-        every trace in it. ``hashes``: the batch's `_KEY_HASHES_SQL` columns, row by row; keys
+        every trace in it. ``hashes``: the batch's `key_hashes` columns, row by row; keys
         the key filter has not seen have no stored rows outside the batch."""
         app = _application_mask(table)
         trace = hashes.column("t").to_numpy()[app]
@@ -571,9 +571,10 @@ class SpanStore:
         """Stored spans, committed up to ``until_us``, whose trace_id or task_id is one of ``keys``."""
         con = self._con
         self.stats["closure_keys"] += len(keys)
-        con.register("_keys", pa.table({"k": sorted(keys)}))
+        listed = pa.table({"k": sorted(keys)})
+        con.register("_keys", listed)
         try:
-            hashes = con.sql("SELECT hash(k) FROM _keys").to_arrow_table().column(0).to_numpy()
+            hashes = string_hashes(listed.column("k"))
             with self._locator_lock:
                 # trace and task keys: the key filter of the window processor gated them already
                 ranges = [(a, min(b, until_us)) for a, b in self._locator.ranges(hashes, until_us, gated=False)]
@@ -590,7 +591,7 @@ class SpanStore:
     def _apply_batch(self, table: pa.Table, hashes: pa.Table, closure: pa.Table, targets: set[str],
                      until_us: int) -> set[tuple[str, str]]:
         """Apply the delta of ``table`` (the batches committed after the watermark, up to
-        ``until_us``; ``hashes`` its `_KEY_HASHES_SQL` columns) to the window state of ``targets``,
+        ``until_us``; ``hashes`` its `key_hashes` columns) to the window state of ``targets``,
         given the closure's stored rows; return the keys whose rows must be written. Raises
         StateMismatch when the state cannot follow."""
         committed_us = pc.cast(closure.column("received_at"), pa.int64())
@@ -895,7 +896,7 @@ def _application_rows(table: pa.Table) -> pa.Table:
 
 def _first_of_each_span(table: pa.Table, span_hashes: np.ndarray | None = None) -> pa.Table:
     """The table without repeated (trace_id, span_id): the first row of each is kept. The table
-    itself when no span repeats; ``span_hashes`` (the rows' `hash(trace_id, span_id)`) shows
+    itself when no span repeats; ``span_hashes`` (the rows' span key hashes, `key_hashes` column `s`) shows
     that without comparing the keys when no two hashes are equal."""
     if table.num_rows < 2:
         return table
@@ -919,20 +920,15 @@ def _conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.table(columns, schema=schema)
 
 
-def _table_key_hashes(con: duckdb.DuckDBPyConnection, table: pa.Table) -> pa.Table:
-    """The `_KEY_HASHES_SQL` columns of ``table``'s rows, in its row order."""
-    return con.from_arrow(table.select(["trace_id", "span_id", "task_id"])).select(_KEY_HASH_COLUMNS).to_arrow_table()
-
-
 def _trace_task_hashes(keys) -> np.ndarray:
-    """The hashes (DuckDB's `hash`, the key filters' input) of the distinct trace and task keys
-    of span rows, given their `_KEY_HASHES_SQL` columns."""
+    """The hashes (`string_hashes`, the key filters' input) of the distinct trace and task keys
+    of span rows, given their `key_hashes` columns."""
     no_task = keys.column("no_task").to_numpy(zero_copy_only=False)
     return np.concatenate([np.unique(keys.column("t").to_numpy()), np.unique(keys.column("k").to_numpy()[~no_task])])
 
 
 def _row_key_hashes(keys) -> np.ndarray:
-    """The locator's hashes of span rows (columns of ``_KEY_HASHES_SQL``): every span key, every
+    """The locator's hashes of span rows (`key_hashes` columns): every span key, every
     distinct trace key, every distinct task key."""
     return np.concatenate([keys.column("s").to_numpy(), _trace_task_hashes(keys)])
 
@@ -959,7 +955,7 @@ class _Stored:
 
     table: pa.Table
     keys: pa.Table
-    """The rows' `_KEY_HASHES_SQL` columns, in the same order."""
+    """The rows' `key_hashes` columns, in the same order."""
     received_us: int
     """Its commit time (µs since the epoch), later than every earlier batch's."""
     follow: bool
