@@ -499,6 +499,20 @@ def _samples_sql(unit: SampleUnit, rows: str, columns: tuple[str, ...]) -> str:
     )
 
 
+WINDOW_INPUT_COLUMNS = (
+    "trace_id", "span_id", "parent_span_id", "start_unix_nano", "end_unix_nano", "start_time", "end_time",
+    "status_code", "target_id", "role", "task_id", "case_id", "run_id", "assessment_id", "operation",
+    "input_tokens", "output_tokens", "reasoning_tokens", "cost_usd", "ttft_s", "retries", "tool_calls",
+    "agent_step", "tool_name", "outcome_success", "quality_score", "human_intervention", "error_type",
+    "received_at",
+)
+"""The span columns the windows are computed from: what `sample_rows_sql` reads, and the keys and
+commit time the window processor uses. The processor keeps only these of a committed batch until
+its pass, and reads only these back from stored spans; the large JSON columns (attributes,
+resource, events, links) are not among them. A definition that reads another column must add it
+here (tests/analytics/test_window_input_columns.py fails otherwise)."""
+
+
 def sample_rows_sql(source: str) -> str:
     """Every sample the spans of ``source`` give (``SAMPLE_ROW_COLUMNS``), for every (target, scope),
     with the ``FACTS`` rows (metric ``FACT_PREFIX + name``).

@@ -49,6 +49,7 @@ from meritlens.analytics._windows import (
     APPLICATION_SPANS,
     EVIDENCE_MEDIA_TYPE,
     SCOPE_ALL,
+    WINDOW_INPUT_COLUMNS,
     sample_rows_sql,
     window_definitions_digest,
 )
@@ -322,7 +323,7 @@ class SpanStore:
             with self._locator_lock:
                 self._locator.add(_row_key_hashes(keys), received_us, gated=span_hashes)
             with self._changed:
-                self._pending.append(_Stored(table, keys, received_us, follow))
+                self._pending.append(_Stored(table.select(_WINDOW_INPUT), keys, received_us, follow))
                 self._pending_rows += table.num_rows
                 self._stored += 1
                 self._changed.notify_all()
@@ -503,8 +504,8 @@ class SpanStore:
         self._watermark_valid = True
         self._windowed_us = int(watermark)
         if later:
-            rows = con.sql(f"SELECT * FROM {SPANS_TABLE} WHERE received_at > {_timestamp_sql(watermark)}"
-                           " ORDER BY received_at").to_arrow_table()
+            rows = con.sql(f"SELECT {_WINDOW_INPUT_SQL} FROM {SPANS_TABLE}"
+                           f" WHERE received_at > {_timestamp_sql(watermark)} ORDER BY received_at").to_arrow_table()
             table = _conform(rows, _INCOMING_SCHEMA)
             until_us = int(pc.max(pc.cast(table.column("received_at"), pa.int64())).as_py())
             self._follow(table, until_us)
@@ -583,7 +584,7 @@ class SpanStore:
             self.stats["closure_lookups"] += 1
             self.stats["closure_ranges"] += len(ranges)
             return con.sql(
-                f"SELECT * FROM ({_ranges_sql(ranges, '*')}) WHERE trace_id IN (SELECT k FROM _keys)"
+                f"SELECT * FROM ({_ranges_sql(ranges, _WINDOW_INPUT_SQL)}) WHERE trace_id IN (SELECT k FROM _keys)"
                 " OR task_id IN (SELECT k FROM _keys)").to_arrow_table()
         finally:
             con.unregister("_keys")
@@ -954,6 +955,7 @@ class _Stored:
     """A committed batch whose rows the windows do not include yet."""
 
     table: pa.Table
+    """Its rows' `WINDOW_INPUT_COLUMNS`."""
     keys: pa.Table
     """The rows' `key_hashes` columns, in the same order."""
     received_us: int
@@ -962,9 +964,12 @@ class _Stored:
     """False for bulk loads: only the key filter learns their keys; their windows are rebuilt."""
 
 
+_WINDOW_INPUT = list(WINDOW_INPUT_COLUMNS)
+_WINDOW_INPUT_SQL = ", ".join(WINDOW_INPUT_COLUMNS)
 _INCOMING_SCHEMA = pa.schema([(name, _ARROW_TYPES.get(name, pa.timestamp("us", tz="UTC")))
-                              for name in SPAN_COLUMN_NAMES])
-"""The Arrow types of the batches `append` queues (received_at added to the normalizer's rows)."""
+                              for name in WINDOW_INPUT_COLUMNS])
+"""The Arrow types of the batches `append` queues for the windows (received_at added to the
+normalizer's rows; only `WINDOW_INPUT_COLUMNS`)."""
 
 
 def _windows_table(windows: list) -> pa.Table:
