@@ -10,6 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
+try:
+    from meritlens.collector import _spanscan as _native  # built from _spanscan.c by `pip install`
+except ImportError:  # pragma: no cover - exercised only where the extension could not be built
+    _native = None
+
 _PROBES = 7
 
 
@@ -22,6 +27,7 @@ class KeyFilter:
         self._mask = np.uint64(bits - 1)
         self._words = np.zeros(bits // 64, dtype=np.uint64)
         self._probes = np.arange(probes, dtype=np.uint64)[:, None]
+        self._probe_count = probes
 
     @property
     def nbytes(self) -> int:
@@ -45,6 +51,9 @@ class KeyFilter:
     def add(self, hashes: np.ndarray) -> None:
         if hashes.size == 0:
             return
+        if _native is not None:  # the same bits, without the probe arrays
+            _native.bloom_add(self._words, np.ascontiguousarray(hashes, dtype=np.uint64), self._probe_count)
+            return
         positions = self.positions(hashes).ravel()
         index = positions >> np.uint64(6)
         bits = np.left_shift(np.uint64(1), positions & np.uint64(63))
@@ -60,6 +69,9 @@ class KeyFilter:
         """One bool per hash: False only for keys never added."""
         if hashes.size == 0:
             return np.zeros(0, dtype=bool)
+        if _native is not None:
+            found = _native.bloom_test(self._words, np.ascontiguousarray(hashes, dtype=np.uint64), self._probe_count)
+            return np.frombuffer(found, dtype=np.bool_)
         return self.may_contain_at(self.positions(hashes))
 
     def may_contain_at(self, positions: np.ndarray) -> np.ndarray:
@@ -162,11 +174,13 @@ class KeyLocator:
         if hashes.size == 0:
             return found
         previous = -2
-        positions = self._blocks[0].filter.positions(hashes) if self._blocks else None
+        # Without the native probes, the blocks (all of one size) share one array of positions.
+        positions = self._blocks[0].filter.positions(hashes) if self._blocks and _native is None else None
         for i, block in enumerate(self._blocks):
             if until_us is not None and block.first_us > until_us:
                 break
-            if block.filter.may_contain_at(positions).any():
+            hit = block.filter.may_contain(hashes) if positions is None else block.filter.may_contain_at(positions)
+            if hit.any():
                 if previous == i - 1:
                     found[-1] = (found[-1][0], block.last_us)
                 else:

@@ -12,6 +12,11 @@
  * times, a limit to check, links, a kind or status code out of range, more attributes or events than
  * its fixed arrays hold) gets placeholder values and is listed for the Python walk. A body it cannot
  * walk (groups) makes it return None, and Python normalizes the whole request.
+ *
+ * The module also holds the store's two other per-row loops: the key hashes of stored batches
+ * (`hash_strings`, for `collector/_keyhash.py`) and the Bloom filter probes of the key filters and
+ * locator (`bloom_add`, `bloom_test`, for `collector/_keyfilter.py`, whose numpy code they match bit
+ * for bit).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -926,6 +931,74 @@ done:
     return out;
 }
 
+/* Bloom filter probes for `collector/_keyfilter.py` (the same bit positions as its numpy code):
+ * probe i of hash h is bit (low32(h) + i * (high32(h) | 1)) mod the filter's bits, a power of two. */
+typedef struct { Py_buffer words, hashes; uint64_t mask; Py_ssize_t n; } Bloom;
+
+static int bloom_open(Bloom *b, PyObject *words, PyObject *hashes, int writable) {
+    memset(b, 0, sizeof *b);
+    if (PyObject_GetBuffer(words, &b->words, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0) return -1;
+    if (PyObject_GetBuffer(hashes, &b->hashes, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&b->words);
+        return -1;
+    }
+    uint64_t bits = (uint64_t)b->words.len * 8;
+    if (b->words.len < 8 || b->words.len % 8 || (bits & (bits - 1)) || b->hashes.len % 8) {
+        PyBuffer_Release(&b->words);
+        PyBuffer_Release(&b->hashes);
+        PyErr_SetString(PyExc_ValueError, "bloom: the words must be a power of two of 64-bit words, the hashes uint64");
+        return -1;
+    }
+    b->mask = bits - 1;
+    b->n = b->hashes.len / 8;
+    return 0;
+}
+
+static void bloom_close(Bloom *b) {
+    PyBuffer_Release(&b->words);
+    PyBuffer_Release(&b->hashes);
+}
+
+static PyObject *bloom_add(PyObject *self, PyObject *args) {
+    PyObject *words, *hashes;
+    int probes;
+    Bloom b;
+    if (!PyArg_ParseTuple(args, "OOi", &words, &hashes, &probes) || bloom_open(&b, words, hashes, 1) < 0) return NULL;
+    uint64_t *w = b.words.buf;
+    const uint64_t *h = b.hashes.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < b.n; i++) {
+        uint64_t pos = h[i] & 0xFFFFFFFFULL, step = (h[i] >> 32) | 1;
+        for (int k = 0; k < probes; k++, pos += step) w[(pos & b.mask) >> 6] |= 1ULL << (pos & 63);
+    }
+    Py_END_ALLOW_THREADS
+    bloom_close(&b);
+    Py_RETURN_NONE;
+}
+
+static PyObject *bloom_test(PyObject *self, PyObject *args) {
+    PyObject *words, *hashes;
+    int probes;
+    Bloom b;
+    if (!PyArg_ParseTuple(args, "OOi", &words, &hashes, &probes) || bloom_open(&b, words, hashes, 0) < 0) return NULL;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, b.n);
+    if (out) {
+        uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
+        const uint64_t *w = b.words.buf, *h = b.hashes.buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < b.n; i++) {
+            uint64_t pos = h[i] & 0xFFFFFFFFULL, step = (h[i] >> 32) | 1;
+            int k = 0;
+            for (; k < probes; k++, pos += step)
+                if (!(w[(pos & b.mask) >> 6] >> (pos & 63) & 1)) break;
+            o[i] = k == probes;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    bloom_close(&b);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
      "scan(body, plan, resources, scopes) -> (columns, rows, python_spans, finish) or None.\n\n"
@@ -937,6 +1010,10 @@ static PyMethodDef methods[] = {
      "hash_strings(validity or None, offsets, data, offset, length, wide) -> bytes.\n\n"
      "A 64-bit hash (native byte order) of each string of an Arrow string array (`wide`: 64-bit offsets),\n"
      "0 for a null: the store's key hashes (`collector/_keyhash.py`)."},
+    {"bloom_add", bloom_add, METH_VARARGS,
+     "bloom_add(words, hashes, probes): set the probes' bits of each uint64 hash (`collector/_keyfilter.py`)."},
+    {"bloom_test", bloom_test, METH_VARARGS,
+     "bloom_test(words, hashes, probes) -> bytes: 1 where every probe's bit of the hash is set, else 0."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -56,6 +56,47 @@ def test_a_filter_sets_every_bit_of_keys_that_share_words(size):
     assert np.array_equal(partial._words, reference._words)
 
 
+def test_native_probes_set_and_test_the_same_bits_as_the_numpy_probes(monkeypatch):
+    from meritlens.collector import _keyfilter
+
+    assert _keyfilter._native is not None, "the native extension is built by `make`/`pip install`"
+    rng = np.random.default_rng(5)
+    hashes = rng.integers(0, 2**63, 50_000, dtype=np.int64).astype(np.uint64) * np.uint64(3)
+    others = rng.integers(0, 2**63, 50_000, dtype=np.int64).astype(np.uint64)
+    commits = _commits(3, 60, 500)
+
+    def build():
+        f = KeyFilter(64 * 1024)
+        f.add(hashes[:30_000])
+        f.add(hashes[30_000:][::2])  # a strided view is probed as well
+        locator = KeyLocator(256 * 1024, block_bytes=4096)
+        for h, us in commits:
+            locator.add(h, us)
+        answers = f.may_contain(np.concatenate([hashes, others]))
+        ranges = [locator.ranges(h[:3], until_us) for (h, _), until_us in zip(commits[::5], range(1_000, 1_600, 50))]
+        return f._words.copy(), answers, ranges, locator.may_contain(others)
+
+    native = build()
+    monkeypatch.setattr(_keyfilter, "_native", None)
+    reference = build()
+    assert np.array_equal(native[0], reference[0])
+    assert np.array_equal(native[1], reference[1]) and native[1][:30_000].all()
+    assert native[2] == reference[2] and any(native[2])
+    assert np.array_equal(native[3], reference[3])
+
+
+def test_native_probes_refuse_buffers_they_cannot_use():
+    from meritlens.collector._keyfilter import _native
+
+    hashes = np.arange(4, dtype=np.uint64)
+    with pytest.raises(ValueError, match="power of two"):
+        _native.bloom_add(np.zeros(3, dtype=np.uint64), hashes, 7)
+    with pytest.raises(ValueError, match="uint64"):
+        _native.bloom_test(np.zeros(4, dtype=np.uint64), b"abc", 7)
+    with pytest.raises((BufferError, TypeError)):
+        _native.bloom_add(bytes(32), hashes, 7)  # read-only words
+
+
 def test_unknown_keys_find_few_ranges_and_until_bounds_them():
     locator = KeyLocator(4 * 1024 * 1024, block_bytes=64 * 1024)
     commits = _commits(2, 100, 1000)
