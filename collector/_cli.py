@@ -30,6 +30,7 @@ from meritlens.collector._settings import (
     ENV_MAX_BODY_BYTES,
     ENV_MAX_INFLIGHT_BYTES,
     ENV_WINDOW_MEMORY_BYTES,
+    ENV_CHECKPOINT_WAL_BYTES,
     ENV_DB_MEMORY_BYTES,
     ENV_MAX_PENDING_BATCHES,
     ENV_MAX_SPANS_PER_REQUEST,
@@ -112,6 +113,9 @@ def _size(ctx, param, value):
                    "default 256MiB].")
 @click.option("--db-memory-bytes", callback=_size, default=None,
               help=f"DuckDB's memory limit, e.g. 512MiB [env {ENV_DB_MEMORY_BYTES}; default 512MiB].")
+@click.option("--checkpoint-wal-bytes", callback=_size, default=None,
+              help="Write-ahead log size at which DuckDB checkpoints the file; larger: less CPU per span, a "
+                   f"larger WAL to replay after a crash [env {ENV_CHECKPOINT_WAL_BYTES}; default 64MiB].")
 @click.option("--max-pending-batches", type=int, default=None,
               help=f"Batches waiting for the writer [env {ENV_MAX_PENDING_BATCHES}; default "
                    f"{DEFAULT_MAX_PENDING_BATCHES}].")

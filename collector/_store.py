@@ -58,6 +58,7 @@ from meritlens.collector._keyhash import key_hashes, string_hashes
 from meritlens.collector._normalize import _ARROW_TYPES
 from meritlens.collector._partitions import partition_spans
 from meritlens.collector._settings import (
+    DEFAULT_CHECKPOINT_WAL_BYTES,
     DEFAULT_DB_MEMORY_BYTES,
     DEFAULT_KEY_FILTER_BYTES,
     DEFAULT_QUERY_WAIT_S,
@@ -80,7 +81,6 @@ _CONFIG = {
 }
 _OLD_INDEXES = ("spans_trace_id", "spans_task_id")
 """B-tree indexes of earlier versions, dropped at start (see the module docstring)."""
-"""The locator's keys of span rows: the span's own (for idempotent inserts), its trace's and task's."""
 _REBUILD_BATCH_ROWS = 65_536
 """Sample rows per Arrow batch read by a rebuild."""
 _REBUILD_TRACES = "_rebuild_traces"
@@ -124,6 +124,7 @@ class SpanStore:
     """A DuckDB file holding `spans` and `windows`. One writer; readers use their own cursors.
 
     ``db_memory_bytes`` caps DuckDB's buffer pool (None: DuckDB's default, 80% of RAM).
+    ``checkpoint_wal_bytes``: the write-ahead log size at which DuckDB checkpoints the file.
     ``span_index_bytes`` is the fixed size of the `KeyLocator` that finds stored keys.
     ``key_filter_bytes`` and ``window_memory_bytes`` bound the memory of the window processor:
     the filter of seen trace/task keys has that fixed size (more keys only cost more lookups),
@@ -144,8 +145,10 @@ class SpanStore:
                  span_index_bytes: int = DEFAULT_SPAN_INDEX_BYTES,
                  window_memory_bytes: int = DEFAULT_WINDOW_MEMORY_BYTES, db_memory_bytes: int | None = None,
                  window_lag_rows: int = DEFAULT_WINDOW_LAG_ROWS, query_wait_s: float = DEFAULT_QUERY_WAIT_S,
-                 rebuild_rows_per_partition: int | None = None):
+                 rebuild_rows_per_partition: int | None = None,
+                 checkpoint_wal_bytes: int = DEFAULT_CHECKPOINT_WAL_BYTES):
         self.path = path
+        self._checkpoint_wal_bytes = checkpoint_wal_bytes
         if rebuild_rows_per_partition is None:
             pool = db_memory_bytes if db_memory_bytes is not None else DEFAULT_DB_MEMORY_BYTES
             rebuild_rows_per_partition = max(MIN_REBUILD_ROWS_PER_PARTITION, pool // REBUILD_POOL_BYTES_PER_ROW)
@@ -202,6 +205,7 @@ class SpanStore:
         config = dict(_CONFIG)
         if self._db_memory_bytes is not None:
             config["memory_limit"] = f"{self._db_memory_bytes // (1024 * 1024)}MiB"
+        config["checkpoint_threshold"] = f"{self._checkpoint_wal_bytes}B"
         self._con = duckdb.connect(self.path, read_only=self.read_only, config=config)
         if not self.read_only:
             for statement in STORE_DDL:

@@ -250,6 +250,8 @@ def test_invalid_settings_are_refused_at_start_with_a_clear_message(tmp_path, to
     assert result.returncode == 2 and "DuckDB memory bytes must be positive" in result.stderr
     result = run_cli("serve", "--db", str(tmp_path / "x.duckdb"), "--db-memory-bytes", "64MiB")
     assert result.returncode == 2 and "DuckDB memory bytes must be at least 128MiB" in result.stderr
+    result = run_cli("serve", "--db", str(tmp_path / "x.duckdb"), "--checkpoint-wal-bytes", "0")
+    assert result.returncode == 2 and "checkpoint WAL bytes must be positive" in result.stderr
     assert not (tmp_path / "x.duckdb").exists()
     assert sys.executable  # the CLI ran from this interpreter's environment
 
