@@ -10,7 +10,6 @@ import ssl
 
 from aiohttp import web
 
-from meritlens.collector import _grpc
 from meritlens.collector._auth import BearerToken
 from meritlens.collector._dashboard import Dashboard
 from meritlens.collector._http import HttpReceiver
@@ -102,6 +101,8 @@ class Collector:
         self.http_port = site._server.sockets[0].getsockname()[1]
         log.info("OTLP/HTTP listening on %s", self.url)
         if s.grpc_enabled:
+            from meritlens.collector import _grpc  # imported only when enabled: gRPC's library is ~7 MiB resident
+
             self._grpc_server = _grpc.create_server(
                 _grpc.TraceServiceReceiver(self.ingest, self.token),
                 max_message_bytes=s.max_body_bytes, max_concurrent_rpcs=s.grpc_max_concurrent_rpcs,
