@@ -25,7 +25,6 @@ import tempfile
 import time
 
 import duckdb
-import numpy as np
 import pyarrow as pa
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -33,10 +32,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loadgen  # noqa: E402
 import normalize as receive  # noqa: E402
 
-from meritlens.analytics._schema import SPAN_COLUMN_NAMES  # noqa: E402
 from meritlens.analytics._views import STORE_DDL  # noqa: E402
 from meritlens.collector._settings import DEFAULT_CHECKPOINT_WAL_BYTES, parse_bytes  # noqa: E402
-from meritlens.collector._store import SPANS_TABLE, SpanStore  # noqa: E402
+from meritlens.collector._store import SPANS_TABLE, SpanStore, stamp_received_at  # noqa: E402
 
 
 def batches(count: int, size: int) -> list[pa.Table]:
@@ -48,16 +46,11 @@ def batches(count: int, size: int) -> list[pa.Table]:
     return tables
 
 
-def with_received_at(table: pa.Table, us: int) -> pa.Table:
-    received = pa.array(np.full(table.num_rows, us, dtype=np.int64)).cast(pa.timestamp("us", tz="UTC"))
-    return table.append_column("received_at", received).select(list(SPAN_COLUMN_NAMES))
-
-
 def insert_only(tables: list[pa.Table], wal_bytes: int, path: str) -> None:
     con = duckdb.connect(path, config={"checkpoint_threshold": f"{wal_bytes}B"})
     for statement in STORE_DDL:
         con.execute(statement)
-    tables = [with_received_at(t, 1_700_000_000_000_000 + i) for i, t in enumerate(tables)]
+    tables = [stamp_received_at(t, 1_700_000_000_000_000 + i) for i, t in enumerate(tables)]
     cursor = con.cursor()
     cpu, wall = time.process_time(), time.perf_counter()
     for table in tables:

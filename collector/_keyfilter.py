@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-try:
-    from meritlens.collector import _spanscan as _native  # built from _spanscan.c by `pip install`
-except ImportError:  # pragma: no cover - exercised only where the extension could not be built
-    _native = None
+from meritlens.collector._native import native as _native
 
 _PROBES = 7
 
@@ -27,7 +24,6 @@ class KeyFilter:
         self._mask = np.uint64(bits - 1)
         self._words = np.zeros(bits // 64, dtype=np.uint64)
         self._probes = np.arange(probes, dtype=np.uint64)[:, None]
-        self._probe_count = probes
 
     @property
     def nbytes(self) -> int:
@@ -52,7 +48,7 @@ class KeyFilter:
         if hashes.size == 0:
             return
         if _native is not None:  # the same bits, without the probe arrays
-            _native.bloom_add(self._words, np.ascontiguousarray(hashes, dtype=np.uint64), self._probe_count)
+            _native.bloom_add(self._words, np.ascontiguousarray(hashes, dtype=np.uint64), len(self._probes))
             return
         positions = self.positions(hashes).ravel()
         index = positions >> np.uint64(6)
@@ -70,7 +66,7 @@ class KeyFilter:
         if hashes.size == 0:
             return np.zeros(0, dtype=bool)
         if _native is not None:
-            found = _native.bloom_test(self._words, np.ascontiguousarray(hashes, dtype=np.uint64), self._probe_count)
+            found = _native.bloom_test(self._words, np.ascontiguousarray(hashes, dtype=np.uint64), len(self._probes))
             return np.frombuffer(found, dtype=np.bool_)
         return self.may_contain_at(self.positions(hashes))
 

@@ -18,10 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-try:
-    from meritlens.collector import _spanscan  # built from _spanscan.c by `pip install`
-except ImportError:  # pragma: no cover - exercised only where the extension could not be built
-    _spanscan = None
+from meritlens.collector._native import native as _spanscan
 
 KEY_HASH_COLUMNS = ("s", "t", "k", "no_task")
 """The columns of `key_hashes`: span, trace and task key hashes, and whether the row has no task."""
@@ -47,8 +44,7 @@ def string_hashes(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
         data = b""
     raw = _spanscan.hash_strings(validity, offsets, data, column.offset, len(column),
                                  pa.types.is_large_string(column.type))
-    hashes = np.frombuffer(raw, dtype=np.uint64)
-    return hashes
+    return np.frombuffer(raw, dtype=np.uint64)
 
 
 def key_hashes(table: pa.Table) -> pa.Table:

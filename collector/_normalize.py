@@ -36,13 +36,10 @@ from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 
 from meritlens.analytics._schema import SPAN_COLUMN_NAMES, SPAN_COLUMNS
 from meritlens.collector import _otlp
+from meritlens.collector._native import native as _spanscan  # None unbuilt: the Python walk is complete
 from meritlens.collector._settings import DEFAULT_TARGET_FALLBACK
 from meritlens.instrumentation import conventions as c
 
-try:
-    from meritlens.collector import _spanscan  # built from _spanscan.c by `pip install`
-except ImportError:  # pragma: no cover - a source tree that was never built; the Python walk is complete
-    _spanscan = None
 NATIVE_SCANNER = _spanscan is not None
 """Whether the receive path's per-span work runs in native code (`collector/_spanscan.c`)."""
 

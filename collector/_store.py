@@ -299,9 +299,7 @@ class SpanStore:
                     while self._pending_rows > self._window_lag_rows and not self._closing:
                         self._changed.wait(1.0)
             received_us = self._next_received_us()
-            received_at = pa.array(np.full(received, received_us, dtype=np.int64)).cast(
-                pa.timestamp("us")).cast(pa.timestamp("us", tz="UTC"))
-            table = table.append_column("received_at", received_at).select(list(SPAN_COLUMN_NAMES))
+            table = stamp_received_at(table, received_us)
             cursor = self._span_cursor
             keys = key_hashes(table)
             first = _first_of_each_span(table, keys.column("s").to_numpy())
@@ -948,6 +946,12 @@ def _ranges_sql(ranges: list[tuple[int, int]], columns: str = "trace_id, span_id
     return " UNION ALL ".join(
         f"SELECT {columns} FROM {SPANS_TABLE} WHERE received_at BETWEEN {_timestamp_sql(a)} AND {_timestamp_sql(b)}"
         for a, b in ranges)
+
+
+def stamp_received_at(rows: pa.Table, received_us: int) -> pa.Table:
+    """Normalized span rows as rows of `spans`: its columns, in its order, committed at ``received_us``."""
+    received_at = pa.array(np.full(rows.num_rows, received_us, dtype=np.int64)).cast(pa.timestamp("us", tz="UTC"))
+    return rows.append_column("received_at", received_at).select(list(SPAN_COLUMN_NAMES))
 
 
 def _concat(tables: list[pa.Table]) -> pa.Table:

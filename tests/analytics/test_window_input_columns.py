@@ -9,13 +9,13 @@ import pytest
 
 from meritlens.analytics._schema import SPAN_COLUMN_NAMES
 from meritlens.analytics._windows import WINDOW_INPUT_COLUMNS, sample_rows_sql
+from meritlens.collector._store import stamp_received_at
 from tests.analytics.evidence_helpers import span_rows
 from tests.analytics.test_incremental_windows import _random_spans
 
 
 def _with_received_at(table: pa.Table) -> pa.Table:
-    received = pa.array([1_700_000_000_000_000] * table.num_rows, pa.int64()).cast(pa.timestamp("us", tz="UTC"))
-    return table.append_column("received_at", received).select(list(SPAN_COLUMN_NAMES))
+    return stamp_received_at(table, 1_700_000_000_000_000)
 
 
 def _samples(table: pa.Table) -> list[tuple]:
