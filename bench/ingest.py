@@ -6,7 +6,7 @@ process (OTLP/HTTP protobuf, realistic spans: 15 attributes, 1 event) and report
 * burst mode: acknowledged spans/s (loadgen's own clock, sending only), collector CPU seconds and peak RSS;
 * sustained mode (--rate R --seconds S): paced load, no batch started after 2*S (spans planned but not
   sent by then are reported: the collector fell behind); spans lost (sent but not stored), collector CPU % of one core over the
-  sending period, peak RSS.
+  sending period, peak RSS (and the sampled peaks of its anonymous and file-backed parts).
 
 Correctness (both modes): rows in `spans` == spans sent, and the sum of the `input_tokens` windows
 (scope all) == the sum of input tokens sent, per target. Read through the running collector's /api/sql.
@@ -28,6 +28,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import tempfile
 import time
 
@@ -96,6 +97,32 @@ def status_kib(pid: int, key: str) -> int:
     raise KeyError(key)
 
 
+class MemorySampler:
+    """The highest anonymous and file-backed resident memory of a process, sampled every 0.1 s:
+    VmHWM is their peak sum, this says which part it was (file-backed: mapped library code)."""
+
+    def __init__(self, pid: int):
+        self.pid, self.anon_kib, self.file_kib = pid, 0, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            try:
+                self.anon_kib = max(self.anon_kib, status_kib(self.pid, "RssAnon"))
+                self.file_kib = max(self.file_kib, status_kib(self.pid, "RssFile"))
+            except (OSError, KeyError):
+                return
+
+    def start(self) -> "MemorySampler":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def expected_tokens(total: int) -> dict[str, int]:
     """loadgen's span i has input tokens 100 + i % 50 and target bot-{i % TARGETS}."""
     sums = {f"bot-{t}": 0 for t in range(TARGETS)}
@@ -139,6 +166,7 @@ def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s:
                     raise SystemExit(f"collector did not start: {open(os.path.join(tmp, 'server.log')).read()}")
                 time.sleep(0.1)
             rss_idle = status_kib(server.pid, "VmRSS")
+            sampler = MemorySampler(server.pid).start()
             loadgen = subprocess.Popen(
                 [sys.executable, os.path.join(HERE, "loadgen.py"), f"{base}/v1/traces", str(total), str(batch),
                  str(concurrency), str(TARGETS), str(rate), str(deadline_s)], stdout=subprocess.PIPE, text=True)
@@ -155,6 +183,7 @@ def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s:
             thread_line = (per_thread_report(threads0, thread_cpu(server.pid), python_thread_names(server.pid), wall)
                            if threads else "")
             rss_peak = status_kib(server.pid, "VmHWM")
+            sampler.stop()
             rows = sql(base, "select count(*) from spans")[0][0]
             if refresh:
                 windows = {t: v for t, v in sql(
@@ -176,6 +205,7 @@ def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s:
         return {"log_tail": log_tail, "impl": impl, "refresh": refresh, "planned": planned, "sent": total, "stored": rows, "lost": total - rows, "send_s": send_s,
                 "spans_per_s": total / send_s, "retries": retries, "cpu_s": cpu, "wall_s": wall,
                 "cpu_pct": 100 * cpu / wall, "rss_idle_mib": rss_idle / 1024, "rss_peak_mib": rss_peak / 1024,
+                "anon_peak_mib": sampler.anon_kib / 1024, "file_peak_mib": sampler.file_kib / 1024,
                 "correct": ok, "windows": windows, "expected": expected, "threads": thread_line}
 
 
@@ -184,7 +214,8 @@ def describe(r: dict, mode: str) -> str:
     variant = f"[{r['impl']}{'' if r['refresh'] else ', no window refresh'}] "
     return (f"{variant}{mode}: {r['sent']:,} spans{unsent} in {r['send_s']:.2f}s = {r['spans_per_s']:,.0f} spans/s acknowledged; "
             f"stored {r['stored']:,} (lost {r['lost']}), 503 retries {r['retries']}; collector CPU {r['cpu_s']:.1f}s "
-            f"= {r['cpu_pct']:.0f}% of one core ({1e6 * r['cpu_s'] / max(r['sent'], 1):.0f} µs/span); RSS idle {r['rss_idle_mib']:.0f} MiB, peak {r['rss_peak_mib']:.0f} MiB; "
+            f"= {r['cpu_pct']:.0f}% of one core ({1e6 * r['cpu_s'] / max(r['sent'], 1):.0f} µs/span); RSS idle {r['rss_idle_mib']:.0f} MiB, peak {r['rss_peak_mib']:.0f} MiB "
+            f"(sampled peaks: anonymous {r['anon_peak_mib']:.0f}, file-backed {r['file_peak_mib']:.0f}); "
             f"correctness {'OK' if r['correct'] else 'FAILED'}" + (f"\n  {r['threads']}" if r.get("threads") else ""))
 
 

@@ -1,9 +1,10 @@
-"""A fixed-size filter of the trace and task keys the store holds (a Bloom filter).
+"""Bloom filters of the trace, task and span keys the store holds.
 
-It answers "may this key be stored?": never *no* for a stored key, and *yes* for a key never
-stored with a small probability that grows as more keys are added. The store uses it to skip
-reading back spans for a batch of new tasks; a wrong *yes* costs one index lookup, never a
-wrong window. Its memory is the size it was given, whatever the load.
+A filter answers "may this key be stored?": never *no* for a stored key, and *yes* for a key never
+stored with a small probability that grows as more keys are added. The store uses them to skip
+reading back spans for a batch of new tasks and to skip the duplicate check of new spans; a wrong
+*yes* costs one read of stored spans, never a wrong window. `KeyFilter` has the size it was given;
+`GrowingKeyFilter` starts small and grows with the keys it holds, up to the size it was given.
 """
 
 from __future__ import annotations
@@ -44,22 +45,28 @@ class KeyFilter:
         with np.errstate(over="ignore"):
             return (first[None, :] + self._probes * step[None, :]) & self._mask
 
-    def add(self, hashes: np.ndarray) -> None:
+    @property
+    def bits(self) -> int:
+        return self._words.size * 64
+
+    def add(self, hashes: np.ndarray) -> int:
+        """Add ``hashes``; return how many bits they set that were not set before."""
         if hashes.size == 0:
-            return
+            return 0
         if _native is not None:  # the same bits, without the probe arrays
-            _native.bloom_add(self._words, np.ascontiguousarray(hashes, dtype=np.uint64), len(self._probes))
-            return
+            return _native.bloom_add(self._words, np.ascontiguousarray(hashes, dtype=np.uint64), len(self._probes))
         positions = self.positions(hashes).ravel()
         index = positions >> np.uint64(6)
         bits = np.left_shift(np.uint64(1), positions & np.uint64(63))
         words = self._words
+        fresh = np.unique(positions[(words[index] & bits) == 0]).size
         # A buffered |= keeps one bit of positions that share a word; those are found by reading
         # back and set again unbuffered. ~3x faster than ufunc.at for all of them.
         words[index] |= bits
         lost = (words[index] & bits) != bits
         if lost.any():
             np.bitwise_or.at(words, index[lost], bits[lost])
+        return int(fresh)
 
     def may_contain(self, hashes: np.ndarray) -> np.ndarray:
         """One bool per hash: False only for keys never added."""
@@ -74,6 +81,70 @@ class KeyFilter:
         """`may_contain` for positions computed by a filter of the same size and probes."""
         bits = (self._words[positions >> np.uint64(6)] >> (positions & np.uint64(63))) & np.uint64(1)
         return bits.all(axis=0).astype(bool)
+
+
+class GrowingKeyFilter:
+    """A Bloom filter whose memory follows the keys it holds, never more than ``size_bytes``.
+
+    A fixed filter touches every page of its bits after a few hundred thousand keys, because
+    probes fall at random; this one is a chain of filters of doubling size (the first of
+    ``first_bytes``), each filled until ``fill`` of its bits are set, and a key may be stored
+    when any of them says so. With 10 probes and a fill of 0.27 (~32 bits a key) each full
+    filter answers ~0.0002% wrong "maybe"s. The chain ends where the next filter would pass
+    ``size_bytes``; the last one then takes every further key and its wrong "maybe"s grow as in
+    a fixed filter (for the 32 MiB default: past ~8M keys; ~0.004% at 10M keys, as the fixed one).
+    """
+
+    PROBES = 10
+    FILL = 0.27
+
+    def __init__(self, size_bytes: int, *, first_bytes: int = 256 * 1024):
+        size = 1 << max(7, int(first_bytes).bit_length() - 1)
+        while size > 128 and size > size_bytes:
+            size //= 2
+        self._sizes = [size]
+        while sum(self._sizes) + 2 * self._sizes[-1] <= size_bytes:
+            self._sizes.append(2 * self._sizes[-1])
+        self._layers: list[KeyFilter] = []
+        self._set_bits = 0  # of the last layer
+        self.clear()
+
+    @property
+    def nbytes(self) -> int:
+        return sum(layer.nbytes for layer in self._layers)
+
+    @property
+    def max_nbytes(self) -> int:
+        return sum(self._sizes)
+
+    @property
+    def layers(self) -> int:
+        return len(self._layers)
+
+    def clear(self) -> None:
+        self._layers = [KeyFilter(self._sizes[0], self.PROBES)]
+        self._set_bits = 0
+
+    def add(self, hashes: np.ndarray) -> None:
+        start = 0
+        while start < hashes.size:
+            layer = self._layers[-1]
+            if self._set_bits >= self.FILL * layer.bits and len(self._layers) < len(self._sizes):
+                layer = KeyFilter(self._sizes[len(self._layers)], self.PROBES)
+                self._layers.append(layer)
+                self._set_bits = 0
+            # a part small enough not to fill the layer far past its fill (a key sets <= PROBES bits)
+            room = max(1, int(self.FILL * layer.bits - self._set_bits) // self.PROBES + 1)
+            part = hashes[start:start + room] if len(self._layers) < len(self._sizes) else hashes[start:]
+            self._set_bits += layer.add(part)
+            start += part.size
+
+    def may_contain(self, hashes: np.ndarray) -> np.ndarray:
+        """One bool per hash: False only for keys never added."""
+        found = self._layers[0].may_contain(hashes)
+        for layer in self._layers[1:]:
+            found = found | layer.may_contain(hashes)
+        return found
 
 
 class _Block:
@@ -94,8 +165,9 @@ class KeyLocator:
     span: commits are grouped in blocks of consecutive commit times, each with a Bloom filter of
     its keys, and a filter over the span keys alone (the ones every insert checks) answers
     "stored anywhere?" first. The spans table is
-    kept in commit order, so a range is read through DuckDB's min/max pruning. Its memory is
-    ``size_bytes`` whatever the load: a quarter for the overall filter, the rest for the blocks;
+    kept in commit order, so a range is read through DuckDB's min/max pruning. Its memory grows
+    with the keys up to ``size_bytes``, whatever the load: a quarter for the overall filter (a
+    `GrowingKeyFilter`), the rest for the blocks;
     when the blocks fill it, the two adjacent blocks with the fewest keys are merged (their
     filters OR'ed), so older ranges get coarser and a wrong "maybe" costs a larger read — never
     a wrong answer. A block holds 24 bits a key with 16 probes: ~0.001% wrong "maybe"s, so that
@@ -106,10 +178,10 @@ class KeyLocator:
     _BLOCK_BITS_PER_KEY = 24
 
     def __init__(self, size_bytes: int, *, block_bytes: int = 256 * 1024, block_keys: int | None = None):
-        self._all = KeyFilter(size_bytes // 4)
+        self._all = GrowingKeyFilter(size_bytes // 4)
         self._block_bytes = min(block_bytes, max(1024, size_bytes // 8))
         self._block_keys = block_keys or self._block_bytes * 8 // self._BLOCK_BITS_PER_KEY
-        self._max_blocks = max(2, (size_bytes - self._all.nbytes) // self._block_bytes)
+        self._max_blocks = max(2, (size_bytes - self._all.max_nbytes) // self._block_bytes)
         self._blocks: list[_Block] = []
 
     @property

@@ -966,14 +966,19 @@ static PyObject *bloom_add(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOi", &words, &hashes, &probes) || bloom_open(&b, words, hashes, 1) < 0) return NULL;
     uint64_t *w = b.words.buf;
     const uint64_t *h = b.hashes.buf;
+    long long set = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < b.n; i++) {
         uint64_t pos = h[i] & 0xFFFFFFFFULL, step = (h[i] >> 32) | 1;
-        for (int k = 0; k < probes; k++, pos += step) w[(pos & b.mask) >> 6] |= 1ULL << (pos & 63);
+        for (int k = 0; k < probes; k++, pos += step) {
+            uint64_t *word = &w[(pos & b.mask) >> 6], bit = 1ULL << (pos & 63);
+            set += !(*word & bit);
+            *word |= bit;
+        }
     }
     Py_END_ALLOW_THREADS
     bloom_close(&b);
-    Py_RETURN_NONE;
+    return PyLong_FromLongLong(set);
 }
 
 static PyObject *bloom_test(PyObject *self, PyObject *args) {
@@ -1011,7 +1016,8 @@ static PyMethodDef methods[] = {
      "A 64-bit hash (native byte order) of each string of an Arrow string array (`wide`: 64-bit offsets),\n"
      "0 for a null: the store's key hashes (`collector/_keyhash.py`)."},
     {"bloom_add", bloom_add, METH_VARARGS,
-     "bloom_add(words, hashes, probes): set the probes' bits of each uint64 hash (`collector/_keyfilter.py`)."},
+     "bloom_add(words, hashes, probes) -> int: set the probes' bits of each uint64 hash (`collector/_keyfilter.py`);\n"
+     "the number of bits that were not set before."},
     {"bloom_test", bloom_test, METH_VARARGS,
      "bloom_test(words, hashes, probes) -> bytes: 1 where every probe's bit of the hash is set, else 0."},
     {NULL, NULL, 0, NULL},

@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from meritlens.collector._keyfilter import KeyFilter, KeyLocator
+from meritlens.collector._keyfilter import GrowingKeyFilter, KeyFilter, KeyLocator
 from meritlens.collector._store import SpanStore
 from meritlens.instrumentation import conventions as c
 from tests.analytics.evidence_helpers import Ids, S, Span, T0, span_rows
@@ -67,14 +67,16 @@ def test_native_probes_set_and_test_the_same_bits_as_the_numpy_probes(monkeypatc
 
     def build():
         f = KeyFilter(64 * 1024)
-        f.add(hashes[:30_000])
-        f.add(hashes[30_000:][::2])  # a strided view is probed as well
+        counts = [f.add(hashes[:30_000]), f.add(hashes[30_000:][::2])]  # a strided view is probed as well
+        growing = GrowingKeyFilter(1024 * 1024, first_bytes=16 * 1024)
+        growing.add(hashes)
         locator = KeyLocator(256 * 1024, block_bytes=4096)
         for h, us in commits:
             locator.add(h, us)
         answers = f.may_contain(np.concatenate([hashes, others]))
         ranges = [locator.ranges(h[:3], until_us) for (h, _), until_us in zip(commits[::5], range(1_000, 1_600, 50))]
-        return f._words.copy(), answers, ranges, locator.may_contain(others)
+        grown = [layer._words.copy() for layer in growing._layers]
+        return f._words.copy(), answers, ranges, locator.may_contain(others), counts, grown, growing.may_contain(others)
 
     native = build()
     monkeypatch.setattr(_keyfilter, "_native", None)
@@ -83,6 +85,72 @@ def test_native_probes_set_and_test_the_same_bits_as_the_numpy_probes(monkeypatc
     assert np.array_equal(native[1], reference[1]) and native[1][:30_000].all()
     assert native[2] == reference[2] and any(native[2])
     assert np.array_equal(native[3], reference[3])
+    assert native[4] == reference[4] and native[4][0] > 0
+    assert len(native[5]) == len(reference[5]) > 1
+    assert all(np.array_equal(a, b) for a, b in zip(native[5], reference[5]))
+    assert np.array_equal(native[6], reference[6])
+
+
+def _popcount(words: np.ndarray) -> int:
+    return int(np.unpackbits(words.view(np.uint8)).sum())
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_add_counts_the_bits_it_sets(native, monkeypatch):
+    from meritlens.collector import _keyfilter
+
+    if not native:
+        monkeypatch.setattr(_keyfilter, "_native", None)
+    rng = np.random.default_rng(8)
+    hashes = rng.integers(0, 2**63, 5_000, dtype=np.int64).astype(np.uint64)
+    f = KeyFilter(4096)  # small: keys share bits and words
+    before = 0
+    for part in (hashes[:100], hashes[100:3000], hashes[:50], hashes[3000:]):
+        fresh = f.add(np.concatenate([part, part[:7]]))  # keys repeated within one add
+        after = _popcount(f._words)
+        assert fresh == after - before
+        before = after
+    assert f.add(hashes) == 0
+
+
+def test_a_growing_filter_follows_its_keys_up_to_its_bound_and_never_forgets_one():
+    bound = 4 * 1024 * 1024
+    f = GrowingKeyFilter(bound, first_bytes=64 * 1024)
+    rng = np.random.default_rng(9)
+    keys = rng.integers(0, 2**63, 1_500_000, dtype=np.int64).astype(np.uint64)
+    others = rng.integers(0, 2**63, 500_000, dtype=np.int64).astype(np.uint64)
+    sizes = []
+    for start in range(0, keys.size, 10_000):
+        f.add(keys[start:start + 10_000])
+        f.add(keys[max(0, start - 5_000):start])  # keys added again, as a trace key is once per span
+        sizes.append(f.nbytes)
+        assert f.nbytes <= f.max_nbytes <= bound
+    assert sizes[0] == 64 * 1024 and sizes == sorted(sizes) and f.layers == 6  # 64K … 2M: 4,032 KiB
+    assert sizes[len(sizes) // 20] < bound // 8  # 75,000 keys: a few hundred KiB
+    assert f.may_contain(keys).all()
+    # 1.5M keys overfill the last filter (~1M keys at the fill): still few wrong "maybe"s
+    assert f.may_contain(others).mean() < 0.01
+    f.clear()
+    assert f.nbytes == 64 * 1024 and not f.may_contain(keys[:1000]).any()
+
+
+def test_a_growing_filter_answers_few_wrong_maybes_while_it_grows():
+    f = GrowingKeyFilter(32 * 1024 * 1024)
+    rng = np.random.default_rng(10)
+    keys = rng.integers(0, 2**63, 400_000, dtype=np.int64).astype(np.uint64)
+    for start in range(0, keys.size, 1000):
+        f.add(keys[start:start + 1000])
+    others = rng.integers(0, 2**63, 1_000_000, dtype=np.int64).astype(np.uint64)
+    assert f.nbytes <= 2 * 1024 * 1024 < f.max_nbytes  # 400k keys: 1.75 MiB, not 32
+    assert f.may_contain(keys).all()
+    assert f.may_contain(others).sum() < 50  # each full layer: ~2 in a million
+
+
+def test_a_growing_filter_no_larger_than_its_first_layer_stays_one_filter():
+    f = GrowingKeyFilter(1000, first_bytes=256 * 1024)
+    keys = np.arange(1, 5001, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    f.add(keys)
+    assert f.layers == 1 and f.nbytes == f.max_nbytes == 512 and f.may_contain(keys).all()
 
 
 def test_native_probes_refuse_buffers_they_cannot_use():
