@@ -28,8 +28,8 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import tempfile
+import threading
 import time
 
 import httpx
