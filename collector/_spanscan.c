@@ -88,6 +88,32 @@ static int rd_skip(Rd *r, int wire) {
 
 static size_t rd_size(Rd s) { return (size_t)(s.end - s.p); }
 
+/* Whether ``s`` is well-formed UTF-8 as protobuf requires of a string field (no overlong forms,
+ * surrogates or code points past U+10FFFF). The receivers' parse has checked the strings the
+ * scanner copies; the scanner checks them again so that it never depends on that. */
+static int utf8_valid(Rd s) {
+    const uint8_t *p = s.p, *end = s.end;
+    while (p < end) {
+        uint8_t c = *p;
+        if (c < 0x80) { p++; continue; }
+        int n;
+        uint32_t cp;
+        if (c >= 0xC2 && c <= 0xDF) { n = 1; cp = c & 0x1F; }
+        else if (c >= 0xE0 && c <= 0xEF) { n = 2; cp = c & 0x0F; }
+        else if (c >= 0xF0 && c <= 0xF4) { n = 3; cp = c & 0x07; }
+        else return 0;
+        if (end - p <= n) return 0;
+        for (int i = 1; i <= n; i++) {
+            if ((p[i] & 0xC0) != 0x80) return 0;
+            cp = (cp << 6) | (p[i] & 0x3F);
+        }
+        if ((n == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF)))
+            return 0;
+        p += n + 1;
+    }
+    return 1;
+}
+
 /* --- a growing text buffer ---------------------------------------------------------------------- */
 typedef struct { char *data; size_t len, cap; } Buf;
 
@@ -538,7 +564,10 @@ static PyObject *lookup_attribute(const Plan *plan, Rd raw) {
     return attr;
 }
 
-/* The event's JSON object into ``b``; *first_chunk_s set when it marks the first chunk (want). */
+#define EVENT_WALK 2 /* an event the scanner cannot read: its span is left to the Python walk */
+
+/* The event's JSON object into ``b``; *first_chunk_s set when it marks the first chunk (want).
+ * -1 on a Python error, EVENT_WALK for a malformed event. */
 static int event_json(Buf *b, const Plan *plan, Rd ev, uint64_t span_start, int want, PyObject **first_chunk_s,
                       int *too_many) {
     uint64_t t = 0;
@@ -548,12 +577,12 @@ static int event_json(Buf *b, const Plan *plan, Rd ev, uint64_t span_start, int 
     while (ev.p < ev.end) {
         uint32_t field;
         int wire;
-        if (rd_tag(&ev, &field, &wire)) return -1;
+        if (rd_tag(&ev, &field, &wire)) return EVENT_WALK;
         if (field == 1 && wire == 1) {
-            if (rd_fixed64(&ev, &t)) return -1;
+            if (rd_fixed64(&ev, &t)) return EVENT_WALK;
         } else if ((field == 2 || field == 3) && wire == 2) {
             Rd v;
-            if (rd_len(&ev, &v)) return -1;
+            if (rd_len(&ev, &v)) return EVENT_WALK;
             if (field == 2) {
                 name = v;
             } else {
@@ -561,13 +590,14 @@ static int event_json(Buf *b, const Plan *plan, Rd ev, uint64_t span_start, int 
                 n++;
             }
         } else if (rd_skip(&ev, wire)) {
-            return -1;
+            return EVENT_WALK;
         }
     }
     if ((long long)n > plan->max_attributes || n > MAX_ATTRS) {
         *too_many = 1;
         return 0;
     }
+    if (!utf8_valid(name)) return EVENT_WALK;
     char number[24];
     int digits = 0;
     char reversed[24];
@@ -651,6 +681,7 @@ static int span_row(Out *out, const Plan *plan, const Span *s, PyObject *resourc
     if (!values[plan->role_slot] && texts_find(&rest, plan->role_key) < 0)
         values[plan->role_slot] = plan->application_role;
 
+    if (!utf8_valid(s->name) || !utf8_valid(s->status_message)) { rc = 1; goto done; }
     int need_target = plan->fallback && !values[plan->target_slot];
     int need_price = plan->price && !values[plan->cost_slot] && texts_find(&rest, plan->cost_key) < 0;
     if (need_price && texts_find(&rest, plan->priced_by_key) >= 0) { rc = 1; goto done; }
@@ -660,10 +691,10 @@ static int span_row(Out *out, const Plan *plan, const Span *s, PyObject *resourc
         if (buf_char(b, '[')) goto done;
         for (int i = 0; i < s->n_events; i++) {
             PyObject *found = NULL;
-            if ((i && buf_char(b, ','))
-                || event_json(b, plan, s->events[i], s->start, want, &found, &too_many))
-                goto done;
-            if (too_many) { rc = 1; goto done; }
+            if (i && buf_char(b, ',')) goto done;
+            int event = event_json(b, plan, s->events[i], s->start, want, &found, &too_many);
+            if (event == EVENT_WALK || too_many) { rc = 1; goto done; }
+            if (event) goto done;
             if (found) { first_chunk_s = found; want = 0; }
         }
         if (buf_char(b, ']')) goto done;
