@@ -7,14 +7,14 @@ Windows are updated in O(new spans), after the spans are committed and for every
 since the last update at once: the batches' *closure* (the stored spans of every task and trace
 they touch, up to the last of them) is read, the samples of that closure are computed before (up
 to the windows' watermark) and after, and only the difference is applied to the window accumulators
-(`meritlens.analytics._accumulate`). A fixed-size key filter answers "was this trace or task
+(`meritlens.analytics._accumulate`). A key filter of bounded size answers "was this trace or task
 seen before?" without reading the table, so a batch of new tasks reads nothing back; keys the
 filter may have seen are read from the commit-time ranges a `KeyLocator` gives.
 
 No B-tree index is kept on `spans`: DuckDB holds such indexes whole in its memory, so they grow
 with every stored span until the memory limit fails a commit (measured: ~170 bytes a span with the
 primary key and two key indexes; a 512 MiB limit failed at ~2.9M spans). Instead the table stays in
-commit order, and a fixed-size `KeyLocator` says which commit-time ranges may hold a key; DuckDB
+commit order, and a `KeyLocator` of bounded size says which commit-time ranges may hold a key; DuckDB
 reads a range through its min/max pruning. The same locator makes retried exports idempotent: a
 batch's spans that may be stored are checked against the ranges that may hold them.
 """
@@ -128,9 +128,10 @@ class SpanStore:
 
     ``db_memory_bytes`` caps DuckDB's buffer pool (None: DuckDB's default, 80% of RAM).
     ``checkpoint_wal_bytes``: the write-ahead log size at which DuckDB checkpoints the file.
-    ``span_index_bytes`` is the fixed size of the `KeyLocator` that finds stored keys.
+    ``span_index_bytes`` bounds the size of the `KeyLocator` that finds stored keys.
     ``key_filter_bytes`` and ``window_memory_bytes`` bound the memory of the window processor:
-    the filter of seen trace/task keys has that fixed size (more keys only cost more lookups),
+    the filter of seen trace/task keys grows with its keys up to that size (more keys then only
+    cost more lookups),
     and window state beyond the budget is dropped, least recently used first, and rebuilt from
     the spans when its target is written to again.
 
