@@ -10,6 +10,7 @@ import click
 
 from meritlens.collector._settings import (
     DEFAULT_DB,
+    DEFAULT_DB_THREADS,
     DEFAULT_GRPC_MAX_CONCURRENT_RPCS,
     DEFAULT_GRPC_PORT,
     DEFAULT_HOST,
@@ -31,6 +32,7 @@ from meritlens.collector._settings import (
     ENV_MAX_INFLIGHT_BYTES,
     ENV_WINDOW_MEMORY_BYTES,
     ENV_CHECKPOINT_WAL_BYTES,
+    ENV_DB_THREADS,
     ENV_DB_MEMORY_BYTES,
     ENV_MAX_PENDING_BATCHES,
     ENV_MAX_SPANS_PER_REQUEST,
@@ -116,6 +118,9 @@ def _size(ctx, param, value):
 @click.option("--checkpoint-wal-bytes", callback=_size, default=None,
               help="Write-ahead log size at which DuckDB checkpoints the file; larger: less CPU per span, a "
                    f"larger WAL to replay after a crash [env {ENV_CHECKPOINT_WAL_BYTES}; default 64MiB].")
+@click.option("--db-threads", type=int, default=None,
+              help="DuckDB's worker threads; more make large SQL queries and the start-up rebuild faster and "
+                   f"cost the collector's small statements CPU [env {ENV_DB_THREADS}; default {DEFAULT_DB_THREADS}].")
 @click.option("--max-pending-batches", type=int, default=None,
               help=f"Batches waiting for the writer [env {ENV_MAX_PENDING_BATCHES}; default "
                    f"{DEFAULT_MAX_PENDING_BATCHES}].")

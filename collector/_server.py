@@ -42,7 +42,8 @@ class Collector:
                                span_index_bytes=settings.span_index_bytes,
                                window_memory_bytes=settings.window_memory_bytes,
                                db_memory_bytes=settings.db_memory_bytes,
-                               checkpoint_wal_bytes=settings.checkpoint_wal_bytes)
+                               checkpoint_wal_bytes=settings.checkpoint_wal_bytes,
+                               db_threads=settings.db_threads)
         self.pipeline = IngestPipeline(self.store, max_pending_batches=settings.max_pending_batches)
         self.budget = InflightBudget(settings.max_inflight_bytes)
         self.ingest = Ingest(

@@ -19,6 +19,7 @@ ENV_KEY_FILTER_BYTES = "MERITLENS_KEY_FILTER_BYTES"
 ENV_SPAN_INDEX_BYTES = "MERITLENS_SPAN_INDEX_BYTES"
 ENV_DB_MEMORY_BYTES = "MERITLENS_DB_MEMORY_BYTES"
 ENV_CHECKPOINT_WAL_BYTES = "MERITLENS_CHECKPOINT_WAL_BYTES"
+ENV_DB_THREADS = "MERITLENS_DB_THREADS"
 ENV_MAX_SPANS_PER_REQUEST = "MERITLENS_MAX_SPANS_PER_REQUEST"
 ENV_MAX_ATTRIBUTES = "MERITLENS_MAX_ATTRIBUTES"
 ENV_MAX_ATTRIBUTE_BYTES = "MERITLENS_MAX_ATTRIBUTE_BYTES"
@@ -57,10 +58,11 @@ The per-task aggregation does not spill; measured on one-span tasks, 150k rows f
 did not (~0.7-0.9 KiB a row), see bench/README.md "Start-up rebuild in partitions"."""
 MIN_REBUILD_ROWS_PER_PARTITION = 10_000
 DEFAULT_KEY_FILTER_BYTES = 32 * 1024 * 1024
-"""Size of the filter of seen trace/task keys (fixed; more keys only cost more reads of stored spans).
-At 10M keys it answers a wrong "maybe" for ~0.003% of new keys (8 MiB: ~5%)."""
+"""Largest size of the filter of seen trace/task keys: it grows with its keys (~4 bytes a key) up to
+this size; past it more keys only cost more reads of stored spans. At 10M keys it answers a wrong
+"maybe" for ~0.004% of new keys."""
 DEFAULT_SPAN_INDEX_BYTES = 128 * 1024 * 1024
-"""Size of the locator of stored span, trace and task keys (fixed; more keys only cost larger reads).
+"""Largest size of the locator of stored span, trace and task keys (more keys only cost larger reads).
 Its blocks fill as spans arrive (~6 bytes a span); they hold ~16M spans before merging starts."""
 DEFAULT_DB_MEMORY_BYTES = 512 * 1024 * 1024
 MIN_DB_MEMORY_BYTES = 128 * 1024 * 1024
@@ -71,6 +73,12 @@ DEFAULT_CHECKPOINT_WAL_BYTES = 64 * 1024 * 1024
 checkpoint compresses the row group still being filled again, so checkpointing less often costs less
 CPU per stored span (1000-span inserts: ~11 µs a span at 16MiB, ~8 at 64MiB, ~6.6 at 256MiB); the WAL
 on disk and its replay after a crash grow with it. See bench/README.md "Seventh session"."""
+DEFAULT_DB_THREADS = 1
+"""DuckDB's worker threads in `meritlens serve` (DuckDB's own default: one per core). The collector's
+statements are small (a 1000-span insert, a window pass), and handing them to a second thread cost
+~3.5% of a core at 10k spans/s (28% -> 24-25% with one thread) with no gain in throughput; large
+user queries and the start-up rebuild run ~1.3-1.9x slower on one thread of a 2-core machine. See
+bench/README.md "Eighth session"."""
 DEFAULT_MAX_ATTRIBUTES = 1024
 DEFAULT_MAX_ATTRIBUTE_BYTES = 1024 * 1024
 DEFAULT_GRPC_MAX_CONCURRENT_RPCS = 16
@@ -232,6 +240,7 @@ class ServerSettings:
     checkpoint_wal_bytes: int = field(
         default_factory=lambda: _env_bytes(ENV_CHECKPOINT_WAL_BYTES, DEFAULT_CHECKPOINT_WAL_BYTES)
     )
+    db_threads: int = field(default_factory=lambda: _env_int(ENV_DB_THREADS, DEFAULT_DB_THREADS))
     max_attributes: int = field(default_factory=lambda: _env_int(ENV_MAX_ATTRIBUTES, DEFAULT_MAX_ATTRIBUTES))
     max_attribute_bytes: int = field(
         default_factory=lambda: _env_bytes(ENV_MAX_ATTRIBUTE_BYTES, DEFAULT_MAX_ATTRIBUTE_BYTES)
@@ -279,6 +288,7 @@ class ServerSettings:
             "span index bytes": self.span_index_bytes,
             "DuckDB memory bytes": self.db_memory_bytes,
             "checkpoint WAL bytes": self.checkpoint_wal_bytes,
+            "DuckDB threads": self.db_threads,
         }
         for name, value in positive.items():
             if value <= 0:

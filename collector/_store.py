@@ -128,6 +128,7 @@ class SpanStore:
 
     ``db_memory_bytes`` caps DuckDB's buffer pool (None: DuckDB's default, 80% of RAM).
     ``checkpoint_wal_bytes``: the write-ahead log size at which DuckDB checkpoints the file.
+    ``db_threads``: DuckDB's worker threads (None: DuckDB's default, one per core).
     ``span_index_bytes`` bounds the size of the `KeyLocator` that finds stored keys.
     ``key_filter_bytes`` and ``window_memory_bytes`` bound the memory of the window processor:
     the filter of seen trace/task keys grows with its keys up to that size (more keys then only
@@ -150,9 +151,10 @@ class SpanStore:
                  window_memory_bytes: int = DEFAULT_WINDOW_MEMORY_BYTES, db_memory_bytes: int | None = None,
                  window_lag_rows: int = DEFAULT_WINDOW_LAG_ROWS, query_wait_s: float = DEFAULT_QUERY_WAIT_S,
                  rebuild_rows_per_partition: int | None = None,
-                 checkpoint_wal_bytes: int = DEFAULT_CHECKPOINT_WAL_BYTES):
+                 checkpoint_wal_bytes: int = DEFAULT_CHECKPOINT_WAL_BYTES, db_threads: int | None = None):
         self.path = path
         self._checkpoint_wal_bytes = checkpoint_wal_bytes
+        self._db_threads = db_threads
         if rebuild_rows_per_partition is None:
             pool = db_memory_bytes if db_memory_bytes is not None else DEFAULT_DB_MEMORY_BYTES
             rebuild_rows_per_partition = max(MIN_REBUILD_ROWS_PER_PARTITION, pool // REBUILD_POOL_BYTES_PER_ROW)
@@ -210,6 +212,8 @@ class SpanStore:
         if self._db_memory_bytes is not None:
             config["memory_limit"] = f"{self._db_memory_bytes // (1024 * 1024)}MiB"
         config["checkpoint_threshold"] = f"{self._checkpoint_wal_bytes}B"
+        if self._db_threads is not None:
+            config["threads"] = self._db_threads
         self._con = duckdb.connect(self.path, read_only=self.read_only, config=config)
         if not self.read_only:
             for statement in STORE_DDL:
