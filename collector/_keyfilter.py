@@ -129,13 +129,15 @@ class GrowingKeyFilter:
         start = 0
         while start < hashes.size:
             layer = self._layers[-1]
-            if self._set_bits >= self.FILL * layer.bits and len(self._layers) < len(self._sizes):
+            if len(self._layers) == len(self._sizes):  # the last filter takes every further key
+                self._set_bits += layer.add(hashes[start:])
+                return
+            if self._set_bits >= self.FILL * layer.bits:
                 layer = KeyFilter(self._sizes[len(self._layers)], self.PROBES)
                 self._layers.append(layer)
                 self._set_bits = 0
-            # a part small enough not to fill the layer far past its fill (a key sets <= PROBES bits)
-            room = max(1, int(self.FILL * layer.bits - self._set_bits) // self.PROBES + 1)
-            part = hashes[start:start + room] if len(self._layers) < len(self._sizes) else hashes[start:]
+            # few enough keys not to fill the layer far past its fill (a key sets <= PROBES bits)
+            part = hashes[start:start + int(self.FILL * layer.bits - self._set_bits) // self.PROBES + 1]
             self._set_bits += layer.add(part)
             start += part.size
 

@@ -10,7 +10,8 @@
  * times, status, promotion of attributes to typed columns, the leftover attributes' JSON, the events'
  * JSON and the first streamed chunk. Any span it does not handle exactly that way (invalid IDs or
  * times, a limit to check, links, a kind or status code out of range, more attributes or events than
- * its fixed arrays hold) gets placeholder values and is listed for the Python walk. A body it cannot
+ * its fixed arrays hold, and, should it be given bytes the parse has not checked, a malformed event or
+ * a name that is not UTF-8) gets placeholder values and is listed for the Python walk. A body it cannot
  * walk (groups) makes it return None, and Python normalizes the whole request.
  *
  * The module also holds the store's two other per-row loops: the key hashes of stored batches
@@ -438,7 +439,8 @@ static int needs_python(const Span *s, const Plan *plan, size_t span_bytes, int 
         || s->start == 0 || s->end == 0 || s->end < s->start || s->end > (uint64_t)INT64_MAX
         || kind < 0 || kind > 5 || code < 0 || code > 2
         || (long long)s->n_attrs > plan->max_attributes
-        || (plan->max_span_bytes >= 0 && (long long)span_bytes > plan->max_span_bytes);
+        || (plan->max_span_bytes >= 0 && (long long)span_bytes > plan->max_span_bytes)
+        || !utf8_valid(s->name) || !utf8_valid(s->status_message);
 }
 
 typedef struct {
@@ -567,9 +569,9 @@ static PyObject *lookup_attribute(const Plan *plan, Rd raw) {
 #define EVENT_WALK 2 /* an event the scanner cannot read: its span is left to the Python walk */
 
 /* The event's JSON object into ``b``; *first_chunk_s set when it marks the first chunk (want).
- * -1 on a Python error, EVENT_WALK for a malformed event. */
-static int event_json(Buf *b, const Plan *plan, Rd ev, uint64_t span_start, int want, PyObject **first_chunk_s,
-                      int *too_many) {
+ * -1 on a Python error, EVENT_WALK for an event the Python walk must read (malformed, a name that
+ * is not UTF-8, more attributes than the limit or the arrays). */
+static int event_json(Buf *b, const Plan *plan, Rd ev, uint64_t span_start, int want, PyObject **first_chunk_s) {
     uint64_t t = 0;
     Rd name = {ev.p, ev.p};
     Rd attrs[MAX_ATTRS];
@@ -593,11 +595,7 @@ static int event_json(Buf *b, const Plan *plan, Rd ev, uint64_t span_start, int 
             return EVENT_WALK;
         }
     }
-    if ((long long)n > plan->max_attributes || n > MAX_ATTRS) {
-        *too_many = 1;
-        return 0;
-    }
-    if (!utf8_valid(name)) return EVENT_WALK;
+    if ((long long)n > plan->max_attributes || n > MAX_ATTRS || !utf8_valid(name)) return EVENT_WALK;
     char number[24];
     int digits = 0;
     char reversed[24];
@@ -681,19 +679,18 @@ static int span_row(Out *out, const Plan *plan, const Span *s, PyObject *resourc
     if (!values[plan->role_slot] && texts_find(&rest, plan->role_key) < 0)
         values[plan->role_slot] = plan->application_role;
 
-    if (!utf8_valid(s->name) || !utf8_valid(s->status_message)) { rc = 1; goto done; }
     int need_target = plan->fallback && !values[plan->target_slot];
     int need_price = plan->price && !values[plan->cost_slot] && texts_find(&rest, plan->cost_key) < 0;
     if (need_price && texts_find(&rest, plan->priced_by_key) >= 0) { rc = 1; goto done; }
     b->len = 0;
     if (s->n_events) {
-        int want = values[plan->ttft_slot] == NULL, too_many = 0;
+        int want = values[plan->ttft_slot] == NULL;
         if (buf_char(b, '[')) goto done;
         for (int i = 0; i < s->n_events; i++) {
             PyObject *found = NULL;
             if (i && buf_char(b, ',')) goto done;
-            int event = event_json(b, plan, s->events[i], s->start, want, &found, &too_many);
-            if (event == EVENT_WALK || too_many) { rc = 1; goto done; }
+            int event = event_json(b, plan, s->events[i], s->start, want, &found);
+            if (event == EVENT_WALK) { rc = 1; goto done; }
             if (event) goto done;
             if (found) { first_chunk_s = found; want = 0; }
         }

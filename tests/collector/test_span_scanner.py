@@ -262,6 +262,13 @@ def test_byte_mutations_that_protobuf_accepts_read_the_same(seed, data):
     assert_same(body, TIGHT)
 
 
+def _scan_unchecked(body: bytes):
+    """The scanner on ``body``, whether or not protobuf parses it."""
+    plan = _normalize._scan_plan(FILLING, _otlp.SpanChecks(_otlp.LeanRequest(), TIGHT, 0))
+    resources = [("svc", "{}", ((0, "t"),), False)] * 4
+    return _normalize._spanscan.scan(body, plan, resources, [[None] * 4] * 4)
+
+
 @settings(max_examples=300, deadline=None)
 @given(seed=st.sampled_from(SEEDS), data=st.data())
 def test_the_scanner_survives_bodies_protobuf_refuses(seed, data):
@@ -275,10 +282,8 @@ def test_the_scanner_survives_bodies_protobuf_refuses(seed, data):
             at = data.draw(st.integers(0, len(body) - 1))
             body[at] = data.draw(st.integers(0, 255))
         body = bytes(body[:data.draw(st.integers(0, len(body)))])
-    plan = _normalize._scan_plan(FILLING, _otlp.SpanChecks(_otlp.LeanRequest(), TIGHT, 0))
-    resources = [("svc", "{}", ((0, "t"),), False)] * 4
     try:
-        scanned = _normalize._spanscan.scan(body, plan, resources, [[None] * 4] * 4)
+        scanned = _scan_unchecked(body)
     except (DecodeError, UnicodeDecodeError):
         return  # an attribute or a text that is not valid protobuf
     if scanned is not None:
@@ -287,12 +292,6 @@ def test_the_scanner_survives_bodies_protobuf_refuses(seed, data):
         for array in arrays:
             array.validate(full=True)
         assert all(0 <= row < rows for row, *_ in python_spans + finish)
-
-
-def _scan_unchecked(body: bytes):
-    plan = _normalize._scan_plan(FILLING, _otlp.SpanChecks(_otlp.LeanRequest(), TIGHT, 0))
-    resources = [("svc", "{}", ((0, "t"),), False)] * 4
-    return _normalize._spanscan.scan(body, plan, resources, [[None] * 4] * 4)
 
 
 @pytest.mark.parametrize("where, replace", [
