@@ -114,7 +114,8 @@ def _size(ctx, param, value):
                    f"targets are rebuilt from their spans when written again [env {ENV_WINDOW_MEMORY_BYTES}; "
                    "default 256MiB].")
 @click.option("--db-memory-bytes", callback=_size, default=None,
-              help=f"DuckDB's memory limit, e.g. 512MiB [env {ENV_DB_MEMORY_BYTES}; default 512MiB].")
+              help=f"DuckDB's memory limit, e.g. 512MiB; a long-running collector's RSS grows towards it "
+                   f"[env {ENV_DB_MEMORY_BYTES}; default 256MiB].")
 @click.option("--checkpoint-wal-bytes", callback=_size, default=None,
               help="Write-ahead log size at which DuckDB checkpoints the file; larger: less CPU per span, a "
                    f"larger WAL to replay after a crash [env {ENV_CHECKPOINT_WAL_BYTES}; default 64MiB].")

@@ -64,10 +64,15 @@ this size; past it more keys only cost more reads of stored spans. At 10M keys i
 DEFAULT_SPAN_INDEX_BYTES = 128 * 1024 * 1024
 """Largest size of the locator of stored span, trace and task keys (more keys only cost larger reads).
 Its blocks fill as spans arrive (~6 bytes a span); they hold ~16M spans before merging starts."""
-DEFAULT_DB_MEMORY_BYTES = 512 * 1024 * 1024
+DEFAULT_DB_MEMORY_BYTES = 256 * 1024 * 1024
+"""DuckDB's memory limit (its buffer pool; larger operations spill to a temporary directory). DuckDB
+keeps the blocks it checkpoints cached up to this limit, so a long-running collector's RSS grows
+towards it: after 9.6M stored spans the process's own memory was 635 MiB at 512MiB and 240 MiB at
+128MiB, at the same insert CPU. At 256MiB against 512MiB (3M stored spans): the start-up rebuild
+takes ~1.3x as long and a GROUP BY over every trace ~1.8x; groupings by target are as fast. See
+bench/README.md "Ninth session"."""
 MIN_DB_MEMORY_BYTES = 128 * 1024 * 1024
 """Below this DuckDB can run out of memory committing a batch, which invalidates the database until restart."""
-"""DuckDB's memory limit (its buffer pool; larger operations spill to a temporary directory)."""
 DEFAULT_CHECKPOINT_WAL_BYTES = 64 * 1024 * 1024
 """Write-ahead log size at which DuckDB checkpoints the file (its own default is 16MiB). Each
 checkpoint compresses the row group still being filled again, so checkpointing less often costs less
