@@ -15,6 +15,11 @@ Two steps, so that each measurement runs in a process of its own:
       their watermark allows, else the rebuild above), timed; then one batch of new spans over every
       target is appended and `update_windows()` timed (after a take-up it rebuilds each target's
       state from its spans, as after an eviction); then the same check. Adds the batch to DB.
+  python bench/startup.py queries DB --db-memory-bytes 256MiB [--db-threads 1]
+      times analytical queries over every stored span through `SpanStore.query` (the /api/sql
+      path) with that memory limit, median of 3: percentiles and sums by target, a GROUP BY over
+      every trace, JSON extraction, a top-1000. Checks the per-trace rollup's count against
+      count(DISTINCT trace_id) and the sum by target against the stored total.
 """
 
 from __future__ import annotations
@@ -120,17 +125,54 @@ def resume(path: str, db_memory_bytes: int, targets: int, batch: int) -> None:
         store.shutdown()
 
 
+ANALYTICAL_QUERIES = {
+    "percentiles by target": "SELECT target_id, quantile_cont(duration_s, [0.5, 0.95, 0.99]) FROM spans GROUP BY 1",
+    "sums by target and model": "SELECT target_id, request_model, sum(input_tokens) AS s, avg(cost_usd) FROM spans GROUP BY ALL",
+    "GROUP BY every trace": "SELECT count(*) FROM (SELECT trace_id, sum(input_tokens), max(end_unix_nano) - min(start_unix_nano)"
+                            " FROM spans GROUP BY trace_id)",
+    "JSON extraction": "SELECT count(*) FROM spans WHERE attributes->>'$.bench_input_tokens' IS NOT NULL",
+    "top 1000 by cost": "SELECT trace_id, span_id, cost_usd FROM spans ORDER BY cost_usd DESC LIMIT 1000",
+}
+
+
+def queries(path: str, db_memory_bytes: int, db_threads: int) -> None:
+    store = SpanStore(path, read_only=True, db_memory_bytes=db_memory_bytes, db_threads=db_threads)
+    store.start()
+    try:
+        results, medians = {}, {}
+        for name, sql in ANALYTICAL_QUERIES.items():
+            times = []
+            for _ in range(3):
+                t = time.perf_counter()
+                results[name] = store.query(sql).rows
+                times.append(time.perf_counter() - t)
+            medians[name] = sorted(times)[1]
+        traces = store.query("SELECT count(DISTINCT trace_id), sum(input_tokens) FROM spans").rows[0]
+        by_target = sum(row[2] for row in results["sums by target and model"])
+        if results["GROUP BY every trace"][0][0] != traces[0] or by_target != traces[1]:
+            raise SystemExit(f"queries: per-trace rows {results['GROUP BY every trace']} / sum {by_target}"
+                             f" against {traces}")
+        print(f"db_memory_bytes {db_memory_bytes // 2**20} MiB, {db_threads} DuckDB thread(s): "
+              + "; ".join(f"{name} {1e3 * m:.0f} ms" for name, m in medians.items())
+              + f"; peak RSS {_vm_hwm_mib():.0f} MiB; results checked")
+    finally:
+        store.shutdown()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("step", choices=("build", "rebuild", "resume"))
+    parser.add_argument("step", choices=("build", "rebuild", "resume", "queries"))
     parser.add_argument("db")
     parser.add_argument("--spans", type=int, default=3_000_000)
     parser.add_argument("--targets", type=int, default=8)
     parser.add_argument("--db-memory-bytes", default="512MiB")
     parser.add_argument("--batch", type=int, default=10_000)
+    parser.add_argument("--db-threads", type=int, default=1, help="queries: DuckDB's threads (serve's default: 1)")
     args = parser.parse_args()
     if args.step == "build":
         build(args.db, args.spans, args.targets)
+    elif args.step == "queries":
+        queries(args.db, parse_bytes(args.db_memory_bytes), args.db_threads)
     elif args.step == "rebuild":
         rebuild(args.db, parse_bytes(args.db_memory_bytes), args.targets)
     else:

@@ -7,13 +7,16 @@ receive path, then, in one process and one thread:
   batches (10 by default: the window thread's pass at 10k spans/s and 1 s of gathering). Prints the
   wall time per span of each and the process CPU per span (DuckDB's threads included).
 * `--insert-only`: only DuckDB's part of a write, an INSERT of each batch through a relation into
-  a table of the store's schema, with `--checkpoint-wal-bytes` as DuckDB's checkpoint threshold.
+  a table of the store's schema, with `--checkpoint-wal-bytes` as DuckDB's checkpoint threshold;
+  `--stored-spans` fills the table first, `--row-group-rows` tries smaller row groups with a
+  checkpoint at each full one. Prints the peak anonymous memory of the process too.
 
 Correctness: the spans table holds every span written, and (default mode) the windows' input token
 sum per target equals the sum of what was written.
 
 usage: python bench/store_write.py [--batches 300] [--batch 1000] [--window-every 10]
                                    [--insert-only] [--checkpoint-wal-bytes 64MiB]
+                                   [--stored-spans N] [--row-group-rows R] [--db-memory-bytes 512MiB]
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import pyarrow as pa
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import loadgen  # noqa: E402
+from ingest import MemorySampler, status_kib  # noqa: E402
 import normalize as receive  # noqa: E402
 
 from meritlens.analytics._views import STORE_DDL  # noqa: E402
@@ -46,20 +50,62 @@ def batches(count: int, size: int) -> list[pa.Table]:
     return tables
 
 
-def insert_only(tables: list[pa.Table], wal_bytes: int, path: str) -> None:
-    con = duckdb.connect(path, config={"checkpoint_threshold": f"{wal_bytes}B"})
+def insert_only(tables: list[pa.Table], wal_bytes: int, path: str, *, stored_spans: int = 0,
+                row_group_rows: int = 0, db_memory: str = "512MiB") -> None:
+    """INSERT every batch through a relation; print CPU per span and the peak anonymous memory.
+
+    ``stored_spans``: fill the table with that many spans (the batches repeated) first.
+    ``row_group_rows``: attach the file with that row group size and checkpoint each time a row
+    group fills (no batch crosses a group's end), instead of at ``wal_bytes`` of WAL."""
+    config = {"checkpoint_threshold": f"{wal_bytes if not row_group_rows else 2**40}B", "threads": 1,
+              "memory_limit": db_memory}
+    con = duckdb.connect(":memory:", config=config)
+    options = f" (ROW_GROUP_SIZE {row_group_rows})" if row_group_rows else ""
+    con.execute(f"ATTACH '{path}' AS store{options}")
+    con.execute("USE store")
     for statement in STORE_DDL:
         con.execute(statement)
     tables = [stamp_received_at(t, 1_700_000_000_000_000 + i) for i, t in enumerate(tables)]
     cursor = con.cursor()
+    cursor.execute("USE store")
+    group = row_group_rows or 2**62
+    before_fill_kib = status_kib(os.getpid(), "RssAnon")  # the batches, built in this process
+    filled = 0
+    while filled < stored_spans:
+        for table in tables:
+            if filled >= stored_spans:
+                break
+            cursor.from_arrow(table).insert_into(SPANS_TABLE)
+            filled += table.num_rows
+            if filled % 131_072 < table.num_rows:  # the WAL stays small whatever the checkpoint rule
+                cursor.execute("CHECKPOINT")
+    if filled:
+        cursor.execute("CHECKPOINT")
+    in_group = filled % group
+    sampler = MemorySampler(os.getpid()).start()
+    checkpoints, checkpoint_cpu = 0, 0.0
     cpu, wall = time.process_time(), time.perf_counter()
     for table in tables:
-        cursor.from_arrow(table).insert_into(SPANS_TABLE)
+        at = 0
+        while at < table.num_rows:
+            part = table.slice(at, group - in_group)
+            cursor.from_arrow(part).insert_into(SPANS_TABLE)
+            at += part.num_rows
+            in_group += part.num_rows
+            if in_group == group:
+                in_group, t = 0, time.process_time()
+                cursor.execute("CHECKPOINT")
+                checkpoints, checkpoint_cpu = checkpoints + 1, checkpoint_cpu + time.process_time() - t
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    sampler.stop()
     spans = sum(t.num_rows for t in tables)
-    stored = con.execute(f"SELECT count(*) FROM {SPANS_TABLE}").fetchall()[0][0]
-    print(f"insert only, checkpoint at {wal_bytes / 2**20:g}MiB of WAL: {1e6 * cpu / spans:.1f} µs/span CPU,"
-          f" {1e6 * wall / spans:.1f} µs/span wall; stored {stored:,} of {spans:,}")
+    stored = con.execute(f"SELECT count(*) FROM {SPANS_TABLE}").fetchall()[0][0] - filled
+    when = (f"checkpoint at each full {row_group_rows:,}-row group ({checkpoints}, {1e3 * checkpoint_cpu / max(1, checkpoints):.0f} ms"
+            " CPU each)" if row_group_rows else f"checkpoint at {wal_bytes / 2**20:g}MiB of WAL")
+    print(f"insert only, {filled:,} spans stored before, {when}: {1e6 * cpu / spans:.1f} µs/span CPU,"
+          f" {1e6 * wall / spans:.1f} µs/span wall; peak anonymous memory {sampler.anon_kib >> 10} MiB"
+          f" ({before_fill_kib >> 10} MiB before the fill: the batches);"
+          f" stored {stored:,} of {spans:,}")
     if stored != spans:
         raise SystemExit("FAILED: rows lost")
 
@@ -101,13 +147,18 @@ def main() -> None:
     parser.add_argument("--window-every", type=int, default=10)
     parser.add_argument("--insert-only", action="store_true")
     parser.add_argument("--checkpoint-wal-bytes", default=str(DEFAULT_CHECKPOINT_WAL_BYTES))
+    parser.add_argument("--stored-spans", type=int, default=0, help="--insert-only: spans stored before the timed inserts")
+    parser.add_argument("--row-group-rows", type=int, default=0,
+                        help="--insert-only: row group size, with a checkpoint at each full group")
+    parser.add_argument("--db-memory-bytes", default="512MiB", help="--insert-only: DuckDB's memory limit")
     args = parser.parse_args()
     wal_bytes = parse_bytes(args.checkpoint_wal_bytes, "--checkpoint-wal-bytes")
     tables = batches(args.batches, args.batch)
     with tempfile.TemporaryDirectory(prefix="meritlens-bench-") as tmp:
         path = os.path.join(tmp, "write.duckdb")
         if args.insert_only:
-            insert_only(tables, wal_bytes, path)
+            insert_only(tables, wal_bytes, path, stored_spans=args.stored_spans,
+                        row_group_rows=args.row_group_rows, db_memory=args.db_memory_bytes)
         else:
             store_writes(tables, args.window_every, wal_bytes, path)
 
