@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import statistics
 import sys
 import time
 
@@ -37,7 +38,7 @@ import numpy as np  # noqa: E402
 
 from _history import check_input_tokens_windows, span_table  # noqa: E402
 
-from meritlens.collector._settings import parse_bytes  # noqa: E402
+from meritlens.collector._settings import DEFAULT_DB_MEMORY_BYTES, parse_bytes  # noqa: E402
 from meritlens.collector._store import SpanStore  # noqa: E402
 
 _TASK_TRACES = 3
@@ -146,7 +147,7 @@ def queries(path: str, db_memory_bytes: int, db_threads: int) -> None:
                 t = time.perf_counter()
                 results[name] = store.query(sql).rows
                 times.append(time.perf_counter() - t)
-            medians[name] = sorted(times)[1]
+            medians[name] = statistics.median(times)
         traces = store.query("SELECT count(DISTINCT trace_id), sum(input_tokens) FROM spans").rows[0]
         by_target = sum(row[2] for row in results["sums by target and model"])
         if results["GROUP BY every trace"][0][0] != traces[0] or by_target != traces[1]:
@@ -165,7 +166,7 @@ def main() -> None:
     parser.add_argument("db")
     parser.add_argument("--spans", type=int, default=3_000_000)
     parser.add_argument("--targets", type=int, default=8)
-    parser.add_argument("--db-memory-bytes", default="512MiB")
+    parser.add_argument("--db-memory-bytes", default=f"{DEFAULT_DB_MEMORY_BYTES >> 20}MiB", help="default: the collector's")
     parser.add_argument("--batch", type=int, default=10_000)
     parser.add_argument("--db-threads", type=int, default=1, help="queries: DuckDB's threads (serve's default: 1)")
     args = parser.parse_args()

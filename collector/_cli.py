@@ -10,6 +10,7 @@ import click
 
 from meritlens.collector._settings import (
     DEFAULT_DB,
+    DEFAULT_DB_MEMORY_BYTES,
     DEFAULT_DB_THREADS,
     DEFAULT_GRPC_MAX_CONCURRENT_RPCS,
     DEFAULT_GRPC_PORT,
@@ -115,7 +116,7 @@ def _size(ctx, param, value):
                    "default 256MiB].")
 @click.option("--db-memory-bytes", callback=_size, default=None,
               help=f"DuckDB's memory limit, e.g. 512MiB; a long-running collector's RSS grows towards it "
-                   f"[env {ENV_DB_MEMORY_BYTES}; default 256MiB].")
+                   f"[env {ENV_DB_MEMORY_BYTES}; default {DEFAULT_DB_MEMORY_BYTES >> 20}MiB].")
 @click.option("--checkpoint-wal-bytes", callback=_size, default=None,
               help="Write-ahead log size at which DuckDB checkpoints the file; larger: less CPU per span, a "
                    f"larger WAL to replay after a crash [env {ENV_CHECKPOINT_WAL_BYTES}; default 64MiB].")

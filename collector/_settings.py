@@ -67,8 +67,8 @@ Its blocks fill as spans arrive (~6 bytes a span); they hold ~16M spans before m
 DEFAULT_DB_MEMORY_BYTES = 256 * 1024 * 1024
 """DuckDB's memory limit (its buffer pool; larger operations spill to a temporary directory). DuckDB
 keeps the blocks it checkpoints cached up to this limit, so a long-running collector's RSS grows
-towards it: after 9.6M stored spans the process's own memory was 635 MiB at 512MiB and 240 MiB at
-128MiB, at the same insert CPU. At 256MiB against 512MiB (3M stored spans): the start-up rebuild
+towards it: after 9.6M stored spans DuckDB and the process held 277 MiB at 256MiB and 526 MiB at
+512MiB (beyond a benchmark's own batches), at the same insert CPU. At 256MiB against 512MiB (3M stored spans): the start-up rebuild
 takes ~1.3x as long and a GROUP BY over every trace ~1.8x; groupings by target are as fast. See
 bench/README.md "Ninth session"."""
 MIN_DB_MEMORY_BYTES = 128 * 1024 * 1024
