@@ -15,15 +15,21 @@ Variants (bench/_serve_variant.py; otherwise the installed `meritlens serve` run
 receives with the pre-issue-7 decode/normalize walk, `--impl both` runs the obvious design and the
 production one one after the other on the same load; `--no-refresh` stores spans without refreshing
 windows (receive path only; the check then sums `input_tokens` of the stored spans per target).
+`--start-from FILE` runs the collector on a copy of FILE instead of an empty store (a store that
+already holds millions of spans: `bench/startup.py build FILE --spans N`, then `bench/startup.py
+resume FILE` once so its windows are stored). Before the measured load it sends one batch over
+every target and waits for the windows (the first batch of a target after a start rebuilds its
+window state from its spans); the checks then count what the measured load added.
 
 usage: python bench/ingest.py [--requests 60 --batch 1000 --concurrency 4] [--rate 10000 --seconds 60]
-                              [--impl production|obvious|both] [--no-refresh]
+                              [--impl production|obvious|both] [--no-refresh] [--start-from FILE] [--threads]
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import os
 import socket
 import subprocess
@@ -79,11 +85,12 @@ def python_thread_names(pid: int) -> dict[int, str]:
 
 
 def per_thread_report(before: dict, after: dict, names: dict[int, str], wall: float) -> str:
-    """Threads' share of one core over ``wall`` seconds, busiest first; DuckDB's and other native
-    threads are grouped by their kernel name."""
+    """Threads' share of one core over ``wall`` seconds, busiest first, by Python name (py-spy) or
+    the OS name the collector gives its own threads (`ml-writer`, ...); the rest (the event loop,
+    DuckDB's and other native threads) are grouped by their kernel name."""
     shares: dict[str, float] = {}
     for tid, (comm, cpu) in after.items():
-        label = names.get(tid) or f"[native {comm}]"
+        label = names.get(tid) or (comm if comm.startswith("ml-") else f"[native {comm}]")
         shares[label] = shares.get(label, 0.0) + cpu - before.get(tid, (comm, 0.0))[1]
     busy = sorted(((100 * cpu / wall, label) for label, cpu in shares.items() if cpu > 0), reverse=True)
     return "per thread (% of one core): " + ", ".join(f"{label} {pct:.0f}%" for pct, label in busy)
@@ -138,10 +145,16 @@ def sql(base: str, query: str) -> list:
 
 
 def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s: float = 0.0, *,
-        impl: str = "production", refresh: bool = True, threads: bool = False) -> dict:
-    """Send `total` spans (paced at `rate` spans/s when given; no batch started after `deadline_s`)."""
+        impl: str = "production", refresh: bool = True, threads: bool = False, start_from: str = "") -> dict:
+    """Send `total` spans (paced at `rate` spans/s when given; no batch started after `deadline_s`),
+    into an empty store or a copy of `start_from`."""
     planned = total
     with tempfile.TemporaryDirectory(prefix="meritlens-bench-") as tmp:
+        # A copy keeps its file name: the database name is part of the stored windows' digest
+        # (evidence URIs hold it), and another name would make the collector recompute them all.
+        db = os.path.join(tmp, os.path.basename(start_from) if start_from else "bench.duckdb")
+        if start_from:
+            shutil.copyfile(start_from, db)
         port = free_port()
         base = f"http://127.0.0.1:{port}"
         if impl == "production" and refresh:
@@ -151,11 +164,13 @@ def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s:
             command += ["--obvious"] if impl == "obvious" else []
             command += [] if refresh else ["--no-refresh"]
         server = subprocess.Popen(
-            [*command, "serve", "--db", os.path.join(tmp, "bench.duckdb"),
+            [*command, "serve", "--db", db,
              "--http-port", str(port), "--no-grpc"],
             stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "server.log"), "w"))
         try:
-            deadline = time.monotonic() + 30
+            started = time.monotonic()
+            # A copied store may rebuild its windows at start (minutes for millions of spans).
+            deadline = started + (3600 if start_from else 30)
             while True:
                 try:
                     if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
@@ -165,6 +180,13 @@ def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s:
                 if server.poll() is not None or time.monotonic() > deadline:
                     raise SystemExit(f"collector did not start: {open(os.path.join(tmp, 'server.log')).read()}")
                 time.sleep(0.1)
+            start_s = time.monotonic() - started
+            rows_before, windows_before = 0, {}
+            if start_from:
+                warm_up_s = warm_up(base)
+                start_s += warm_up_s
+                rows_before = sql(base, "select count(*) from spans")[0][0]
+                windows_before = stored_token_sums(base, refresh)
             rss_idle = status_kib(server.pid, "VmRSS")
             sampler = MemorySampler(server.pid).start()
             loadgen = subprocess.Popen(
@@ -184,16 +206,13 @@ def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s:
                            if threads else "")
             rss_peak = status_kib(server.pid, "VmHWM")
             sampler.stop()
-            rows = sql(base, "select count(*) from spans")[0][0]
-            if refresh:
-                windows = {t: v for t, v in sql(
-                    base, "select target_id, value from windows where metric = 'input_tokens' and scope = 'all'")}
-            else:  # windows were not refreshed: check what the spans hold
-                windows = {t: float(v) for t, v in sql(
-                    base, "select target_id, sum(input_tokens) from spans group by target_id")}
+            rows = sql(base, "select count(*) from spans")[0][0] - rows_before
+            # What this load added, per target; a stored target it did not touch is left out.
+            windows = {t: v - windows_before.get(t, 0.0) for t, v in stored_token_sums(base, refresh).items()
+                       if v != windows_before.get(t)}
         finally:
             server.terminate()
-            server.wait(60)
+            server.wait(3600 if start_from else 60)  # a window pass over a large store finishes first
             with open(os.path.join(tmp, "server.log")) as fh:
                 log_tail = fh.read()[-4000:]
         # loadgen: "N spans in Xs = Y spans/s (503 retries: R)"
@@ -202,16 +221,42 @@ def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s:
         retries = int(report.rsplit(": ", 1)[1].rstrip(")"))
         expected = expected_tokens(total)
         ok = rows == total and windows == {k: float(v) for k, v in expected.items()}
-        return {"log_tail": log_tail, "impl": impl, "refresh": refresh, "planned": planned, "sent": total, "stored": rows, "lost": total - rows, "send_s": send_s,
+        return {"log_tail": log_tail, "stored_before": rows_before, "start_s": start_s, "impl": impl, "refresh": refresh, "planned": planned, "sent": total, "stored": rows, "lost": total - rows, "send_s": send_s,
                 "spans_per_s": total / send_s, "retries": retries, "cpu_s": cpu, "wall_s": wall,
                 "cpu_pct": 100 * cpu / wall, "rss_idle_mib": rss_idle / 1024, "rss_peak_mib": rss_peak / 1024,
                 "anon_peak_mib": sampler.anon_kib / 1024, "file_peak_mib": sampler.file_kib / 1024,
                 "correct": ok, "windows": windows, "expected": expected, "threads": thread_line}
 
 
+def warm_up(base: str) -> float:
+    """Send one batch over every loadgen target and wait until the windows include it: after
+    taking stored windows up, the collector rebuilds a target's state from its spans on that
+    target's first batch (minutes on millions of spans), which is start-up, not steady state."""
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, os.path.join(HERE, "loadgen.py"), f"{base}/v1/traces", str(TARGETS * 250),
+                    str(TARGETS * 250), "1", str(TARGETS), "0", "0"], check=True, stdout=subprocess.DEVNULL)
+    while httpx.get(f"{base}/healthz", timeout=10).json()["windows_lag"]["rows"]:
+        if time.monotonic() - t0 > 3600:
+            raise SystemExit("warm-up: the windows did not catch up within an hour")
+        time.sleep(1)
+    return time.monotonic() - t0
+
+
+def stored_token_sums(base: str, refresh: bool) -> dict[str, float]:
+    """Input tokens per target: the `input_tokens` windows, or (windows not refreshed) the spans' sum."""
+    if refresh:
+        query = "select target_id, value from windows where metric = 'input_tokens' and scope = 'all'"
+    else:
+        query = "select target_id, sum(input_tokens) from spans group by target_id"
+    return {t: float(v) for t, v in sql(base, query)}
+
+
 def describe(r: dict, mode: str) -> str:
     unsent = f" ({r['planned'] - r['sent']:,} planned spans not sent by the deadline)" if r["sent"] < r["planned"] else ""
     variant = f"[{r['impl']}{'' if r['refresh'] else ', no window refresh'}] "
+    if r["stored_before"]:
+        variant += (f"[{r['stored_before']:,} spans stored before; collector started and its windows warmed up"
+                    f" in {r['start_s']:.1f}s] ")
     return (f"{variant}{mode}: {r['sent']:,} spans{unsent} in {r['send_s']:.2f}s = {r['spans_per_s']:,.0f} spans/s acknowledged; "
             f"stored {r['stored']:,} (lost {r['lost']}), 503 retries {r['retries']}; collector CPU {r['cpu_s']:.1f}s "
             f"= {r['cpu_pct']:.0f}% of one core ({1e6 * r['cpu_s'] / max(r['sent'], 1):.0f} µs/span); RSS idle {r['rss_idle_mib']:.0f} MiB, peak {r['rss_peak_mib']:.0f} MiB "
@@ -237,6 +282,8 @@ def main() -> None:
                         help="receive path: the collector's, the pre-issue-7 obvious walk, or both in turn")
     parser.add_argument("--no-refresh", action="store_true",
                         help="benchmark shim: store spans without refreshing windows (receive path only)")
+    parser.add_argument("--start-from", default="",
+                        help="a DuckDB file to copy as the collector's store (e.g. bench/startup.py build, then resume)")
     parser.add_argument("--threads", action="store_true",
                         help="also report each collector thread's CPU over the sending period")
     args = parser.parse_args()
@@ -246,10 +293,11 @@ def main() -> None:
         if args.rate:
             # Bounded: no batch is started later than 2x the planned duration; what was not sent is reported.
             r = run(int(args.rate * args.seconds), args.batch, args.concurrency, args.rate, 2 * args.seconds,
-                    impl=impl, refresh=not args.no_refresh, threads=args.threads)
+                    impl=impl, refresh=not args.no_refresh, threads=args.threads, start_from=args.start_from)
             print(describe(r, f"sustained {args.rate:,.0f} spans/s for {args.seconds:g}s"), flush=True)
         else:
-            r = run(args.requests * args.batch, args.batch, args.concurrency, impl=impl, refresh=not args.no_refresh, threads=args.threads)
+            r = run(args.requests * args.batch, args.batch, args.concurrency, impl=impl, refresh=not args.no_refresh,
+                    threads=args.threads, start_from=args.start_from)
             print(describe(r, f"burst {args.requests} x {args.batch} spans, {args.concurrency} clients"), flush=True)
         check(r)
 

@@ -24,6 +24,7 @@ from google.rpc import code_pb2
 
 from meritlens.collector import _otlp
 from meritlens.collector._normalize import NormalizeOptions, SpanBatch, normalize
+from meritlens.collector._osthread import name_os_thread
 from meritlens.collector._pipeline import IngestPipeline, Overloaded
 from meritlens.collector._settings import RETRY_AFTER_SECONDS, SPAN_MEMORY_ESTIMATE_BYTES
 
@@ -144,7 +145,8 @@ class Ingest:
         self._normalize_options = normalize_options
         # Decoding and normalizing are CPU work; doing them off the event loop keeps health checks,
         # SQL and the other receiver answering. Two threads bound the transient memory they use.
-        self._executor = concurrent.futures.ThreadPoolExecutor(decode_threads, thread_name_prefix="meritlens-decode")
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            decode_threads, thread_name_prefix="meritlens-decode", initializer=name_os_thread, initargs=("meritlens-decode",))
 
     def reservation(self) -> Reservation:
         return Reservation(self.budget)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from meritlens.collector._osthread import name_os_thread
 from meritlens.collector._settings import DEFAULT_WINDOW_GATHER_S
 from meritlens.collector._store import SpanStore
 
@@ -63,6 +64,7 @@ class WindowUpdater:
         self._store.update_windows()
 
     def _run(self) -> None:
+        name_os_thread(threading.current_thread().name)
         while not self._stop.is_set():
             if self._store.wait_for_spans(timeout=0.5):
                 self._store.wait_for_demand(self._gather_s)
@@ -109,6 +111,7 @@ class IngestPipeline:
         return await pending.future
 
     def _run(self) -> None:
+        name_os_thread(threading.current_thread().name)
         stopping = False
         while not stopping:
             first = self._queue.get()

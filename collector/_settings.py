@@ -66,11 +66,11 @@ DEFAULT_SPAN_INDEX_BYTES = 128 * 1024 * 1024
 Its blocks fill as spans arrive (~6 bytes a span); they hold ~16M spans before merging starts."""
 DEFAULT_DB_MEMORY_BYTES = 256 * 1024 * 1024
 """DuckDB's memory limit (its buffer pool; larger operations spill to a temporary directory). DuckDB
-keeps the blocks it checkpoints cached up to this limit, so a long-running collector's RSS grows
-towards it: after 9.6M stored spans DuckDB and the process held 277 MiB at 256MiB and 526 MiB at
-512MiB (beyond a benchmark's own batches), at the same insert CPU. At 256MiB against 512MiB (3M stored spans): the start-up rebuild
+keeps the blocks it checkpoints and reads cached up to this limit, so a long-running collector's RSS
+grows towards it (~70 bytes a stored span at 10k spans/s: bench/README.md "Eighth session"); the
+insert CPU does not depend on it. At 256MiB against 512MiB (3M stored spans): the start-up rebuild
 takes ~1.3x as long and a GROUP BY over every trace ~1.8x; groupings by target are as fast. See
-bench/README.md "Ninth session"."""
+bench/README.md "Ninth session" and, for what its 9.6M-span memory figures measured, "Tenth session"."""
 MIN_DB_MEMORY_BYTES = 128 * 1024 * 1024
 """Below this DuckDB can run out of memory committing a batch, which invalidates the database until restart."""
 DEFAULT_CHECKPOINT_WAL_BYTES = 64 * 1024 * 1024
