@@ -38,7 +38,13 @@ _TASK_LABELS = "_rebuild_task_labels"
 _NEXT = "_rebuild_next_labels"
 _MOVED = "_rebuild_moved"
 """Labelled traces whose partition (their label's) is not their own trace id's: (trace_id, part)."""
-_TABLES = (_EDGES, _LABELS, _TASK_LABELS, _NEXT, _MOVED)
+_ORDERED = "_rebuild_ordered"
+"""`TracePartitions.order_by_partition`'s copy of the source's columns, sorted by partition."""
+_PART = "_rebuild_part"
+_TABLES = (_EDGES, _LABELS, _TASK_LABELS, _NEXT, _MOVED, _ORDERED)
+MIN_PARTITIONS_TO_ORDER = 8
+"""From this many partitions a rebuild copies the spans once, sorted by partition, rather than
+scanning the source once per partition (a copy costs about five scans; bench/README.md, "Tenth session")."""
 _FALLBACK_LABEL = ""
 """The common label of every multi-trace trace when propagation did not settle (no trace id is empty)."""
 
@@ -54,12 +60,32 @@ class TracePartitions:
     labelled_traces: int = 0
     rounds: int = 0
     converged: bool = True
+    columns: tuple[str, ...] | None = None
+    """Set by `order_by_partition`: the columns `source_of` then has."""
+
+    def order_by_partition(self, columns: tuple[str, ...] | list[str]) -> None:
+        """Copy ``columns`` of ``source`` once into a temporary table sorted by partition, so that
+        `source_of(p)` reads only partition ``p``'s rows (DuckDB's zone maps skip the others)
+        instead of scanning ``source`` again: the stored spans are read once, not once per partition.
+        The sort spills to DuckDB's temporary directory beyond its memory limit."""
+        if self.count == 1:
+            return
+        selected = ", ".join(f"s.{column}" for column in columns)
+        self.con.execute(
+            f"CREATE TEMP TABLE {_ORDERED} AS SELECT {selected},"
+            f" coalesce(m.part, hash(s.trace_id) % {self.count}) AS {_PART} FROM {self.source} s"
+            f" LEFT JOIN (SELECT trace_id, any_value(part) AS part FROM {_MOVED} GROUP BY trace_id) m"
+            f" ON m.trace_id = s.trace_id ORDER BY {_PART}")
+        self.columns = tuple(columns)
 
     def source_of(self, partition: int) -> str:
-        """A relation with the rows (and columns) of ``source`` in partition ``partition``."""
+        """A relation with the rows of ``source`` in partition ``partition``: all its columns, or
+        after `order_by_partition` those columns."""
         if self.count == 1:
             return self.source
         p = int(partition)
+        if self.columns is not None:
+            return f"(SELECT {', '.join(self.columns)} FROM {_ORDERED} WHERE {_PART} = {p})"
         # A join with the labels in the scan is ~3x slower than these two filters (measured at 3M spans).
         return (f"(SELECT * FROM {self.source} WHERE hash(trace_id) % {self.count} = {p}"
                 f" AND trace_id NOT IN (SELECT trace_id FROM {_MOVED})"

@@ -160,6 +160,10 @@ def _components(spans: list[Span]) -> list[set[str]]:
     return list(groups.values())
 
 
+def _rows_of(store: SpanStore, relation: str) -> list[tuple]:
+    return sorted(store._con.execute(f"select trace_id, span_id, target_id from {relation}").fetchall())
+
+
 def _partition_of_each_trace(store: SpanStore, parts) -> dict[str, set[int]]:
     where = {}
     for p in range(parts.count):
@@ -202,8 +206,14 @@ def test_label_propagation_puts_each_component_in_one_partition(tmp_path):
                     labels = dict(store._con.execute("select trace_id, label from _rebuild_labels").fetchall())
                     assert set(labels.values()) == {min(traces)}
                     assert len(set().union(*where.values())) > 1  # the singles spread over partitions
+                # the copy sorted by partition holds each partition's rows exactly once
+                scanned = [_rows_of(store, parts.source_of(p)) for p in range(parts.count)]
+                parts.order_by_partition(("trace_id", "span_id", "target_id"))
+                assert [_rows_of(store, parts.source_of(p)) for p in range(parts.count)] == scanned
+                assert sum(len(rows) for rows in scanned) == len(spans)
             finally:
                 parts.close()
+            assert store._con.execute("select count(*) from duckdb_tables() where temporary").fetchall() == [(0,)]
     finally:
         store.shutdown()
 
