@@ -28,9 +28,9 @@ usage: python bench/ingest.py [--requests 60 --batch 1000 --concurrency 4] [--ra
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
-import os
 import socket
 import subprocess
 import sys

@@ -56,6 +56,17 @@ def batches(count: int, size: int) -> list[pa.Table]:
     return tables
 
 
+def copy_store(source: str, target: str) -> None:
+    """A DuckDB file and its write-ahead log, when it has one."""
+    shutil.copyfile(source, target)
+    if os.path.exists(source + ".wal"):
+        shutil.copyfile(source + ".wal", target + ".wal")
+
+
+def wal_bytes_of(path: str) -> int:
+    return os.path.getsize(path + ".wal") if os.path.exists(path + ".wal") else 0
+
+
 def insert_only(tables: list[pa.Table], wal_bytes: int, path: str, *, stored_spans: int = 0,
                 row_group_rows: int = 0, db_memory: str = "512MiB", filled_file: str = "",
                 max_vacuum_tasks: int | None = None) -> None:
@@ -69,9 +80,7 @@ def insert_only(tables: list[pa.Table], wal_bytes: int, path: str, *, stored_spa
     ``max_vacuum_tasks``: DuckDB's setting of that name (0: checkpoints merge no row groups)."""
     reuse = bool(filled_file) and os.path.exists(filled_file)
     if reuse:
-        shutil.copyfile(filled_file, path)
-        if os.path.exists(filled_file + ".wal"):
-            shutil.copyfile(filled_file + ".wal", path + ".wal")
+        copy_store(filled_file, path)
     config = {"checkpoint_threshold": f"{wal_bytes if not row_group_rows else 2**40}B", "threads": 1,
               "memory_limit": db_memory}
     if max_vacuum_tasks is not None:
@@ -102,19 +111,17 @@ def insert_only(tables: list[pa.Table], wal_bytes: int, path: str, *, stored_spa
         # The collector's own layout: row groups cut by the automatic checkpoints, as in the timed
         # part. The fill ends at a statement that checkpointed, so the timed part does not begin
         # with DuckDB merging a short last row group (what a restart's final checkpoint leaves).
-        wal, checkpointed = path + ".wal", False
+        checkpointed = False
         while filled < stored_spans or not checkpointed:
             for table in tables:
-                before = os.path.getsize(wal) if os.path.exists(wal) else 0
+                before = wal_bytes_of(path)
                 cursor.from_arrow(table).insert_into(SPANS_TABLE)
                 filled += table.num_rows
-                checkpointed = (os.path.getsize(wal) if os.path.exists(wal) else 0) < before
+                checkpointed = wal_bytes_of(path) < before
                 if filled >= stored_spans and checkpointed:
                     break
     if filled and not reuse and filled_file:
-        shutil.copyfile(path, filled_file)
-        if os.path.exists(path + ".wal"):
-            shutil.copyfile(path + ".wal", filled_file + ".wal")
+        copy_store(path, filled_file)
     in_group = filled % group
     sampler = MemorySampler(os.getpid()).start()
     checkpoints, checkpoint_cpu, longest = 0, 0.0, 0.0

@@ -28,6 +28,8 @@ from meritlens.collector._osthread import name_os_thread
 from meritlens.collector._pipeline import IngestPipeline, Overloaded
 from meritlens.collector._settings import RETRY_AFTER_SECONDS, SPAN_MEMORY_ESTIMATE_BYTES
 
+_DECODE_THREAD = "meritlens-decode"
+
 log = logging.getLogger("meritlens.collector.ingest")
 
 _MAX_REASONS_IN_MESSAGE = 20
@@ -146,7 +148,7 @@ class Ingest:
         # Decoding and normalizing are CPU work; doing them off the event loop keeps health checks,
         # SQL and the other receiver answering. Two threads bound the transient memory they use.
         self._executor = concurrent.futures.ThreadPoolExecutor(
-            decode_threads, thread_name_prefix="meritlens-decode", initializer=name_os_thread, initargs=("meritlens-decode",))
+            decode_threads, thread_name_prefix=_DECODE_THREAD, initializer=name_os_thread, initargs=(_DECODE_THREAD,))
 
     def reservation(self) -> Reservation:
         return Reservation(self.budget)

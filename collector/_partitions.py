@@ -64,18 +64,18 @@ class TracePartitions:
     """Set by `order_by_partition`: the columns `source_of` then has."""
 
     def order_by_partition(self, columns: tuple[str, ...] | list[str]) -> None:
-        """Copy ``columns`` of ``source`` once into a temporary table sorted by partition, so that
-        `source_of(p)` reads only partition ``p``'s rows (DuckDB's zone maps skip the others)
-        instead of scanning ``source`` again: the stored spans are read once, not once per partition.
-        The sort spills to DuckDB's temporary directory beyond its memory limit."""
-        if self.count == 1:
+        """From `MIN_PARTITIONS_TO_ORDER` partitions on, copy ``columns`` of ``source`` once into a
+        temporary table sorted by partition, so that `source_of(p)` reads only partition ``p``'s
+        rows (DuckDB's zone maps skip the others) instead of scanning ``source`` again: the stored
+        spans are read once, not once per partition. The sort spills to DuckDB's temporary
+        directory beyond its memory limit. Fewer partitions keep reading ``source``."""
+        if self.count < MIN_PARTITIONS_TO_ORDER:
             return
         selected = ", ".join(f"s.{column}" for column in columns)
-        self.con.execute(
+        self.con.execute(  # _MOVED holds a trace at most once (it comes from the labels, one per trace)
             f"CREATE TEMP TABLE {_ORDERED} AS SELECT {selected},"
             f" coalesce(m.part, hash(s.trace_id) % {self.count}) AS {_PART} FROM {self.source} s"
-            f" LEFT JOIN (SELECT trace_id, any_value(part) AS part FROM {_MOVED} GROUP BY trace_id) m"
-            f" ON m.trace_id = s.trace_id ORDER BY {_PART}")
+            f" LEFT JOIN {_MOVED} m ON m.trace_id = s.trace_id ORDER BY {_PART}")
         self.columns = tuple(columns)
 
     def source_of(self, partition: int) -> str:

@@ -56,7 +56,7 @@ from meritlens.analytics._windows import (
 from meritlens.collector._keyfilter import GrowingKeyFilter, KeyLocator
 from meritlens.collector._keyhash import key_hashes, string_hashes
 from meritlens.collector._normalize import _ARROW_TYPES
-from meritlens.collector._partitions import MIN_PARTITIONS_TO_ORDER, partition_spans
+from meritlens.collector._partitions import partition_spans
 from meritlens.collector._settings import (
     DEFAULT_CHECKPOINT_WAL_BYTES,
     DEFAULT_DB_MEMORY_BYTES,
@@ -686,8 +686,7 @@ class SpanStore:
             wanted = pa.array(sorted(targets)) if targets is not None else None
             parts = partition_spans(con, source, self._rebuild_rows_per_partition)
             try:
-                if parts.count >= MIN_PARTITIONS_TO_ORDER:
-                    parts.order_by_partition(WINDOW_INPUT_COLUMNS)
+                parts.order_by_partition(WINDOW_INPUT_COLUMNS)
                 self.stats["rebuild_partitions"] = parts.count
                 self.stats["label_rounds"] = parts.rounds
                 for p in range(parts.count):

@@ -232,6 +232,9 @@ def test_closing_partitions_in_an_aborted_transaction_leaves_the_tables_to_the_r
         con.execute("BEGIN")
         parts = partition_spans(con, "spans", rows_per_partition=2)
         assert parts.count == 3 and parts.labelled_traces == 6
+        source = parts.source_of(0)
+        parts.order_by_partition(("trace_id",))  # too few partitions for a copy: still read from the source
+        assert parts.columns is None and parts.source_of(0) == source
         with pytest.raises(duckdb.Error):
             con.execute("SELECT * FROM no_such_table")  # aborts the transaction
         parts.close()  # must not raise over the error being handled

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import os
-import sys
 import threading
 
-import pytest
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from meritlens.collector._osthread import name_os_thread, os_thread_name
-from tests.collector.collector_proc import CollectorProcess, make_request
-
-linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread names are read from /proc")
+from meritlens.instrumentation import conventions as c
 
 
 def _thread_names(pid: int) -> list[str]:
@@ -29,8 +28,7 @@ def test_os_names_fit_the_kernels_sixteen_bytes():
     assert len(os_thread_name("meritlens-" + "é" * 20).encode()) <= 15  # never half a character
 
 
-@linux_only
-def test_a_thread_names_itself(tmp_path):
+def test_a_thread_names_itself():
     seen = {}
 
     def run():
@@ -44,14 +42,13 @@ def test_a_thread_names_itself(tmp_path):
     assert seen == {"named": True, "comm": "ml-probe"}
 
 
-@linux_only
-def test_the_collectors_writer_window_and_decode_threads_are_named(tmp_path):
-    with CollectorProcess(tmp_path / "names.duckdb", args=("--no-grpc",)) as collector:
-        before = _thread_names(collector.proc.pid)
-        assert "ml-writer" in before and "ml-windows" in before
-        assert "ml-decode" not in before  # made for the first request
-        with collector.client() as client:
-            answer = client.post("/v1/traces", content=make_request(0, 10).SerializeToString(),
-                                 headers={"Content-Type": "application/x-protobuf"})
-        assert answer.status_code == 200, answer.text
-        assert "ml-decode" in _thread_names(collector.proc.pid)
+def test_the_collectors_writer_window_and_decode_threads_are_named(collector):
+    before = _thread_names(collector.proc.pid)
+    assert "ml-writer" in before and "ml-windows" in before
+    assert "ml-decode" not in before  # made for the first request
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=collector.traces_url)))
+    provider.get_tracer("tests").start_span("chat m", attributes={c.TARGET_ID: "bot"}).end()
+    provider.shutdown()
+    assert collector.sql("select count(*) as n from spans") == [{"n": 1}]
+    assert "ml-decode" in _thread_names(collector.proc.pid)
