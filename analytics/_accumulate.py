@@ -11,11 +11,15 @@ spans behind it except the sample values themselves (for exact percentiles):
 
 and each (target, scope) keeps the ``FACTS`` counts (fact rows arrive with the samples). A batch changes a window by a *delta*: the
 samples of the touched tasks as they were before the batch are removed, as they are after it added.
+
+The state can be saved as rows and restored exactly (`WindowBook.state_rows`, `WindowBook.restore`):
+the collector saves it at a clean shutdown so that the next start does not reread the spans.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -43,6 +47,10 @@ SUM_SCALE = 1200
 SMALL_DISTINCT = 256
 """A multiset with at most this many distinct values keeps value -> count; above it, sorted arrays."""
 _QUANTILES = (0.5, 0.9, 0.95, 0.99)
+STATE_PART_BYTES = 8 * 1024 * 1024
+"""Largest payload of one saved state row (`WindowBook.state_rows`)."""
+_FLOATS = np.dtype("<f8")
+_COUNTS = np.dtype("<i8")
 
 
 class StateMismatch(RuntimeError):
@@ -161,6 +169,38 @@ class Multiset:
             self._base = np.delete(self._base, np.concatenate(drop_base))
         self.n -= int(values.size)
 
+    def export(self) -> tuple[dict, bytes]:
+        """(header, payload) from which `restore` rebuilds this multiset exactly, inner layout included."""
+        if self._counts is not None:
+            values = np.fromiter(self._counts.keys(), dtype=_FLOATS, count=len(self._counts))
+            counts = np.fromiter(self._counts.values(), dtype=_COUNTS, count=len(self._counts))
+            return {"n": self.n, "distinct": int(values.size)}, values.tobytes() + counts.tobytes()
+        return ({"n": self.n, "base": int(self._base.size), "recent": int(self._recent.size)},
+                self._base.astype(_FLOATS, copy=False).tobytes() + self._recent.astype(_FLOATS, copy=False).tobytes())
+
+    @classmethod
+    def restore(cls, header: dict, payload: bytes) -> "Multiset":
+        """The multiset `export` described; ValueError when the payload does not match the header."""
+        multiset = cls()
+        multiset.n = int(header["n"])
+        if "distinct" in header:
+            distinct = int(header["distinct"])
+            _expect_bytes(payload, distinct * (_FLOATS.itemsize + _COUNTS.itemsize))
+            values = np.frombuffer(payload, _FLOATS, distinct)
+            counts = np.frombuffer(payload, _COUNTS, distinct, offset=distinct * _FLOATS.itemsize)
+            multiset._counts = Counter(dict(zip(values.tolist(), counts.tolist())))
+            held = int(counts.sum())
+        else:
+            base, recent = int(header["base"]), int(header["recent"])
+            _expect_bytes(payload, (base + recent) * _FLOATS.itemsize)
+            multiset._counts = None
+            multiset._base = np.frombuffer(payload, _FLOATS, base).astype(float)
+            multiset._recent = np.frombuffer(payload, _FLOATS, recent, offset=base * _FLOATS.itemsize).astype(float)
+            held = base + recent
+        if held != multiset.n:
+            raise ValueError(f"a saved multiset holds {held} values, its header says {multiset.n}")
+        return multiset
+
     def order_statistics(self, ranks: list[int]) -> list[float]:
         """The values at the given 0-based ranks of the sorted multiset."""
         if self._counts is not None:
@@ -181,6 +221,11 @@ class Multiset:
             lo, hi = at[int(math.floor(p))], at[int(math.ceil(p))]
             out.append(lo + (hi - lo) * (p - math.floor(p)))
         return out
+
+
+def _expect_bytes(payload: bytes, size: int) -> None:
+    if len(payload) != size:
+        raise ValueError(f"a saved window state payload has {len(payload)} bytes, its header needs {size}")
 
 
 @dataclass
@@ -225,7 +270,7 @@ class WindowAccumulator:
 
     @property
     def stale(self) -> bool:
-        return any(e.stale for e in (self.first_end, self.last_end, self.first_start, self.last_stop))
+        return any(e.stale for e in self._extremes)
 
     @property
     def nbytes(self) -> int:
@@ -246,8 +291,32 @@ class WindowAccumulator:
         self.first_start.apply(removed.start_ns, added.start_ns)
         self.last_stop.apply(removed.end_ns, added.end_ns)
         if self.values.n == 0:
-            for extreme in (self.first_end, self.last_end, self.first_start, self.last_stop):
+            for extreme in self._extremes:
                 extreme.value, extreme.stale = None, False
+
+    def export(self) -> tuple[dict, bytes]:
+        """(header, payload) from which `restore` rebuilds this accumulator exactly."""
+        values, payload = self.values.export()
+        return {"values": values, "total": self.total, "successes": self.successes, "spans": self.spans,
+                "key_high": self.key_high, "key_low": self.key_low,
+                "extremes": [[e.value, e.stale] for e in self._extremes]}, payload
+
+    @classmethod
+    def restore(cls, definition: WindowDefinition, header: dict, payload: bytes) -> "WindowAccumulator":
+        accumulator = cls(definition, values=Multiset.restore(header["values"], payload),
+                          total=int(header["total"]), successes=int(header["successes"]), spans=int(header["spans"]),
+                          key_high=int(header["key_high"]), key_low=int(header["key_low"]))
+        extremes = header["extremes"]
+        if len(extremes) != len(accumulator._extremes):
+            raise ValueError(f"a saved window state has {len(extremes)} extremes")
+        for extreme, (value, stale) in zip(accumulator._extremes, extremes):
+            extreme.value = None if value is None else int(value)
+            extreme.stale = bool(stale)
+        return accumulator
+
+    @property
+    def _extremes(self) -> tuple[_Extreme, ...]:
+        return self.first_end, self.last_end, self.first_start, self.last_stop
 
     def window(self, target_id: str, scope: str, facts: dict[str, int], db_name: str,
                computed_at: _dt.datetime) -> Window:
@@ -416,10 +485,67 @@ class WindowBook:
             raise StateMismatch(f"a removal took away a window's first or last time for {sorted(stale)}")
         return keys
 
+    def state_rows(self, part_bytes: int = STATE_PART_BYTES):
+        """The state as rows ``(target_id, scope, metric, part, header, payload)`` (`WINDOW_STATE_COLUMNS`
+        less the watermark), key by key: a row with metric None holds a key's fact counts, then each
+        window's counters (JSON header, part 0) and sample values in parts of at most ``part_bytes``.
+        A generator: one window's payload is held at a time."""
+        for key in sorted(self._windows):
+            target, scope = key
+            yield target, scope, None, 0, json.dumps(self._facts[key]), b""
+            for metric, accumulator in self._windows[key].items():
+                header, payload = accumulator.export()
+                view = memoryview(payload)
+                for part, start in enumerate(range(0, max(len(payload), 1), part_bytes)):
+                    yield target, scope, metric, part, json.dumps(header) if part == 0 else None, \
+                        bytes(view[start:start + part_bytes])
+
+    @classmethod
+    def restore(cls, rows) -> "WindowBook":
+        """The book `state_rows` described. ``rows``: its rows, each window's parts together and in
+        order. Raises ValueError when they do not make whole (target, scope) keys of the current
+        window definitions (the caller then rebuilds from the spans)."""
+        book = cls()
+        definitions = {d.metric: d for d in WINDOW_DEFINITIONS}
+        window: list = []  # [target, scope, metric, header, payload parts]
+
+        def finish() -> None:
+            if not window:
+                return
+            target, scope, metric, header, parts = window
+            key = (target, scope)
+            if metric is None:
+                facts = json.loads(header)
+                if set(facts) != set(FACTS) or key in book._facts:
+                    raise ValueError(f"saved fact counts of {key} do not match the current facts")
+                book._facts[key] = {name: int(facts[name]) for name in FACTS}
+                book._windows[key] = {}
+                return
+            if metric not in definitions or key not in book._windows or metric in book._windows[key]:
+                raise ValueError(f"a saved window state for {key} {metric!r} has no place in the book")
+            book._windows[key][metric] = WindowAccumulator.restore(definitions[metric], json.loads(header),
+                                                                   b"".join(parts))
+
+        for target, scope, metric, part, header, payload in rows:
+            if window and (target, scope, metric) == tuple(window[:3]):
+                if part != len(window[4]):
+                    raise ValueError(f"saved window state part {part} of {(target, scope, metric)} out of order")
+                window[4].append(payload)
+                continue
+            finish()
+            if part != 0 or header is None:
+                raise ValueError(f"saved window state of {(target, scope, metric)} starts without its header")
+            window[:] = [target, scope, metric, header, [payload]]
+        finish()
+        for key, accumulators in book._windows.items():
+            if set(accumulators) != set(definitions):
+                raise ValueError(f"the saved window state of {key} lacks {sorted(set(definitions) - set(accumulators))}")
+        return book
+
     def windows(self, key: tuple[str, str], db_name: str, computed_at: _dt.datetime) -> list[Window]:
         accumulators = self._windows[key]
         facts = self._facts[key]
         return [accumulators[d.metric].window(key[0], key[1], facts, db_name, computed_at) for d in WINDOW_DEFINITIONS]
 
 
-__all__ = ["Multiset", "SampleColumns", "StateMismatch", "WindowAccumulator", "WindowBook", "exact_sum"]
+__all__ = ["STATE_PART_BYTES", "Multiset", "SampleColumns", "StateMismatch", "WindowAccumulator", "WindowBook", "exact_sum"]

@@ -21,6 +21,7 @@ COVERAGE_TABLE = "coverage_checks"
 EXPERIMENTS_TABLE = "experiments"
 EXPERIMENT_ARMS_TABLE = "experiment_arms"
 WINDOW_WATERMARK_TABLE = "window_watermark"
+WINDOW_STATE_TABLE = "window_state"
 
 SPAN_COLUMNS: tuple[Column, ...] = (
     Column("trace_id", "VARCHAR NOT NULL", "32 lowercase hex characters"),
@@ -150,6 +151,19 @@ WINDOW_WATERMARK_COLUMNS: tuple[Column, ...] = (
 )
 WINDOW_WATERMARK_COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in WINDOW_WATERMARK_COLUMNS)
 
+WINDOW_STATE_COLUMNS: tuple[Column, ...] = (
+    Column("windowed_us", "BIGINT NOT NULL", "the windows' watermark the state was saved at"),
+    Column("definitions_digest", "VARCHAR NOT NULL", "digest of the window definitions the state was computed with"),
+    Column("target_id", "VARCHAR NOT NULL", "the window's target"),
+    Column("scope", "VARCHAR NOT NULL", "the window's scope"),
+    Column("metric", "VARCHAR", "the window's metric; NULL for the (target, scope)'s fact counts"),
+    Column("part", "INTEGER NOT NULL", "order of this row's payload among the window's rows"),
+    Column("header", "VARCHAR", "JSON: the accumulator's counters (part 0 only)"),
+    Column("payload", "BLOB NOT NULL", "a slice of the accumulator's sample values (float64/int64, little-endian)"),
+)
+"""The window processor's state, saved at a clean shutdown and consumed at the next start."""
+WINDOW_STATE_COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in WINDOW_STATE_COLUMNS)
+
 
 def create_table_sql(table: str, columns: tuple[Column, ...], primary_key: tuple[str, ...] = ()) -> str:
     body = ",\n  ".join(f"{c.name} {c.sql_type}" for c in columns)
@@ -165,3 +179,4 @@ COVERAGE_DDL = create_table_sql(COVERAGE_TABLE, COVERAGE_COLUMNS, ("target_id", 
 EXPERIMENTS_DDL = create_table_sql(EXPERIMENTS_TABLE, EXPERIMENT_COLUMNS, ("experiment_id",))
 EXPERIMENT_ARMS_DDL = create_table_sql(EXPERIMENT_ARMS_TABLE, EXPERIMENT_ARM_COLUMNS, ("experiment_id", "arm"))
 WINDOW_WATERMARK_DDL = create_table_sql(WINDOW_WATERMARK_TABLE, WINDOW_WATERMARK_COLUMNS, ("store",))
+WINDOW_STATE_DDL = create_table_sql(WINDOW_STATE_TABLE, WINDOW_STATE_COLUMNS)

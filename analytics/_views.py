@@ -15,6 +15,7 @@ from meritlens.analytics._schema import (
     EXPERIMENT_ARMS_DDL,
     EXPERIMENTS_DDL,
     SPANS_DDL,
+    WINDOW_STATE_DDL,
     WINDOW_WATERMARK_DDL,
     WINDOWS_DDL,
 )
@@ -61,6 +62,7 @@ STORE_DDL: tuple[str, ...] = (
     EXPERIMENTS_DDL,
     EXPERIMENT_ARMS_DDL,
     WINDOW_WATERMARK_DDL,
+    WINDOW_STATE_DDL,
     tasks_view_sql(TASKS_VIEW),
     COVERAGE_VIEW_DDL,
     CATALOGUE_VIEW_DDL,

@@ -10,11 +10,13 @@ Two steps, so that each measurement runs in a process of its own:
       opens a copy-free SpanStore on DB with that DuckDB memory limit, times `refresh_all_windows()`
       and prints wall time, the process's peak RSS (VmHWM) and the partitions used; then checks every
       target's `input_tokens` window against the independently computed sum. Exits non-zero on failure.
-  python bench/startup.py resume DB --db-memory-bytes 128MiB [--batch 10000]
+  python bench/startup.py resume DB --db-memory-bytes 128MiB [--batch 10000] [--discard-state]
       what the collector does at start (`SpanStore.open_windows()`: take the stored windows up when
       their watermark allows, else the rebuild above), timed; then one batch of new spans over every
-      target is appended and `update_windows()` timed (after a take-up it rebuilds each target's
-      state from its spans, as after an eviction); then the same check. Adds the batch to DB.
+      target is appended and `update_windows()` timed (after a take-up without saved window state it
+      rebuilds each target's state from its spans, as after an eviction); then the same check, and
+      the shutdown (which saves the window state) timed. Adds two batches to DB. ``--discard-state``
+      deletes the state the last clean shutdown saved first: a start after a crash.
   python bench/startup.py queries DB --db-memory-bytes 256MiB [--db-threads 1]
       times analytical queries over every stored span through `SpanStore.query` (the /api/sql
       path) with that memory limit, median of 3: percentiles and sums by target, a GROUP BY over
@@ -99,11 +101,13 @@ def rebuild(path: str, db_memory_bytes: int, targets: int) -> None:
         store.shutdown()
 
 
-def resume(path: str, db_memory_bytes: int, targets: int, batch: int) -> None:
+def resume(path: str, db_memory_bytes: int, targets: int, batch: int, discard_state: bool) -> None:
     store = SpanStore(path, db_memory_bytes=db_memory_bytes)
     store.start()
     try:
         stored = store.query("select count(*) from spans").rows[0][0]
+        if discard_state:
+            store._con.execute("DELETE FROM window_state")
         t0 = time.perf_counter()
         keys, resumed = store.open_windows()
         opened = time.perf_counter() - t0
@@ -117,13 +121,19 @@ def resume(path: str, db_memory_bytes: int, targets: int, batch: int) -> None:
         store.update_windows()
         second = time.perf_counter() - t2
         check_input_tokens_windows(store, stored + 2 * batch, targets, "startup")
-        print(f"stored {stored:,} spans, db_memory_bytes {db_memory_bytes // 2**20} MiB: open_windows {opened:.1f}s "
-              f"({'taken up' if resumed else 'recomputed'}, {keys} keys; peak RSS {hwm_open:.0f} MiB); "
-              f"first batch of {batch:,} over all targets: update_windows {first:.1f}s "
-              f"({store.stats['rebuilds']} rebuilds); second batch {second:.2f}s; peak RSS {_vm_hwm_mib():.0f} MiB; "
-              f"load average {os.getloadavg()[0]:.2f}; input_tokens windows correct")
-    finally:
+    except BaseException:
         store.shutdown()
+        raise
+    t3 = time.perf_counter()
+    store.shutdown()
+    closed = time.perf_counter() - t3
+    print(f"stored {stored:,} spans, db_memory_bytes {db_memory_bytes // 2**20} MiB: open_windows {opened:.1f}s "
+          f"({'taken up' if resumed else 'recomputed'}, {keys} keys, saved state of "
+          f"{store.stats['state_keys_taken_up']} keys taken up; peak RSS {hwm_open:.0f} MiB); "
+          f"first batch of {batch:,} over all targets: update_windows {first:.1f}s "
+          f"({store.stats['rebuilds']} rebuilds); second batch {second:.2f}s; shutdown {closed:.1f}s "
+          f"(state of {store.stats['state_keys_saved']} keys saved); peak RSS {_vm_hwm_mib():.0f} MiB; "
+          f"load average {os.getloadavg()[0]:.2f}; input_tokens windows correct")
 
 
 ANALYTICAL_QUERIES = {
@@ -169,6 +179,8 @@ def main() -> None:
     parser.add_argument("--db-memory-bytes", default=f"{DEFAULT_DB_MEMORY_BYTES >> 20}MiB", help="default: the collector's")
     parser.add_argument("--batch", type=int, default=10_000)
     parser.add_argument("--db-threads", type=int, default=1, help="queries: DuckDB's threads (serve's default: 1)")
+    parser.add_argument("--discard-state", action="store_true",
+                        help="resume: delete the window state saved at the last clean shutdown (a start after a crash)")
     args = parser.parse_args()
     if args.step == "build":
         build(args.db, args.spans, args.targets)
@@ -177,7 +189,7 @@ def main() -> None:
     elif args.step == "rebuild":
         rebuild(args.db, parse_bytes(args.db_memory_bytes), args.targets)
     else:
-        resume(args.db, parse_bytes(args.db_memory_bytes), args.targets, args.batch)
+        resume(args.db, parse_bytes(args.db_memory_bytes), args.targets, args.batch, args.discard_state)
 
 
 if __name__ == "__main__":

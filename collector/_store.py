@@ -40,6 +40,8 @@ from meritlens.analytics._schema import (
     SPANS_TABLE,
     WINDOW_COLUMN_NAMES,
     WINDOW_COLUMNS,
+    WINDOW_STATE_COLUMN_NAMES,
+    WINDOW_STATE_TABLE,
     WINDOW_WATERMARK_COLUMN_NAMES,
     WINDOW_WATERMARK_TABLE,
     WINDOWS_TABLE,
@@ -195,12 +197,16 @@ class SpanStore:
         self._evicted: set[str] = set()
         """Targets whose window state was dropped; rebuilt from the spans on their next write."""
         self._digest: str | None = None
+        self._windows_opened = False
+        """Whether `open_windows` or `refresh_all_windows` ran: only then does the book hold each of
+        its targets' whole state (see `_save_window_state`)."""
         self._watermark_valid = True
         """Whether the window rows equal a computation from the spans up to ``_windowed_us`` for every
         target, so the watermark may be stored with them. False after a bulk load (its windows wait
         for the loader's rebuild) or a failed rebuild, until `refresh_all_windows`."""
         self.stats = {"closure_lookups": 0, "closure_keys": 0, "closure_ranges": 0, "rebuilds": 0,
-                      "duplicate_checks": 0, "rebuild_partitions": 0, "label_rounds": 0, "resumes": 0}
+                      "duplicate_checks": 0, "rebuild_partitions": 0, "label_rounds": 0, "resumes": 0,
+                      "state_keys_saved": 0, "state_keys_taken_up": 0}
         """Counters; ``rebuild_partitions`` and ``label_rounds`` describe the last rebuild."""
 
     @property
@@ -270,6 +276,8 @@ class SpanStore:
                     self.update_windows()
                 except Exception:  # noqa: BLE001 - the spans are stored; windows are rebuilt at the next start
                     log.exception("updating the windows at shutdown failed")
+                else:
+                    self._save_window_state()
                 self._span_cursor.close()
             self._reader.close()
             if not self.read_only:
@@ -466,6 +474,7 @@ class SpanStore:
             self._watermark_valid = True
             rebuilt = len(self._rebuild(None, until_us))
             self._mark_processed(group, until_us)
+            self._windows_opened = True
             return rebuilt
 
     def open_windows(self) -> tuple[int, bool]:
@@ -473,9 +482,11 @@ class SpanStore:
 
         The stored rows are taken as they are when the watermark stored with them was written by
         this version of the window definitions (`window_definitions_digest`) and at most the window
-        lag budget of rows was committed after it: no state is loaded (every target's is rebuilt
-        from its spans on its next batch, as after an eviction), the key filter is filled, and the
-        spans committed after the watermark are applied. Otherwise `refresh_all_windows`.
+        lag budget of rows was committed after it: the window state saved at the last clean
+        shutdown is loaded when it was saved at that watermark (`_save_window_state`); the state of
+        every other target is rebuilt from its spans on its next batch, as after an eviction; the
+        key filter is filled, and the spans committed after the watermark are applied. Otherwise
+        `refresh_all_windows`. The saved state is deleted either way: it is read once.
         Returns (the number of (target, scope) keys, whether the stored windows were taken up)."""
         with self._window_lock:
             start_us = self._windowed_us
@@ -484,9 +495,17 @@ class SpanStore:
             except Exception:  # noqa: BLE001 - the rebuild below recomputes everything it touched
                 log.exception("taking up the stored windows failed; recomputing them")
                 self._windowed_us, resumed = start_us, None
-        if resumed is not None:
-            return resumed, True
-        return self.refresh_all_windows(), False
+            if resumed is not None:
+                self._windows_opened = True
+        if resumed is None:
+            resumed = self.refresh_all_windows(), False
+        else:
+            resumed = resumed, True
+        try:
+            self._con.execute(f"DELETE FROM {WINDOW_STATE_TABLE}")
+        except duckdb.Error:
+            log.exception("deleting the saved window state failed (it no longer matches the watermark)")
+        return resumed
 
     def _resume(self) -> int | None:
         con = self._con
@@ -507,10 +526,13 @@ class SpanStore:
             log.info("%d spans were committed after the stored windows; recomputing them", later)
             return None
         self._fill_key_filter()
-        self._book = WindowBook()
-        self._recency.clear()
+        self._book = self._saved_window_state(int(watermark), digest)
+        self._recency = dict.fromkeys(self._book.keys, 0)
+        self.stats["state_keys_taken_up"] = len(self._book.keys)
         self._evicted = {t for (t,) in con.execute(
             f"SELECT DISTINCT target_id FROM {SPANS_TABLE} WHERE {APPLICATION_SPANS}").fetchall()}
+        self._evicted -= {target for target, _ in self._book.keys}
+        self._evict()
         self._watermark_valid = True
         self._windowed_us = int(watermark)
         if later:
@@ -523,6 +545,89 @@ class SpanStore:
         self.stats["resumes"] += 1
         return con.execute(f"SELECT count(*) FROM (SELECT DISTINCT target_id, scope FROM {WINDOWS_TABLE})"
                            ).fetchall()[0][0]
+
+    def _saved_window_state(self, watermark: int, digest: str) -> WindowBook:
+        """The window state saved at the last clean shutdown, if it was saved at ``watermark`` with
+        the definitions ``digest``; else (none saved, another watermark, unreadable) an empty book.
+        Read target by target, so that at most one target's rows are held twice."""
+        con = self._con
+        saved, matching = con.execute(
+            f"SELECT count(*), count(*) FILTER (WHERE windowed_us = ? AND definitions_digest = ?)"
+            f" FROM {WINDOW_STATE_TABLE}", [watermark, digest]).fetchall()[0]
+        if saved == 0:
+            return WindowBook()
+        if matching != saved:
+            log.info("the saved window state is not at the windows' watermark; targets are rebuilt from their spans")
+            return WindowBook()
+        columns = ", ".join(WINDOW_STATE_COLUMN_NAMES[2:])
+        targets = [t for (t,) in con.execute(f"SELECT DISTINCT target_id FROM {WINDOW_STATE_TABLE} ORDER BY 1").fetchall()]
+
+        def rows():
+            for target in targets:  # insertion order within a target: each window's parts in order
+                yield from con.execute(f"SELECT {columns} FROM {WINDOW_STATE_TABLE} WHERE target_id = ?",
+                                       [target]).fetchall()
+
+        try:
+            book = WindowBook.restore(rows())
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("the saved window state cannot be taken up (%s); targets are rebuilt from their spans", exc)
+            return WindowBook()
+        log.info("window state of %d keys taken up from the last shutdown", len(book.keys))
+        return book
+
+    def _save_window_state(self) -> None:
+        """Save the window state (`WindowBook.state_rows`) with the stored watermark, so that the next
+        start takes it up instead of rereading every target's spans. Only whole state at the stored
+        watermark is saved: after `open_windows`, with no batch waiting for the windows and the
+        watermark valid. A store that never opened the windows (a tool's) leaves a saved state
+        alone: any window pass it made moved the watermark, so the next start ignores that state.
+        A failure is logged; the next start then rebuilds from the spans."""
+        if not self._windows_opened:
+            return
+        with self._window_lock:
+            con = self._con
+            try:
+                con.execute(f"DELETE FROM {WINDOW_STATE_TABLE}")
+                stored = con.execute(f"SELECT windowed_us, definitions_digest FROM {WINDOW_WATERMARK_TABLE}"
+                                     f" WHERE store = '{SPANS_TABLE}'").fetchall()
+                with self._changed:
+                    waiting = bool(self._pending)
+                if (waiting or not self._watermark_valid or not stored
+                        or stored[0] != (self._windowed_us, self._definitions_digest())):
+                    return
+                con.execute("BEGIN")
+                try:
+                    keys = self._insert_window_state(*stored[0])
+                    con.execute("COMMIT")
+                except BaseException:
+                    _rollback(con)
+                    raise
+                self.stats["state_keys_saved"] = keys
+            except Exception:  # noqa: BLE001 - the spans and windows are stored; the state is rebuilt instead
+                log.exception("saving the window state failed; the next start rebuilds it from the spans")
+
+    def _insert_window_state(self, windowed_us: int, digest: str) -> int:
+        con = self._con
+        rows: list[tuple] = []
+        held = 0
+
+        def flush() -> None:
+            con.register("_state", pa.table(dict(zip(WINDOW_STATE_COLUMN_NAMES[2:], zip(*rows)))))
+            try:
+                con.execute(f"INSERT INTO {WINDOW_STATE_TABLE} SELECT ?, ?, * FROM _state", [windowed_us, digest])
+            finally:
+                con.unregister("_state")
+            rows.clear()
+
+        for row in self._book.state_rows():
+            rows.append(row)
+            held += len(row[-1])
+            if held >= _STATE_FLUSH_BYTES:
+                flush()
+                held = 0
+        if rows:
+            flush()
+        return len(self._book.keys)
 
     def _fill_key_filter(self) -> None:
         self._keys.clear()
@@ -888,6 +993,10 @@ class ArrowQuery:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+_STATE_FLUSH_BYTES = 64 * 1024 * 1024
+"""Saved window state rows are inserted in statements of about this many payload bytes."""
 
 
 def _rollback(con: duckdb.DuckDBPyConnection) -> None:

@@ -1,8 +1,9 @@
 """At start the store takes up the stored windows where they were left, when that is exact.
 
 The windows' watermark and a digest of the window definitions are stored with the window rows.
-A restart then loads no state: the spans committed after the watermark are applied, every target's
-state is rebuilt from its spans on its next batch. Whatever happened before the restart (a clean
+A restart then takes up the window state a clean shutdown saved (tests/analytics/test_window_state.py),
+applies the spans committed after the watermark, and rebuilds every other target's state from its
+spans on its next batch. Whatever happened before the restart (a clean
 shutdown, spans committed whose windows never followed, a bulk load never rebuilt, other window
 definitions), the rows after further batches must equal a computation from scratch.
 """

@@ -135,8 +135,11 @@ def test_windows_are_replaced_and_survive_a_restart(collector, tracer):
     collector.start()
     after = collector.sql(query)
     assert after == before
-    # the restart took the stored windows up (no rebuild); the next span still counts exactly once more
-    assert "windows of 1 keys taken up" in collector.log_path.read_text()
+    # the restart took the stored windows up (no rebuild) and the window state saved at the clean
+    # shutdown (the target's spans are not reread); the next span still counts exactly once more
+    log = collector.log_path.read_text()
+    assert "windows of 1 keys taken up" in log
+    assert "window state of 1 keys taken up from the last shutdown" in log
     _call(tracer, 1_700_000_000 * 10**9, 0.1, **{c.TARGET_ID: "bot", c.GEN_AI_USAGE_INPUT_TOKENS: 10})
     w = _window(collector, "input_tokens")
     assert (w["value"], w["sample_count"]) == (40.0, 4)

@@ -1,0 +1,253 @@
+"""The window processor's state is saved at a clean shutdown and taken up at the next start.
+
+Saved and restored, the state must be the same state: the same window rows now, and the same rows
+after any later batch as a computation from scratch, without the restart reading a target's spans.
+A state that does not match the windows' watermark, or cannot be read, is never used: the targets
+are then rebuilt from their spans, as before the state was saved.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from meritlens.analytics._accumulate import SMALL_DISTINCT, Multiset, WindowBook
+from meritlens.analytics._windows import WINDOW_DEFINITIONS
+from meritlens.collector._store import SpanStore
+from tests.analytics.evidence_helpers import span_rows, store_spans
+from tests.analytics.test_windows_resume import _from_scratch, _spans, _windows
+
+_NOW = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
+
+
+def _multiset_state(m: Multiset):
+    if m._counts is not None:
+        return "counts", list(m._counts.items()), m.n
+    return "sorted", m._base.tolist(), m._recent.tolist(), m.n
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.lists(st.integers(0, 400), min_size=1, max_size=300)),
+                min_size=1, max_size=12),
+       st.integers(0, 3))
+def test_a_multiset_restored_from_its_export_is_the_same_multiset(operations, spread):
+    multiset, held = Multiset(), []
+    for add, ints in operations:
+        values = np.array(ints, dtype=float) * (10.0 ** spread) / 7  # few or many distinct values
+        if add or not held:
+            multiset.add(values)
+            held.extend(values.tolist())
+        else:
+            taken = held[: len(values)]
+            multiset.remove(np.array(taken))
+            del held[: len(values)]
+    header, payload = multiset.export()
+    restored = Multiset.restore(json.loads(json.dumps(header)), payload)
+    assert _multiset_state(restored) == _multiset_state(multiset)
+    more = np.arange(SMALL_DISTINCT + 5, dtype=float) / 3  # enough to switch a counts multiset to arrays
+    for m in (multiset, restored):
+        m.add(more)
+    assert _multiset_state(restored) == _multiset_state(multiset)
+    if multiset.n:
+        assert restored.quantiles((0.5, 0.99)) == multiset.quantiles((0.5, 0.99))
+
+
+def test_a_payload_that_does_not_match_its_header_is_refused():
+    multiset = Multiset()
+    multiset.add(np.arange(1000, dtype=float))
+    header, payload = multiset.export()
+    with pytest.raises(ValueError, match="bytes"):
+        Multiset.restore(header, payload[:-8])
+    with pytest.raises(ValueError, match="holds"):
+        Multiset.restore({**header, "n": header["n"] + 1}, payload)
+
+
+def _store_with_spans(path, spans) -> SpanStore:
+    store = SpanStore(str(path))
+    store.start()
+    store.open_windows()
+    store_spans(store, spans)
+    return store
+
+
+@pytest.mark.parametrize("part_bytes", [64, 1 << 20])
+def test_a_book_restored_from_its_rows_renders_the_same_windows(tmp_path, part_bytes):
+    store = _store_with_spans(tmp_path / "spans.duckdb", _spans(21))
+    try:
+        book = store._book
+        rows = list(book.state_rows(part_bytes=part_bytes))
+        assert all(len(r[-1]) <= part_bytes for r in rows)
+        if part_bytes == 64:
+            assert any(r[3] > 0 for r in rows)  # some window's values span several rows
+        restored = WindowBook.restore(iter(rows))
+        assert sorted(restored.keys) == sorted(book.keys) and book.keys
+        for key in book.keys:
+            assert restored.windows(key, "spans.duckdb", _NOW) == book.windows(key, "spans.duckdb", _NOW)
+            assert restored.nbytes(key) == book.nbytes(key)
+    finally:
+        store.shutdown()
+
+
+def test_rows_that_do_not_make_whole_keys_are_refused(tmp_path):
+    store = _store_with_spans(tmp_path / "spans.duckdb", _spans(22))
+    try:
+        rows = list(store._book.state_rows(part_bytes=64))
+    finally:
+        store.shutdown()
+    metric = WINDOW_DEFINITIONS[0].metric
+    without_a_window = [r for r in rows if r[2] != metric]
+    with pytest.raises(ValueError, match="lacks"):
+        WindowBook.restore(iter(without_a_window))
+    multi = next(i for i, r in enumerate(rows) if r[3] == 1)
+    with pytest.raises(ValueError, match="out of order|header"):
+        WindowBook.restore(iter(rows[:multi] + rows[multi + 1:]))
+    with pytest.raises(ValueError, match="facts"):
+        WindowBook.restore(iter([(*rows[0][:4], json.dumps({"unknown": 1}), b"")] + rows[1:]))
+
+
+def _open(path, **settings) -> SpanStore:
+    store = SpanStore(str(path), **settings)
+    store.start()
+    return store
+
+
+def _state_rows(path) -> int:
+    store = _open(path)
+    try:
+        return store._con.execute("select count(*) from window_state").fetchall()[0][0]
+    finally:
+        store._con.close()
+        store._con = None
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_clean_restart_takes_the_state_up_and_reads_no_spans_for_it(tmp_path, seed):
+    spans = _spans(seed)
+    cut1, cut2 = len(spans) // 3, 2 * len(spans) // 3
+    (tmp_path / "store").mkdir()
+    path = tmp_path / "store" / "spans.duckdb"
+    store = _store_with_spans(path, spans[:cut1])
+    keys = len(store._book.keys)
+    store.shutdown()
+    assert store.stats["state_keys_saved"] == keys > 0
+    assert _state_rows(path) > keys
+    # what a store that never restarted rebuilds on the same batches (a removal that takes away a
+    # window's first or last time rebuilds its target, restart or not)
+    (tmp_path / "unbroken").mkdir()
+    unbroken = _store_with_spans(tmp_path / "unbroken" / "spans.duckdb", spans[:cut1])
+    try:
+        before = unbroken.stats["rebuilds"]
+        store_spans(unbroken, spans[cut1:cut2])
+        middle = unbroken.stats["rebuilds"]
+        store_spans(unbroken, spans[cut2:])
+        expected_rebuilds = (middle - before, unbroken.stats["rebuilds"] - before)
+    finally:
+        unbroken.shutdown()
+
+    store = _open(path)
+    try:
+        assert store.open_windows()[1] is True
+        assert store.stats["state_keys_taken_up"] == keys
+        assert store._evicted == set()
+        assert store._con.execute("select count(*) from window_state").fetchall() == [(0,)]  # read once
+        store_spans(store, spans[cut1:cut2])
+        assert store.stats["rebuilds"] == expected_rebuilds[0]  # no target's spans reread for the restart
+        assert _windows(store) == _from_scratch(tmp_path, spans[:cut2], "second")
+        store_spans(store, spans[cut2:])
+        assert store.stats["rebuilds"] == expected_rebuilds[1]
+        assert _windows(store) == _from_scratch(tmp_path, spans)
+    finally:
+        store.shutdown()
+
+
+def _restart_after_tampering(tmp_path, statement: str, **settings):
+    spans = _spans(7)
+    half = len(spans) // 2
+    (tmp_path / "store").mkdir()
+    path = tmp_path / "store" / "spans.duckdb"
+    store = _store_with_spans(path, spans[:half])
+    store.shutdown()
+    store = _open(path)
+    store._con.execute(statement)
+    store._con.close()
+    store._con = None
+    store = _open(path, **settings)
+    try:
+        assert store.open_windows()[1] is True
+        taken_up, to_rebuild = store.stats["state_keys_taken_up"], set(store._evicted)
+        targets = {t for (t,) in store.query("select distinct target_id from windows").rows}
+        assert len(targets) > 1
+        store_spans(store, spans[half:])
+        assert _windows(store) == _from_scratch(tmp_path, spans)
+        assert store._con.execute("select count(*) from window_state").fetchall() == [(0,)]
+        return taken_up, to_rebuild, targets
+    finally:
+        store.shutdown()
+
+
+def test_a_state_saved_at_another_watermark_is_not_taken_up(tmp_path):
+    taken_up, to_rebuild, targets = _restart_after_tampering(tmp_path, "update window_state set windowed_us = windowed_us - 1")
+    assert taken_up == 0 and to_rebuild == targets
+
+
+def test_a_state_of_other_window_definitions_is_not_taken_up(tmp_path):
+    taken_up, to_rebuild, targets = _restart_after_tampering(tmp_path, "update window_state set definitions_digest = 'other'")
+    assert taken_up == 0 and to_rebuild == targets
+
+
+def test_a_damaged_state_is_not_taken_up(tmp_path):
+    taken_up, to_rebuild, targets = _restart_after_tampering(
+        tmp_path, "update window_state set payload = payload[2:] where octet_length(payload) > 8")
+    assert taken_up == 0 and to_rebuild == targets
+
+
+def test_a_state_over_the_memory_budget_is_taken_up_within_it(tmp_path):
+    taken_up, to_rebuild, targets = _restart_after_tampering(tmp_path, "select 1", window_memory_bytes=1)
+    # every target but one dropped again at once, rebuilt on its next batch
+    assert taken_up > 0 and len(to_rebuild) == len(targets) - 1
+
+
+def test_an_untouched_state_leaves_no_target_to_rebuild(tmp_path):
+    taken_up, to_rebuild, targets = _restart_after_tampering(tmp_path, "select 1")
+    assert taken_up > 0 and to_rebuild == set()
+
+
+def test_no_state_is_saved_when_windows_wait_or_were_never_opened(tmp_path):
+    spans = _spans(9)
+    (tmp_path / "a").mkdir()
+    store = _open(tmp_path / "a" / "spans.duckdb")  # windows never opened: the book is not whole
+    store_spans(store, spans)
+    store.shutdown()
+    assert store.stats["state_keys_saved"] == 0
+    assert _state_rows(tmp_path / "a" / "spans.duckdb") == 0
+
+    (tmp_path / "b").mkdir()
+    store = _store_with_spans(tmp_path / "b" / "spans.duckdb", spans[:5])
+    store.write(span_rows(spans[5:]), refresh_windows=False)  # a bulk load: the watermark is invalid
+    store.shutdown()
+    assert store.stats["state_keys_saved"] == 0
+    assert _state_rows(tmp_path / "b" / "spans.duckdb") == 0
+
+
+def test_a_tool_opening_the_file_between_two_runs_leaves_the_saved_state(tmp_path):
+    spans = _spans(13)
+    (tmp_path / "store").mkdir()
+    path = tmp_path / "store" / "spans.duckdb"
+    store = _store_with_spans(path, spans)
+    keys = len(store._book.keys)
+    store.shutdown()
+    tool = _open(path)  # e.g. `meritlens sql` on the file: no window pass, the windows never opened
+    assert tool.query("select count(*) from spans").rows[0][0] == len(spans)
+    tool.shutdown()
+    store = _open(path)
+    try:
+        assert store.open_windows()[1] is True
+        assert store.stats["state_keys_taken_up"] == keys > 0
+        assert _windows(store) == _from_scratch(tmp_path, spans)
+    finally:
+        store.shutdown()
