@@ -169,17 +169,19 @@ class Multiset:
             self._base = np.delete(self._base, np.concatenate(drop_base))
         self.n -= int(values.size)
 
-    def export(self) -> tuple[dict, bytes]:
-        """(header, payload) from which `restore` rebuilds this multiset exactly, inner layout included."""
+    def export(self) -> tuple[dict, np.ndarray]:
+        """(header, payload bytes as a uint8 array) from which `restore` rebuilds this multiset
+        exactly, inner layout included."""
         if self._counts is not None:
             values = np.fromiter(self._counts.keys(), dtype=_FLOATS, count=len(self._counts))
             counts = np.fromiter(self._counts.values(), dtype=_COUNTS, count=len(self._counts))
-            return {"n": self.n, "distinct": int(values.size)}, values.tobytes() + counts.tobytes()
-        return ({"n": self.n, "base": int(self._base.size), "recent": int(self._recent.size)},
-                self._base.astype(_FLOATS, copy=False).tobytes() + self._recent.astype(_FLOATS, copy=False).tobytes())
+            return {"n": self.n, "distinct": int(values.size)}, np.concatenate([values.view(np.uint8),
+                                                                                 counts.view(np.uint8)])
+        values = np.concatenate([self._base, self._recent]).astype(_FLOATS, copy=False)
+        return {"n": self.n, "base": int(self._base.size), "recent": int(self._recent.size)}, values.view(np.uint8)
 
     @classmethod
-    def restore(cls, header: dict, payload: bytes) -> "Multiset":
+    def restore(cls, header: dict, payload) -> "Multiset":
         """The multiset `export` described; ValueError when the payload does not match the header."""
         multiset = cls()
         multiset.n = int(header["n"])
@@ -223,7 +225,7 @@ class Multiset:
         return out
 
 
-def _expect_bytes(payload: bytes, size: int) -> None:
+def _expect_bytes(payload, size: int) -> None:
     if len(payload) != size:
         raise ValueError(f"a saved window state payload has {len(payload)} bytes, its header needs {size}")
 
@@ -294,15 +296,15 @@ class WindowAccumulator:
             for extreme in self._extremes:
                 extreme.value, extreme.stale = None, False
 
-    def export(self) -> tuple[dict, bytes]:
-        """(header, payload) from which `restore` rebuilds this accumulator exactly."""
+    def export(self) -> tuple[dict, np.ndarray]:
+        """(header, payload as in `Multiset.export`) from which `restore` rebuilds this accumulator exactly."""
         values, payload = self.values.export()
         return {"values": values, "total": self.total, "successes": self.successes, "spans": self.spans,
                 "key_high": self.key_high, "key_low": self.key_low,
                 "extremes": [[e.value, e.stale] for e in self._extremes]}, payload
 
     @classmethod
-    def restore(cls, definition: WindowDefinition, header: dict, payload: bytes) -> "WindowAccumulator":
+    def restore(cls, definition: WindowDefinition, header: dict, payload) -> "WindowAccumulator":
         accumulator = cls(definition, values=Multiset.restore(header["values"], payload),
                           total=int(header["total"]), successes=int(header["successes"]), spans=int(header["spans"]),
                           key_high=int(header["key_high"]), key_low=int(header["key_low"]))
@@ -496,7 +498,7 @@ class WindowBook:
             for metric, accumulator in self._windows[key].items():
                 header, payload = accumulator.export()
                 view = memoryview(payload)
-                for part, start in enumerate(range(0, max(len(payload), 1), part_bytes)):
+                for part, start in enumerate(range(0, max(payload.size, 1), part_bytes)):
                     yield target, scope, metric, part, json.dumps(header) if part == 0 else None, \
                         bytes(view[start:start + part_bytes])
 

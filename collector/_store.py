@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from meritlens.analytics._accumulate import StateMismatch, WindowBook
+from meritlens.analytics._accumulate import STATE_PART_BYTES, StateMismatch, WindowBook
 from meritlens.analytics._readiness import CoverageReport, coverage_row, record_coverage_sql
 from meritlens.analytics._schema import (
     SPAN_COLUMN_NAMES,
@@ -595,13 +595,13 @@ class SpanStore:
                 if (waiting or not self._watermark_valid or not stored
                         or stored[0] != (self._windowed_us, self._definitions_digest())):
                     return
-                con.execute("BEGIN")
-                try:
-                    keys = self._insert_window_state(*stored[0])
-                    con.execute("COMMIT")
-                except BaseException:
-                    _rollback(con)
-                    raise
+                # Rows are committed statement by statement under an impossible watermark, then
+                # given the real one in one UPDATE: one transaction of all the payloads would hold
+                # them ~3x in DuckDB's memory until its commit. A crash in between leaves rows
+                # that match no watermark; the next start ignores and deletes them.
+                windowed_us, digest = stored[0]
+                keys = self._insert_window_state(_UNFINISHED_STATE_US, digest)
+                con.execute(f"UPDATE {WINDOW_STATE_TABLE} SET windowed_us = ?", [windowed_us])
                 self.stats["state_keys_saved"] = keys
             except Exception:  # noqa: BLE001 - the spans and windows are stored; the state is rebuilt instead
                 log.exception("saving the window state failed; the next start rebuilds it from the spans")
@@ -995,8 +995,11 @@ class ArrowQuery:
         self.close()
 
 
-_STATE_FLUSH_BYTES = 64 * 1024 * 1024
-"""Saved window state rows are inserted in statements of about this many payload bytes."""
+_UNFINISHED_STATE_US = -1
+"""The watermark of saved window state rows until the last of them is written (no watermark is negative)."""
+_STATE_FLUSH_BYTES = STATE_PART_BYTES
+"""Saved window state rows are inserted in statements of about this many payload bytes (the
+process holds them twice meanwhile: the rows and their Arrow table)."""
 
 
 def _rollback(con: duckdb.DuckDBPyConnection) -> None:
