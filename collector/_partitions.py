@@ -68,14 +68,26 @@ class TracePartitions:
         temporary table sorted by partition, so that `source_of(p)` reads only partition ``p``'s
         rows (DuckDB's zone maps skip the others) instead of scanning ``source`` again: the stored
         spans are read once, not once per partition. The sort spills to DuckDB's temporary
-        directory beyond its memory limit. Fewer partitions keep reading ``source``."""
+        directory beyond its memory limit (~150-400 bytes a span; bench/README.md, "Eleventh
+        session"). Fewer partitions keep reading ``source``, and so does a copy that fails (a full
+        disk, `max_temp_directory_size`): slower, without temporary disk. Inside a transaction the
+        failure aborted, it is raised."""
         if self.count < MIN_PARTITIONS_TO_ORDER:
             return
         selected = ", ".join(f"s.{column}" for column in columns)
-        self.con.execute(  # _MOVED holds a trace at most once (it comes from the labels, one per trace)
-            f"CREATE TEMP TABLE {_ORDERED} AS SELECT {selected},"
-            f" coalesce(m.part, hash(s.trace_id) % {self.count}) AS {_PART} FROM {self.source} s"
-            f" LEFT JOIN {_MOVED} m ON m.trace_id = s.trace_id ORDER BY {_PART}")
+        try:
+            self.con.execute(  # _MOVED holds a trace at most once (it comes from the labels, one per trace)
+                f"CREATE TEMP TABLE {_ORDERED} AS SELECT {selected},"
+                f" coalesce(m.part, hash(s.trace_id) % {self.count}) AS {_PART} FROM {self.source} s"
+                f" LEFT JOIN {_MOVED} m ON m.trace_id = s.trace_id ORDER BY {_PART}")
+        except duckdb.Error as exc:
+            try:
+                self.con.execute(f"DROP TABLE IF EXISTS {_ORDERED}")
+            except duckdb.TransactionException:
+                raise exc from None
+            log.warning("copying the spans sorted by partition failed (%s); each of the %d partitions is read from"
+                        " the stored spans instead", str(exc).splitlines()[0], self.count)
+            return
         self.columns = tuple(columns)
 
     def source_of(self, partition: int) -> str:

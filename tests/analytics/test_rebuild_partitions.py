@@ -10,11 +10,14 @@ window rows, every column, must be those of the unpartitioned rebuild.
 
 from __future__ import annotations
 
+import logging
 import random
 
 import duckdb
 import pytest
 
+from meritlens.analytics._schema import SPANS_DDL
+from meritlens.analytics._windows import WINDOW_INPUT_COLUMNS
 from meritlens.collector import _store as store_module
 from meritlens.collector._partitions import partition_spans
 from meritlens.collector._store import SpanStore
@@ -242,3 +245,28 @@ def test_closing_partitions_in_an_aborted_transaction_leaves_the_tables_to_the_r
         assert con.execute("select count(*) from duckdb_tables() where temporary").fetchall() == [(0,)]
     finally:
         store.shutdown()
+
+
+def test_a_copy_that_cannot_spill_falls_back_to_reading_the_source(tmp_path, caplog):
+    path = str(tmp_path / "spans.duckdb")
+    con = duckdb.connect(path)
+    con.execute(SPANS_DDL)
+    con.execute(  # 300k single-span traces: more than 16MiB of window columns to sort
+        "INSERT INTO spans (trace_id, span_id, start_unix_nano, end_unix_nano, start_time, end_time, duration_s,"
+        " target_id, role, received_at) SELECT md5(i::VARCHAR), left(md5((7 * i)::VARCHAR), 16), 0, 1, now(), now(),"
+        " 0.0, 'bot', 'application', now() FROM range(300000) t(i)")
+    con.close()
+    con = duckdb.connect(path, config={"memory_limit": "16MiB", "max_temp_directory_size": "1MiB", "threads": 1})
+    try:
+        parts = partition_spans(con, "spans", rows_per_partition=10_000)
+        assert parts.count == 30
+        with caplog.at_level(logging.WARNING, logger="meritlens.collector.partitions"):
+            parts.order_by_partition(WINDOW_INPUT_COLUMNS)  # DuckDB cannot hold or spill the sorted copy
+        assert parts.columns is None
+        assert "read from the stored spans instead" in caplog.text
+        counts = [con.execute(f"SELECT count(*) FROM {parts.source_of(p)}").fetchall()[0][0] for p in range(30)]
+        assert sum(counts) == 300_000 and min(counts) > 0
+        parts.close()
+        assert con.execute("select count(*) from duckdb_tables() where temporary").fetchall() == [(0,)]
+    finally:
+        con.close()
