@@ -154,7 +154,7 @@ def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s:
         # (evidence URIs hold it), and another name would make the collector recompute them all.
         db = os.path.join(tmp, os.path.basename(start_from) if start_from else "bench.duckdb")
         if start_from:
-            shutil.copyfile(start_from, db)
+            copy_store(start_from, db)
         port = free_port()
         base = f"http://127.0.0.1:{port}"
         if impl == "production" and refresh:
@@ -226,6 +226,13 @@ def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s:
                 "cpu_pct": 100 * cpu / wall, "rss_idle_mib": rss_idle / 1024, "rss_peak_mib": rss_peak / 1024,
                 "anon_peak_mib": sampler.anon_kib / 1024, "file_peak_mib": sampler.file_kib / 1024,
                 "correct": ok, "windows": windows, "expected": expected, "threads": thread_line}
+
+
+def copy_store(source: str, target: str) -> None:
+    """A DuckDB file and its write-ahead log, when it has one."""
+    shutil.copyfile(source, target)
+    if os.path.exists(source + ".wal"):
+        shutil.copyfile(source + ".wal", target + ".wal")
 
 
 def warm_up(base: str) -> float:

@@ -40,6 +40,7 @@ import numpy as np  # noqa: E402
 
 from _history import check_input_tokens_windows, span_table  # noqa: E402
 
+from meritlens.analytics._schema import WINDOW_STATE_TABLE  # noqa: E402
 from meritlens.collector._settings import DEFAULT_DB_MEMORY_BYTES, parse_bytes  # noqa: E402
 from meritlens.collector._store import SpanStore  # noqa: E402
 
@@ -107,7 +108,7 @@ def resume(path: str, db_memory_bytes: int, targets: int, batch: int, discard_st
     try:
         stored = store.query("select count(*) from spans").rows[0][0]
         if discard_state:
-            store._con.execute("DELETE FROM window_state")
+            store._con.execute(f"DELETE FROM {WINDOW_STATE_TABLE}")
         t0 = time.perf_counter()
         keys, resumed = store.open_windows()
         opened = time.perf_counter() - t0

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import sys
 import tempfile
@@ -39,7 +38,7 @@ import pyarrow as pa
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import loadgen  # noqa: E402
-from ingest import MemorySampler, status_kib  # noqa: E402
+from ingest import MemorySampler, copy_store, status_kib  # noqa: E402
 import normalize as receive  # noqa: E402
 
 from meritlens.analytics._views import STORE_DDL  # noqa: E402
@@ -54,13 +53,6 @@ def batches(count: int, size: int) -> list[pa.Table]:
         assert not refused and table.num_rows == size
         tables.append(table)
     return tables
-
-
-def copy_store(source: str, target: str) -> None:
-    """A DuckDB file and its write-ahead log, when it has one."""
-    shutil.copyfile(source, target)
-    if os.path.exists(source + ".wal"):
-        shutil.copyfile(source + ".wal", target + ".wal")
 
 
 def wal_bytes_of(path: str) -> int:

@@ -495,28 +495,22 @@ class SpanStore:
             except Exception:  # noqa: BLE001 - the rebuild below recomputes everything it touched
                 log.exception("taking up the stored windows failed; recomputing them")
                 self._windowed_us, resumed = start_us, None
-            if resumed is not None:
-                self._windows_opened = True
-        if resumed is None:
-            resumed = self.refresh_all_windows(), False
-        else:
-            resumed = resumed, True
+        opened = (self.refresh_all_windows(), False) if resumed is None else (resumed, True)
         try:
             self._con.execute(f"DELETE FROM {WINDOW_STATE_TABLE}")
         except duckdb.Error:
             log.exception("deleting the saved window state failed (it no longer matches the watermark)")
-        return resumed
+        return opened
 
     def _resume(self) -> int | None:
         con = self._con
         with self._changed:
             if self._pending:
                 return None
-        stored = con.execute(f"SELECT windowed_us, definitions_digest FROM {WINDOW_WATERMARK_TABLE}"
-                             f" WHERE store = '{SPANS_TABLE}'").fetchall()
-        if not stored:
+        stored = self._stored_watermark()
+        if stored is None:
             return None
-        watermark, digest = stored[0]
+        watermark, digest = stored
         if digest != window_definitions_digest(self.db_name):
             log.info("the window definitions changed since the windows were stored; recomputing them")
             return None
@@ -543,8 +537,15 @@ class SpanStore:
             self._follow(table, until_us)
             self._mark_processed([], until_us)
         self.stats["resumes"] += 1
+        self._windows_opened = True
         return con.execute(f"SELECT count(*) FROM (SELECT DISTINCT target_id, scope FROM {WINDOWS_TABLE})"
                            ).fetchall()[0][0]
+
+    def _stored_watermark(self) -> tuple[int, str] | None:
+        """(windowed_us, definitions_digest) stored with the window rows, or None."""
+        stored = self._con.execute(f"SELECT windowed_us, definitions_digest FROM {WINDOW_WATERMARK_TABLE}"
+                                   f" WHERE store = '{SPANS_TABLE}'").fetchall()
+        return stored[0] if stored else None
 
     def _saved_window_state(self, watermark: int, digest: str) -> WindowBook:
         """The window state saved at the last clean shutdown, if it was saved at ``watermark`` with
@@ -588,25 +589,23 @@ class SpanStore:
             con = self._con
             try:
                 con.execute(f"DELETE FROM {WINDOW_STATE_TABLE}")
-                stored = con.execute(f"SELECT windowed_us, definitions_digest FROM {WINDOW_WATERMARK_TABLE}"
-                                     f" WHERE store = '{SPANS_TABLE}'").fetchall()
+                stored = self._stored_watermark()
                 with self._changed:
                     waiting = bool(self._pending)
-                if (waiting or not self._watermark_valid or not stored
-                        or stored[0] != (self._windowed_us, self._definitions_digest())):
+                if waiting or not self._watermark_valid or stored != (self._windowed_us, self._definitions_digest()):
                     return
                 # Rows are committed statement by statement under an impossible watermark, then
                 # given the real one in one UPDATE: one transaction of all the payloads would hold
                 # them ~3x in DuckDB's memory until its commit. A crash in between leaves rows
                 # that match no watermark; the next start ignores and deletes them.
-                windowed_us, digest = stored[0]
-                keys = self._insert_window_state(_UNFINISHED_STATE_US, digest)
+                windowed_us, digest = stored
+                self._insert_window_state(_UNFINISHED_STATE_US, digest)
                 con.execute(f"UPDATE {WINDOW_STATE_TABLE} SET windowed_us = ?", [windowed_us])
-                self.stats["state_keys_saved"] = keys
+                self.stats["state_keys_saved"] = len(self._book.keys)
             except Exception:  # noqa: BLE001 - the spans and windows are stored; the state is rebuilt instead
                 log.exception("saving the window state failed; the next start rebuilds it from the spans")
 
-    def _insert_window_state(self, windowed_us: int, digest: str) -> int:
+    def _insert_window_state(self, windowed_us: int, digest: str) -> None:
         con = self._con
         rows: list[tuple] = []
         held = 0
@@ -627,7 +626,6 @@ class SpanStore:
                 held = 0
         if rows:
             flush()
-        return len(self._book.keys)
 
     def _fill_key_filter(self) -> None:
         self._keys.clear()

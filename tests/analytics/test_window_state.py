@@ -20,7 +20,7 @@ from meritlens.analytics._accumulate import SMALL_DISTINCT, Multiset, WindowBook
 from meritlens.analytics._windows import WINDOW_DEFINITIONS
 from meritlens.collector._store import SpanStore
 from tests.analytics.evidence_helpers import span_rows, store_spans
-from tests.analytics.test_windows_resume import _from_scratch, _spans, _windows
+from tests.analytics.test_windows_resume import _from_scratch, _open, _spans, _windows
 
 _NOW = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
 
@@ -108,12 +108,6 @@ def test_rows_that_do_not_make_whole_keys_are_refused(tmp_path):
         WindowBook.restore(iter(rows[:multi] + rows[multi + 1:]))
     with pytest.raises(ValueError, match="facts"):
         WindowBook.restore(iter([(*rows[0][:4], json.dumps({"unknown": 1}), b"")] + rows[1:]))
-
-
-def _open(path, **settings) -> SpanStore:
-    store = SpanStore(str(path), **settings)
-    store.start()
-    return store
 
 
 def _state_rows(path) -> int:

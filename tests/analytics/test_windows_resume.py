@@ -28,8 +28,8 @@ def _windows(store: SpanStore) -> list[tuple]:
     return store.query(f"select {', '.join(_COLUMNS)} from windows order by target_id, scope, metric").rows
 
 
-def _open(path) -> SpanStore:
-    store = SpanStore(str(path))
+def _open(path, **settings) -> SpanStore:
+    store = SpanStore(str(path), **settings)
     store.start()
     return store
 
