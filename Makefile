@@ -28,8 +28,10 @@ browser:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	fi
 
+# The suite runs in one pytest worker per core (pytest-xdist): most tests wait on collector processes
+# they started. PYTEST_ARGS comes last, so PYTEST_ARGS="-n 0" runs it in one process.
 test: $(STAMP) browser
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n auto $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py
