@@ -200,10 +200,14 @@ class SpanStore:
         self._windows_opened = False
         """Whether `open_windows` or `refresh_all_windows` ran: only then does the book hold each of
         its targets' whole state (see `_save_window_state`)."""
+        self._held_spans_at_start = False
+        """Whether the file held spans when this store started. Until the windows are opened, its
+        window passes then write nothing (see `update_windows`)."""
         self._watermark_valid = True
         """Whether the window rows equal a computation from the spans up to ``_windowed_us`` for every
         target, so the watermark may be stored with them. False after a bulk load (its windows wait
-        for the loader's rebuild) or a failed rebuild, until `refresh_all_windows`."""
+        for the loader's rebuild) or a failed rebuild, until `refresh_all_windows`; and from the
+        start on a file that held spans, until the windows are opened."""
         self.stats = {"closure_lookups": 0, "closure_keys": 0, "closure_ranges": 0, "rebuilds": 0,
                       "duplicate_checks": 0, "rebuild_partitions": 0, "label_rounds": 0, "resumes": 0,
                       "state_keys_saved": 0, "state_keys_taken_up": 0}
@@ -231,6 +235,8 @@ class SpanStore:
             self._span_cursor = self._con.cursor()
             last = self._con.execute(f"SELECT max(epoch_us(received_at)) FROM {SPANS_TABLE}").fetchall()[0][0]
             self._last_received_us = self._windowed_us = int(last or 0)
+            self._held_spans_at_start = last is not None
+            self._watermark_valid = not self._held_spans_at_start  # until the windows are opened
             self._fill_locator()
 
     def _drop_old_indexes(self) -> None:
@@ -349,7 +355,13 @@ class SpanStore:
 
     def update_windows(self) -> int:
         """Bring the windows up to date with every span committed so far: the queued batches are
-        processed together. Returns how many batches were processed."""
+        processed together. Returns how many batches were processed.
+
+        A store on a file that already held spans, whose windows were not opened (a tool's, such
+        as `meritlens evaluate` on the file), writes no window rows and no watermark for followed
+        batches: its book does not hold the stored spans' state, and the stored watermark must not
+        pass spans committed before it (e.g. by a process killed before its window pass). The next
+        `open_windows` follows them."""
         with self._window_lock:
             with self._changed:
                 group = list(self._pending)
@@ -361,7 +373,7 @@ class SpanStore:
                 self._keys.add(_trace_task_hashes(_concat(bulk)))
                 self._invalidate_watermark()
             followed = [s for s in group if s.follow and s.table.num_rows]
-            if followed:
+            if followed and not (self._held_spans_at_start and not self._windows_opened):
                 self._follow(_concat([s.table for s in followed]), until_us, _concat([s.keys for s in followed]))
             self._mark_processed(group, until_us)
             return len(group)
@@ -581,7 +593,8 @@ class SpanStore:
         start takes it up instead of rereading every target's spans. Only whole state at the stored
         watermark is saved: after `open_windows`, with no batch waiting for the windows and the
         watermark valid. A store that never opened the windows (a tool's) leaves a saved state
-        alone: any window pass it made moved the watermark, so the next start ignores that state.
+        alone, and its window passes leave the watermark alone (`update_windows`), so the next
+        start takes the state up and applies the tool's spans to it.
         A failure is logged; the next start then rebuilds from the spans."""
         if not self._windows_opened:
             return

@@ -20,6 +20,7 @@ from meritlens.analytics._accumulate import SMALL_DISTINCT, Multiset, WindowBook
 from meritlens.analytics._windows import WINDOW_DEFINITIONS
 from meritlens.collector._store import SpanStore
 from tests.analytics.evidence_helpers import span_rows, store_spans
+from tests.analytics.test_incremental_windows import _random_spans
 from tests.analytics.test_windows_resume import _from_scratch, _open, _spans, _windows
 
 _NOW = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
@@ -232,20 +233,24 @@ def test_no_state_is_saved_when_windows_wait_or_were_never_opened(tmp_path):
     assert _state_rows(tmp_path / "b" / "spans.duckdb") == 0
 
 
-def test_a_tool_opening_the_file_between_two_runs_leaves_the_saved_state(tmp_path):
+@pytest.mark.parametrize("tool_writes", [False, True])
+def test_a_tool_opening_the_file_between_two_runs_leaves_the_saved_state(tmp_path, tool_writes):
     spans = _spans(13)
     (tmp_path / "store").mkdir()
     path = tmp_path / "store" / "spans.duckdb"
     store = _store_with_spans(path, spans)
     keys = len(store._book.keys)
     store.shutdown()
-    tool = _open(path)  # e.g. `meritlens sql` on the file: no window pass, the windows never opened
+    tool = _open(path)  # e.g. `meritlens sql` or `meritlens evaluate` on the file: windows never opened
     assert tool.query("select count(*) from spans").rows[0][0] == len(spans)
+    later = _random_spans(513) if tool_writes else []  # new tasks of the same targets
+    if later:
+        store_spans(tool, later)  # its window pass leaves the watermark, so the state still matches
     tool.shutdown()
     store = _open(path)
     try:
         assert store.open_windows()[1] is True
         assert store.stats["state_keys_taken_up"] == keys > 0
-        assert _windows(store) == _from_scratch(tmp_path, spans)
+        assert _windows(store) == _from_scratch(tmp_path, spans + later)
     finally:
         store.shutdown()

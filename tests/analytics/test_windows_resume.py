@@ -14,6 +14,9 @@ import random
 
 import pytest
 
+from meritlens.analytics import JudgeCall
+from meritlens.instrumentation.conventions import TARGET_ID
+from meritlens.collector._evaluation import FileEvaluationStore
 from meritlens.collector._store import SpanStore
 from tests.analytics.evidence_helpers import span_rows, store_spans
 from tests.analytics.test_incremental_windows import _random_spans
@@ -164,5 +167,45 @@ def test_a_failure_while_taking_the_windows_up_falls_back_to_the_rebuild(tmp_pat
         monkeypatch.setattr(store, "_follow", failing_follow)
         assert store.open_windows()[1] is False
         assert _windows(store) == _from_scratch(tmp_path, spans)
+    finally:
+        store.shutdown()
+
+
+@pytest.mark.parametrize("tool_writes", ["judge_calls", "application_spans"])
+def test_a_tool_on_the_file_leaves_the_windows_to_the_next_start(tmp_path, tool_writes):
+    """A process killed before its window pass left spans the windows never saw; a tool then opens
+    the file without opening the windows (`meritlens evaluate` on the file records its judge calls).
+    Its window passes must not move the stored watermark past those spans, nor write rows from a
+    book that holds none of the stored spans: the next start follows them all."""
+    spans = _spans(7)
+    cut1, cut2 = len(spans) // 3, 2 * len(spans) // 3
+    (tmp_path / "store").mkdir()
+    path = tmp_path / "store" / "spans.duckdb"
+    store = _open(path)
+    store.open_windows()
+    store_spans(store, spans[:cut1])
+    watermark = store._stored_watermark()
+    store.append(span_rows(spans[cut1:cut2]))  # committed; the windows never saw them
+    _crash(store)
+    written = spans[:cut2]
+    if tool_writes == "judge_calls":
+        tool = FileEvaluationStore(str(path))
+        tool.record_judge_calls([JudgeCall(
+            metric="task_success", target_id=spans[0].attributes.get(TARGET_ID, "t"), scope="all",
+            task_key="task-1", replica=0, model="judge-model", provider="fake", start_unix_nano=spans[0].start_ns,
+            end_unix_nano=spans[0].start_ns + 10**9, score=1.0)])
+        assert tool._store._stored_watermark() == watermark
+        tool.close()
+    else:
+        tool = _open(path)
+        store_spans(tool, spans[cut2:])
+        assert tool._stored_watermark() == watermark
+        tool.shutdown()
+        written = spans
+    store = _open(path)
+    try:
+        keys, resumed = store.open_windows()
+        assert resumed and keys > 0
+        assert _windows(store) == _from_scratch(tmp_path, written)
     finally:
         store.shutdown()

@@ -207,6 +207,7 @@ def test_the_spans_table_has_no_btree_index_and_stays_idempotent_after_a_restart
     store = SpanStore(db)
     store.start()  # the locator is filled from the stored spans
     try:
+        store.open_windows()  # as `meritlens serve` does at start
         assert store.write(span_rows(first + _one_call(ids, 7))).inserted == 1
         assert store.query("select value from windows where metric = 'input_tokens' and scope = 'all'").rows == [(12.0,)]
     finally:
