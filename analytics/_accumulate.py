@@ -460,15 +460,17 @@ class WindowBook:
         return accumulators
 
     def apply_delta(self, removed: pa.Table | None, added: pa.Table | None,
-                    skip_keys: set[tuple[str, str]] = frozenset()) -> set[tuple[str, str]]:
+                    skip_keys: set[tuple[str, str]] = frozenset(),
+                    skip_targets: set[str] = frozenset()) -> set[tuple[str, str]]:
         """Take out the ``removed`` sample rows and put in the ``added`` ones (``SAMPLE_ROW_COLUMNS``,
-        facts included); return the (target, scope) keys changed. Keys in ``skip_keys`` are left alone.
+        facts included); return the (target, scope) keys changed. Keys in ``skip_keys``, and every
+        key of ``skip_targets``, are left alone.
 
         Raises StateMismatch when the state cannot follow (a removal of something not held, or a
         window's first or last time taken away); the caller then rebuilds from the spans."""
         out = group_samples(removed) if removed is not None else {}
         into = group_samples(added) if added is not None else {}
-        keys = ({k[:2] for k in out} | {k[:2] for k in into}) - skip_keys
+        keys = {k for k in ({k[:2] for k in out} | {k[:2] for k in into}) - skip_keys if k[0] not in skip_targets}
         stale = set()
         for key in keys:
             accumulators = self._accumulators(key)

@@ -17,6 +17,12 @@ Two steps, so that each measurement runs in a process of its own:
       rebuilds each target's state from its spans, as after an eviction); then the same check, and
       the shutdown (which saves the window state) timed. Adds two batches to DB. ``--discard-state``
       deletes the state the last clean shutdown saved first: a start after a crash.
+  python bench/startup.py crash DB --after-save 300000 [--batch 10000]
+      a collector's life that ends in a crash after a periodic save of the window state: the windows
+      are opened, the state saved (`_save_window_state`, as the window thread does every 1/8 of the
+      stored spans), then that many spans are appended and windowed in batches, one more batch is
+      appended but never windowed, and the file is closed without the shutdown. A `resume` after it
+      measures the restart: its first window pass replays the spans since the save.
   python bench/startup.py queries DB --db-memory-bytes 256MiB [--db-threads 1]
       times analytical queries over every stored span through `SpanStore.query` (the /api/sql
       path) with that memory limit, median of 3: percentiles and sums by target, a GROUP BY over
@@ -132,7 +138,7 @@ def resume(path: str, db_memory_bytes: int, targets: int, batch: int, discard_st
           f"({'taken up' if resumed else 'recomputed'}, {keys} keys, saved state of "
           f"{store.stats['state_keys_taken_up']} keys taken up; peak RSS {hwm_open:.0f} MiB); "
           f"first batch of {batch:,} over all targets: update_windows {first:.1f}s "
-          f"({store.stats['rebuilds']} rebuilds); second batch {second:.2f}s; shutdown {closed:.1f}s "
+          f"({store.stats['rebuilds']} rebuilds, {store.stats['state_replayed_spans']:,} spans replayed); second batch {second:.2f}s; shutdown {closed:.1f}s "
           f"(state of {store.stats['state_keys_saved']} keys saved); peak RSS {_vm_hwm_mib():.0f} MiB; "
           f"load average {os.getloadavg()[0]:.2f}; input_tokens windows correct")
 
@@ -145,6 +151,32 @@ ANALYTICAL_QUERIES = {
     "JSON extraction": "SELECT count(*) FROM spans WHERE attributes->>'$.bench_input_tokens' IS NOT NULL",
     "top 1000 by cost": "SELECT trace_id, span_id, cost_usd FROM spans ORDER BY cost_usd DESC LIMIT 1000",
 }
+
+
+def crash(path: str, db_memory_bytes: int, targets: int, batch: int, after_save: int) -> None:
+    store = SpanStore(path, db_memory_bytes=db_memory_bytes)
+    store.start()
+    stored = store.query("select count(*) from spans").rows[0][0]
+    t0 = time.perf_counter()
+    store.open_windows()
+    store.update_windows()
+    opened = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    if not store._save_window_state():
+        raise SystemExit("the window state was not saved")
+    saved = time.perf_counter() - t1
+    written = 0
+    while written < after_save:
+        store.append(with_tasks(span_table(stored + written, batch, targets), stored + written))
+        store.update_windows()
+        written += batch
+    store.append(with_tasks(span_table(stored + written, batch, targets), stored + written))  # never windowed
+    store.close_queue()  # what a killed process leaves: no window pass, no save, no checkpoint
+    store._span_cursor.close()
+    store._reader.close()
+    store._con.close()
+    print(f"stored {stored:,} spans: windows opened in {opened:.1f}s, state of {store.stats['state_keys_saved']} keys "
+          f"saved in {saved:.1f}s; then {written:,} spans windowed and {batch:,} not, and a crash")
 
 
 def queries(path: str, db_memory_bytes: int, db_threads: int) -> None:
@@ -173,13 +205,14 @@ def queries(path: str, db_memory_bytes: int, db_threads: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("step", choices=("build", "rebuild", "resume", "queries"))
+    parser.add_argument("step", choices=("build", "rebuild", "resume", "crash", "queries"))
     parser.add_argument("db")
     parser.add_argument("--spans", type=int, default=3_000_000)
     parser.add_argument("--targets", type=int, default=8)
     parser.add_argument("--db-memory-bytes", default=f"{DEFAULT_DB_MEMORY_BYTES >> 20}MiB", help="default: the collector's")
     parser.add_argument("--batch", type=int, default=10_000)
     parser.add_argument("--db-threads", type=int, default=1, help="queries: DuckDB's threads (serve's default: 1)")
+    parser.add_argument("--after-save", type=int, default=300_000, help="crash: spans windowed after the save")
     parser.add_argument("--discard-state", action="store_true",
                         help="resume: delete the window state saved at the last clean shutdown (a start after a crash)")
     args = parser.parse_args()
@@ -189,6 +222,8 @@ def main() -> None:
         queries(args.db, parse_bytes(args.db_memory_bytes), args.db_threads)
     elif args.step == "rebuild":
         rebuild(args.db, parse_bytes(args.db_memory_bytes), args.targets)
+    elif args.step == "crash":
+        crash(args.db, parse_bytes(args.db_memory_bytes), args.targets, args.batch, args.after_save)
     else:
         resume(args.db, parse_bytes(args.db_memory_bytes), args.targets, args.batch, args.discard_state)
 

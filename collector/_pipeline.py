@@ -70,6 +70,7 @@ class WindowUpdater:
                 self._store.wait_for_demand(self._gather_s)
                 try:
                     self._store.update_windows()
+                    self._store.save_window_state_if_due()
                 except Exception:  # noqa: BLE001 - keep following; the next pass retries
                     log.exception("updating the windows failed")
                     self._stop.wait(1.0)

@@ -201,6 +201,17 @@ class SpanStore:
         """Whether `open_windows` or `refresh_all_windows` ran: only then does the book hold each of
         its targets' whole state (see `_save_window_state`)."""
         self._held_spans_at_start = False
+        self._stored_rows = 0
+        """Spans in the file (counted at start, then what each append inserted)."""
+        self._rows_since_state_save = 0
+        self._state_saved_at = time.monotonic()
+        self._replay_until_us: int | None = None
+        """Set at start when the saved window state is older than the stored windows: the window
+        thread first brings the state up to this commit time from the stored spans (`_replay`)."""
+        self._watermark_floor_us = 0
+        """No watermark older than this is stored (the stored one, while a replay runs)."""
+        self._state_kept_us: int | None = None
+        """The watermark of the saved window state taken up at start (its rows are kept)."""
         """Whether the file held spans when this store started. Until the windows are opened, its
         window passes then write nothing (see `update_windows`)."""
         self._watermark_valid = True
@@ -210,7 +221,7 @@ class SpanStore:
         start on a file that held spans, until the windows are opened."""
         self.stats = {"closure_lookups": 0, "closure_keys": 0, "closure_ranges": 0, "rebuilds": 0,
                       "duplicate_checks": 0, "rebuild_partitions": 0, "label_rounds": 0, "resumes": 0,
-                      "state_keys_saved": 0, "state_keys_taken_up": 0}
+                      "state_keys_saved": 0, "state_keys_taken_up": 0, "state_saves": 0, "state_replayed_spans": 0}
         """Counters; ``rebuild_partitions`` and ``label_rounds`` describe the last rebuild."""
 
     @property
@@ -233,7 +244,8 @@ class SpanStore:
         self._reader = self._con.cursor()
         if not self.read_only:
             self._span_cursor = self._con.cursor()
-            last = self._con.execute(f"SELECT max(epoch_us(received_at)) FROM {SPANS_TABLE}").fetchall()[0][0]
+            last, self._stored_rows = self._con.execute(
+                f"SELECT max(epoch_us(received_at)), count(*) FROM {SPANS_TABLE}").fetchall()[0]
             self._last_received_us = self._windowed_us = int(last or 0)
             self._held_spans_at_start = last is not None
             self._watermark_valid = not self._held_spans_at_start  # until the windows are opened
@@ -350,6 +362,7 @@ class SpanStore:
                 self._pending.append(_Stored(table.select(_WINDOW_INPUT), keys, received_us, follow))
                 self._pending_rows += table.num_rows
                 self._stored += 1
+                self._stored_rows += int(inserted)
                 self._changed.notify_all()
         return WriteResult(received=received, inserted=int(inserted))
 
@@ -363,6 +376,8 @@ class SpanStore:
         pass spans committed before it (e.g. by a process killed before its window pass). The next
         `open_windows` follows them."""
         with self._window_lock:
+            if self._replay_until_us is not None:
+                self._replay()
             with self._changed:
                 group = list(self._pending)
             if not group:
@@ -381,7 +396,8 @@ class SpanStore:
     def wait_for_spans(self, timeout: float | None = None) -> bool:
         """Block until spans are queued for the windows (True) or ``timeout`` passes (False)."""
         with self._changed:
-            return self._changed.wait_for(lambda: self._pending or self._closing, timeout) and bool(self._pending)
+            return self._changed.wait_for(lambda: self._pending or self._closing or self._replay_until_us is not None,
+                                          timeout) and bool(self._pending or self._replay_until_us is not None)
 
     def wait_for_windows(self, timeout: float | None = None) -> bool:
         """Block until the windows include every span committed before this call; False on timeout."""
@@ -494,22 +510,30 @@ class SpanStore:
 
         The stored rows are taken as they are when the watermark stored with them was written by
         this version of the window definitions (`window_definitions_digest`) and at most the window
-        lag budget of rows was committed after it: the window state saved at the last clean
-        shutdown is loaded when it was saved at that watermark (`_save_window_state`); the state of
-        every other target is rebuilt from its spans on its next batch, as after an eviction; the
-        key filter is filled, and the spans committed after the watermark are applied. Otherwise
-        `refresh_all_windows`. The saved state is deleted either way: it is read once.
+        lag budget of rows was committed after it, or a saved window state can follow them. The
+        window state saved last (`_save_window_state`: periodically and at a clean shutdown) is
+        loaded when it belongs to these definitions and is not newer than the watermark; when it is
+        older (a crash after the save), the window thread first brings it up to date from the spans
+        committed since (`_replay`). Every other target's state is rebuilt from its spans on its
+        next batch, as after an eviction; the key filter is filled, and the spans committed after
+        the watermark are applied. Otherwise `refresh_all_windows`. A saved state that was not taken
+        up is deleted; one taken up stays until the next save replaces it.
         Returns (the number of (target, scope) keys, whether the stored windows were taken up)."""
         with self._window_lock:
             start_us = self._windowed_us
+            self._state_kept_us = None
             try:
                 resumed = self._resume()
             except Exception:  # noqa: BLE001 - the rebuild below recomputes everything it touched
                 log.exception("taking up the stored windows failed; recomputing them")
                 self._windowed_us, resumed = start_us, None
+                self._state_kept_us, self._replay_until_us, self._watermark_floor_us = None, None, 0
         opened = (self.refresh_all_windows(), False) if resumed is None else (resumed, True)
         try:
-            self._con.execute(f"DELETE FROM {WINDOW_STATE_TABLE}")
+            if self._state_kept_us is None:
+                self._con.execute(f"DELETE FROM {WINDOW_STATE_TABLE}")
+            else:
+                self._con.execute(f"DELETE FROM {WINDOW_STATE_TABLE} WHERE windowed_us <> ?", [self._state_kept_us])
         except duckdb.Error:
             log.exception("deleting the saved window state failed (it no longer matches the watermark)")
         return opened
@@ -523,16 +547,23 @@ class SpanStore:
         if stored is None:
             return None
         watermark, digest = stored
+        watermark = int(watermark)
         if digest != window_definitions_digest(self.db_name):
             log.info("the window definitions changed since the windows were stored; recomputing them")
             return None
-        later = con.execute(f"SELECT count(*) FROM {SPANS_TABLE} WHERE received_at > {_timestamp_sql(watermark)}"
-                            ).fetchall()[0][0]
-        if later > self._window_lag_rows:
+        book, state_us = self._saved_window_state(watermark, digest)
+        if state_us is not None and state_us < watermark:
+            behind = self._count_committed_after(state_us)
+            if behind > max(self._window_lag_rows, self._stored_rows // _MAX_REPLAY_FRACTION):
+                log.info("the saved window state is %d spans behind; targets are rebuilt from their spans", behind)
+                book, state_us = WindowBook(), None
+        later = self._count_committed_after(watermark)
+        if state_us is None and later > self._window_lag_rows:
             log.info("%d spans were committed after the stored windows; recomputing them", later)
             return None
         self._fill_key_filter()
-        self._book = self._saved_window_state(int(watermark), digest)
+        self._book = book
+        self._state_kept_us = state_us
         self._recency = dict.fromkeys(self._book.keys, 0)
         self.stats["state_keys_taken_up"] = len(self._book.keys)
         self._evicted = {t for (t,) in con.execute(
@@ -540,18 +571,85 @@ class SpanStore:
         self._evicted -= {target for target, _ in self._book.keys}
         self._evict()
         self._watermark_valid = True
-        self._windowed_us = int(watermark)
-        if later:
-            rows = con.sql(f"SELECT {_WINDOW_INPUT_SQL} FROM {SPANS_TABLE}"
-                           f" WHERE received_at > {_timestamp_sql(watermark)} ORDER BY received_at").to_arrow_table()
-            table = _conform(rows, _INCOMING_SCHEMA)
-            until_us = int(pc.max(pc.cast(table.column("received_at"), pa.int64())).as_py())
-            self._follow(table, until_us)
-            self._mark_processed([], until_us)
+        if state_us is not None and state_us < watermark:
+            # The stored rows include the spans up to the watermark; the state does not yet.
+            self._windowed_us = state_us
+            self._watermark_floor_us = watermark
+            self._replay_until_us = max(self._last_received_us, watermark)
+        else:
+            self._windowed_us = watermark
+            if later:
+                rows = con.sql(f"SELECT {_WINDOW_INPUT_SQL} FROM {SPANS_TABLE}"
+                               f" WHERE received_at > {_timestamp_sql(watermark)} ORDER BY received_at").to_arrow_table()
+                table = _conform(rows, _INCOMING_SCHEMA)
+                until_us = int(pc.max(pc.cast(table.column("received_at"), pa.int64())).as_py())
+                self._follow(table, until_us)
+                self._mark_processed([], until_us)
         self.stats["resumes"] += 1
         self._windows_opened = True
         return con.execute(f"SELECT count(*) FROM (SELECT DISTINCT target_id, scope FROM {WINDOWS_TABLE})"
                            ).fetchall()[0][0]
+
+    def _count_committed_after(self, us: int) -> int:
+        return self._con.execute(
+            f"SELECT count(*) FROM {SPANS_TABLE} WHERE received_at > {_timestamp_sql(us)}").fetchall()[0][0]
+
+    def _replay(self) -> None:
+        """Bring the window state taken up at start, older than the stored windows, up to every span
+        stored at start: the spans the stored rows already include change only the state (in
+        chunks of whole batches, as the window passes saw them); the later ones are applied as a
+        window pass applies them, rows and watermark included. Targets without saved state are
+        left to rebuild on their next batch. If the replay fails, every window is recomputed."""
+        con = self._con
+        until_us, floor_us = self._replay_until_us, self._watermark_floor_us
+        started, replayed = time.monotonic(), 0
+        try:
+            batches = con.execute(
+                f"SELECT epoch_us(received_at), count(*) FROM {SPANS_TABLE}"
+                f" WHERE received_at > {_timestamp_sql(self._windowed_us)} AND received_at <= {_timestamp_sql(until_us)}"
+                " GROUP BY 1 ORDER BY 1").fetchall()
+            for lo, hi in _replay_chunks(batches, self._windowed_us, floor_us, self._window_lag_rows):
+                rows = con.sql(f"SELECT {_WINDOW_INPUT_SQL} FROM {SPANS_TABLE} WHERE received_at > {_timestamp_sql(lo)}"
+                               f" AND received_at <= {_timestamp_sql(hi)} ORDER BY received_at").to_arrow_table()
+                table = _conform(rows, _INCOMING_SCHEMA)
+                if hi <= floor_us:
+                    self._replay_state(table, hi)
+                else:
+                    self._watermark_floor_us = 0
+                    self._follow(table, hi)
+                self._mark_processed([], hi)
+                replayed += table.num_rows
+            self.stats["state_replayed_spans"] += replayed
+            log.info("window state brought up to date from %d stored spans in %.1f s", replayed,
+                     time.monotonic() - started)
+        except Exception:  # noqa: BLE001 - the spans are stored; a full rebuild recomputes every window
+            log.exception("bringing the saved window state up to date failed; recomputing every window")
+            self._book, self._recency, self._evicted = WindowBook(), {}, set()
+            self._watermark_floor_us = 0
+            try:
+                self._rebuild(None, until_us)
+                self._mark_processed([], until_us)
+            except Exception:  # noqa: BLE001 - the next start recomputes them
+                log.exception("recomputing the windows failed; the next start recomputes them")
+                self._invalidate_watermark()
+        finally:
+            self._replay_until_us = None
+            self._watermark_floor_us = 0
+
+    def _replay_state(self, table: pa.Table, until_us: int) -> None:
+        """Apply stored rows (committed after ``_windowed_us``, up to ``until_us``) to the state of the
+        loaded targets only: the stored window rows include them already."""
+        keys = touched_keys(table)
+        if not keys:
+            return
+        targets = {k[0] for k in keys} - self._evicted
+        hashes = key_hashes(table)
+        try:
+            closure = self._closure(table, hashes, until_us)
+            self._apply_batch(table, hashes, closure, targets, until_us, skip_targets=set(self._evicted))
+        except StateMismatch as exc:
+            log.info("window state of %s rebuilt from the spans on its next batch: %s", sorted(targets), exc)
+            self._forget(targets)
 
     def _stored_watermark(self) -> tuple[int, str] | None:
         """(windowed_us, definitions_digest) stored with the window rows, or None."""
@@ -559,64 +657,96 @@ class SpanStore:
                                    f" WHERE store = '{SPANS_TABLE}'").fetchall()
         return stored[0] if stored else None
 
-    def _saved_window_state(self, watermark: int, digest: str) -> WindowBook:
-        """The window state saved at the last clean shutdown, if it was saved at ``watermark`` with
-        the definitions ``digest``; else (none saved, another watermark, unreadable) an empty book.
+    def _saved_window_state(self, watermark: int, digest: str) -> tuple[WindowBook, int | None]:
+        """The window state saved last and its watermark, if it was saved with the definitions
+        ``digest`` at ``watermark`` or before; else (none saved, another digest, a later watermark,
+        unreadable) an empty book and None. Rows of a save cut short (watermark -1) are ignored.
         Read target by target, so that at most one target's rows are held twice."""
         con = self._con
-        saved, matching = con.execute(
-            f"SELECT count(*), count(*) FILTER (WHERE windowed_us = ? AND definitions_digest = ?)"
-            f" FROM {WINDOW_STATE_TABLE}", [watermark, digest]).fetchall()[0]
+        finished = f"windowed_us <> {_UNFINISHED_STATE_US}"
+        saved, watermarks, state_us, matching = con.execute(
+            f"SELECT count(*), count(DISTINCT windowed_us), min(windowed_us), count(*) FILTER (WHERE definitions_digest = ?)"
+            f" FROM {WINDOW_STATE_TABLE} WHERE {finished}", [digest]).fetchall()[0]
         if saved == 0:
-            return WindowBook()
-        if matching != saved:
-            log.info("the saved window state is not at the windows' watermark; targets are rebuilt from their spans")
-            return WindowBook()
+            return WindowBook(), None
+        if watermarks != 1 or matching != saved or state_us > watermark:
+            log.info("the saved window state does not belong to the stored windows; targets are rebuilt from their spans")
+            return WindowBook(), None
         columns = ", ".join(WINDOW_STATE_COLUMN_NAMES[2:])
-        targets = [t for (t,) in con.execute(f"SELECT DISTINCT target_id FROM {WINDOW_STATE_TABLE} ORDER BY 1").fetchall()]
+        targets = [t for (t,) in con.execute(
+            f"SELECT DISTINCT target_id FROM {WINDOW_STATE_TABLE} WHERE {finished} ORDER BY 1").fetchall()]
 
         def rows():
             for target in targets:  # insertion order within a target: each window's parts in order
-                yield from con.execute(f"SELECT {columns} FROM {WINDOW_STATE_TABLE} WHERE target_id = ?",
+                yield from con.execute(f"SELECT {columns} FROM {WINDOW_STATE_TABLE} WHERE {finished} AND target_id = ?",
                                        [target]).fetchall()
 
         try:
             book = WindowBook.restore(rows())
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("the saved window state cannot be taken up (%s); targets are rebuilt from their spans", exc)
-            return WindowBook()
-        log.info("window state of %d keys taken up from the last shutdown", len(book.keys))
-        return book
+            return WindowBook(), None
+        log.info("window state of %d keys taken up (saved %s the stored windows)", len(book.keys),
+                 "with" if state_us == watermark else "before")
+        return book, int(state_us)
 
-    def _save_window_state(self) -> None:
-        """Save the window state (`WindowBook.state_rows`) with the stored watermark, so that the next
-        start takes it up instead of rereading every target's spans. Only whole state at the stored
-        watermark is saved: after `open_windows`, with no batch waiting for the windows and the
-        watermark valid. A store that never opened the windows (a tool's) leaves a saved state
-        alone, and its window passes leave the watermark alone (`update_windows`), so the next
-        start takes the state up and applies the tool's spans to it.
-        A failure is logged; the next start then rebuilds from the spans."""
+    def save_window_state_if_due(self) -> bool:
+        """Save the window state (`_save_window_state`) when enough spans were windowed since the
+        last save: 1/8 of the stored spans (at least 100,000), or any after 10 minutes. A crash
+        then costs the next start a replay of at most about that many spans instead of a rebuild
+        of every target from all its spans. Returns whether it saved. Run by the window thread."""
+        with self._changed:
+            rows = self._rows_since_state_save
+        if rows == 0 or not self._windows_opened:
+            return False
+        due = (rows >= max(_STATE_SAVE_MIN_SPANS, self._stored_rows // _STATE_SAVE_FRACTION)
+               or time.monotonic() - self._state_saved_at >= _STATE_SAVE_INTERVAL_S)
+        return self._save_window_state() if due else False
+
+    def _save_window_state(self) -> bool:
+        """Save the window state (`WindowBook.state_rows`) with the stored watermark, replacing the
+        state saved before, so that a start takes it up instead of rereading every target's spans.
+        Only whole state at the stored watermark is saved: after `open_windows`, with the watermark
+        valid and no replay under way. A store that never opened the windows (a tool's) leaves a
+        saved state alone, and its window passes leave the watermark alone (`update_windows`), so
+        the next start takes the state up and applies the tool's spans to it. A failure is logged
+        and leaves the state saved before; the next start then replays from it or rebuilds.
+        Returns whether it saved."""
         if not self._windows_opened:
-            return
+            return False
         with self._window_lock:
             con = self._con
             try:
-                con.execute(f"DELETE FROM {WINDOW_STATE_TABLE}")
                 stored = self._stored_watermark()
-                with self._changed:
-                    waiting = bool(self._pending)
-                if waiting or not self._watermark_valid or stored != (self._windowed_us, self._definitions_digest()):
-                    return
+                if (self._replay_until_us is not None or not self._watermark_valid
+                        or stored != (self._windowed_us, self._definitions_digest())):
+                    return False
                 # Rows are committed statement by statement under an impossible watermark, then
-                # given the real one in one UPDATE: one transaction of all the payloads would hold
-                # them ~3x in DuckDB's memory until its commit. A crash in between leaves rows
-                # that match no watermark; the next start ignores and deletes them.
+                # take the place of the state saved before in one transaction: one transaction of
+                # all the payloads would hold them ~3x in DuckDB's memory until its commit. A crash
+                # in between leaves rows that match no watermark; the next start ignores and
+                # deletes them, and takes up the state saved before.
                 windowed_us, digest = stored
+                con.execute(f"DELETE FROM {WINDOW_STATE_TABLE} WHERE windowed_us = ?", [_UNFINISHED_STATE_US])
                 self._insert_window_state(_UNFINISHED_STATE_US, digest)
-                con.execute(f"UPDATE {WINDOW_STATE_TABLE} SET windowed_us = ?", [windowed_us])
+                con.execute("BEGIN")
+                try:
+                    con.execute(f"DELETE FROM {WINDOW_STATE_TABLE} WHERE windowed_us <> ?", [_UNFINISHED_STATE_US])
+                    con.execute(f"UPDATE {WINDOW_STATE_TABLE} SET windowed_us = ? WHERE windowed_us = ?",
+                                [windowed_us, _UNFINISHED_STATE_US])
+                    con.execute("COMMIT")
+                except BaseException:
+                    _rollback(con)
+                    raise
                 self.stats["state_keys_saved"] = len(self._book.keys)
+                self.stats["state_saves"] += 1
+                with self._changed:
+                    self._rows_since_state_save = 0
+                self._state_saved_at = time.monotonic()
+                return True
             except Exception:  # noqa: BLE001 - the spans and windows are stored; the state is rebuilt instead
-                log.exception("saving the window state failed; the next start rebuilds it from the spans")
+                log.exception("saving the window state failed; a start replays the state saved before, or rebuilds")
+                return False
 
     def _insert_window_state(self, windowed_us: int, digest: str) -> None:
         con = self._con
@@ -659,7 +789,9 @@ class SpanStore:
     def _mark_processed(self, group: list["_Stored"], until_us: int) -> None:
         with self._changed:
             del self._pending[:len(group)]
-            self._pending_rows -= sum(s.table.num_rows for s in group)
+            rows = sum(s.table.num_rows for s in group)
+            self._pending_rows -= rows
+            self._rows_since_state_save += rows
             self._windowed_us = max(self._windowed_us, until_us)
             self._windowed += len(group)
             self._changed.notify_all()
@@ -716,11 +848,11 @@ class SpanStore:
             con.unregister("_keys")
 
     def _apply_batch(self, table: pa.Table, hashes: pa.Table, closure: pa.Table, targets: set[str],
-                     until_us: int) -> set[tuple[str, str]]:
+                     until_us: int, skip_targets: set[str] = frozenset()) -> set[tuple[str, str]]:
         """Apply the delta of ``table`` (the batches committed after the watermark, up to
         ``until_us``; ``hashes`` its `key_hashes` columns) to the window state of ``targets``,
-        given the closure's stored rows; return the keys whose rows must be written. Raises
-        StateMismatch when the state cannot follow."""
+        given the closure's stored rows; return the keys whose rows must be written. The delta
+        of ``skip_targets`` is left out. Raises StateMismatch when the state cannot follow."""
         committed_us = pc.cast(closure.column("received_at"), pa.int64())
         before = closure.filter(pc.less_equal(committed_us, self._windowed_us))
         if closure.num_rows:
@@ -731,7 +863,7 @@ class SpanStore:
         rebuilt = self._rebuild_state(evicted, until_us) if evicted else set()
         removed, added = self._delta(before, after)
         skip = {key for key in self._book.keys if key[0] in evicted}
-        return rebuilt | self._book.apply_delta(removed, added, skip_keys=skip)
+        return rebuilt | self._book.apply_delta(removed, added, skip_keys=skip, skip_targets=skip_targets)
 
     def _forget(self, targets: set[str]) -> None:
         """Drop the state of ``targets``; it is rebuilt from the spans on their next batch."""
@@ -854,7 +986,7 @@ class SpanStore:
         a stored row with a value and another producer's evidence (a plugin's) is never replaced by
         a row of ours without one."""
         now = _dt.datetime.now(_dt.timezone.utc)
-        if self._watermark_valid:
+        if self._watermark_valid and until_us >= self._watermark_floor_us:
             self._con.execute(
                 f"INSERT OR REPLACE INTO {WINDOW_WATERMARK_TABLE} ({', '.join(WINDOW_WATERMARK_COLUMN_NAMES)})"
                 " VALUES (?, ?, ?, ?)", [SPANS_TABLE, int(until_us), self._definitions_digest(), now])
@@ -1009,6 +1141,27 @@ class ArrowQuery:
 _UNFINISHED_STATE_US = -1
 """The watermark of saved window state rows until the last of them is written (no watermark is negative)."""
 _STATE_FLUSH_BYTES = STATE_PART_BYTES
+_STATE_SAVE_FRACTION = 8
+_STATE_SAVE_MIN_SPANS = 100_000
+_STATE_SAVE_INTERVAL_S = 600.0
+"""`SpanStore.save_window_state_if_due`: a save after 1/8 of the stored spans (at least 100,000),
+or after 10 minutes."""
+_MAX_REPLAY_FRACTION = 2
+"""A saved state more than half the stored spans behind the windows is not replayed: rebuilding
+the targets from their spans reads little more."""
+
+
+def _replay_chunks(batches: list[tuple[int, int]], start_us: int, floor_us: int, max_rows: int):
+    """(after_us, until_us] ranges of whole committed batches (``batches``: (commit time, rows), in
+    order, all after ``start_us``) of about ``max_rows`` rows each, none spanning ``floor_us``."""
+    lo, hi, rows = start_us, None, 0
+    for us, count in batches:
+        if hi is not None and (rows + count > max_rows or hi <= floor_us < us):
+            yield lo, hi
+            lo, rows = hi, 0
+        hi, rows = us, rows + count
+    if hi is not None:
+        yield lo, hi
 """Saved window state rows are inserted in statements of about this many payload bytes (the
 process holds them twice meanwhile: the rows and their Arrow table)."""
 

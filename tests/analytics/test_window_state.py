@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 
 import numpy as np
 import pytest
@@ -18,10 +19,13 @@ from hypothesis import strategies as st
 
 from meritlens.analytics._accumulate import SMALL_DISTINCT, Multiset, WindowBook
 from meritlens.analytics._windows import WINDOW_DEFINITIONS
+from meritlens.collector import _store as store_module
+from meritlens.collector._pipeline import WindowUpdater
 from meritlens.collector._store import SpanStore
+from meritlens.instrumentation.conventions import TARGET_ID
 from tests.analytics.evidence_helpers import span_rows, store_spans
 from tests.analytics.test_incremental_windows import _random_spans
-from tests.analytics.test_windows_resume import _from_scratch, _open, _spans, _windows
+from tests.analytics.test_windows_resume import _crash, _from_scratch, _open, _spans, _windows
 
 _NOW = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
 
@@ -149,7 +153,8 @@ def test_a_clean_restart_takes_the_state_up_and_reads_no_spans_for_it(tmp_path, 
         assert store.open_windows()[1] is True
         assert store.stats["state_keys_taken_up"] == keys
         assert store._evicted == set()
-        assert store._con.execute("select count(*) from window_state").fetchall() == [(0,)]  # read once
+        # kept until the next save replaces it: a crash before that replays from it
+        assert store._con.execute("select count(*) from window_state").fetchall()[0][0] > keys
         store_spans(store, spans[cut1:cut2])
         assert store.stats["rebuilds"] == expected_rebuilds[0]  # no target's spans reread for the restart
         assert _windows(store) == _from_scratch(tmp_path, spans[:cut2], "second")
@@ -175,19 +180,21 @@ def _restart_after_tampering(tmp_path, statement: str, **settings):
     try:
         assert store.open_windows()[1] is True
         taken_up, to_rebuild = store.stats["state_keys_taken_up"], set(store._evicted)
+        kept = store._con.execute("select count(*) from window_state").fetchall()[0][0]
+        assert (kept > 0) == (taken_up > 0)  # a state not taken up is deleted
         targets = {t for (t,) in store.query("select distinct target_id from windows").rows}
         assert len(targets) > 1
         store_spans(store, spans[half:])
         assert _windows(store) == _from_scratch(tmp_path, spans)
-        assert store._con.execute("select count(*) from window_state").fetchall() == [(0,)]
         return taken_up, to_rebuild, targets
     finally:
         store.shutdown()
 
 
 @pytest.mark.parametrize("statement", [
-    "update window_state set windowed_us = windowed_us - 1",
+    "update window_state set windowed_us = windowed_us + 1",  # newer than the windows
     "update window_state set windowed_us = -1",  # a save cut short: its rows never got their watermark
+    "update window_state set windowed_us = windowed_us - 1 where target_id = (select min(target_id) from window_state)",
 ])
 def test_a_state_saved_at_another_watermark_is_not_taken_up(tmp_path, statement):
     taken_up, to_rebuild, targets = _restart_after_tampering(tmp_path, statement)
@@ -254,3 +261,117 @@ def test_a_tool_opening_the_file_between_two_runs_leaves_the_saved_state(tmp_pat
         assert _windows(store) == _from_scratch(tmp_path, spans + later)
     finally:
         store.shutdown()
+
+
+# --- periodic saves: a crash replays the spans committed since the last save ----------------------
+def _targets(spans) -> set[str]:
+    return {s.attributes[TARGET_ID] for s in spans if s.attributes.get(TARGET_ID)}
+
+
+def _save_when_asked(monkeypatch) -> None:
+    """Make every `save_window_state_if_due` call with windowed spans since the last save a save."""
+    monkeypatch.setattr(store_module, "_STATE_SAVE_MIN_SPANS", 1)
+    monkeypatch.setattr(store_module, "_STATE_SAVE_FRACTION", 1 << 40)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_crash_after_a_periodic_save_replays_the_spans_since_instead_of_rebuilding(tmp_path, seed, monkeypatch):
+    _save_when_asked(monkeypatch)
+    spans = _spans(seed)
+    cuts = [len(spans) * i // 4 for i in range(5)]
+    parts = [spans[a:b] for a, b in zip(cuts, cuts[1:])]
+    (tmp_path / "store").mkdir()
+    path = tmp_path / "store" / "spans.duckdb"
+    store = _store_with_spans(path, parts[0])
+    assert store.save_window_state_if_due() and store.stats["state_saves"] == 1
+    assert not store.save_window_state_if_due()  # nothing windowed since
+    keys = len(store._book.keys)
+    store_spans(store, parts[1])  # windowed after the save
+    store.append(span_rows(parts[2]))  # committed; the windows never saw them
+    _crash(store)
+    # what a store that never crashed rebuilds on the same batches
+    (tmp_path / "unbroken").mkdir()
+    unbroken = _store_with_spans(tmp_path / "unbroken" / "spans.duckdb", parts[0])
+    try:
+        before = unbroken.stats["rebuilds"]
+        for part in parts[1:]:
+            store_spans(unbroken, part)
+        expected_rebuilds = unbroken.stats["rebuilds"] - before
+    finally:
+        unbroken.shutdown()
+
+    store = _open(path)
+    try:
+        assert store.open_windows()[1] is True
+        assert store.stats["state_keys_taken_up"] == keys > 0
+        with_state = {target for target, _ in store._book.keys}
+        store_targets_without_state = _targets(spans[:cuts[3]]) - with_state
+        assert store._evicted == _targets(spans[:cuts[3]]) - with_state  # targets first seen after the save
+        # until the replay, the stored rows are those of the crashed run: already exact up to its watermark
+        assert _windows(store) == _from_scratch(tmp_path, spans[:cuts[2]], "stored")
+        crashed_watermark = store._stored_watermark()[0]
+        written_at: list[int] = []  # window rows are written only for spans the crashed run never windowed
+        write_rows = store._write_window_rows
+        monkeypatch.setattr(store, "_write_window_rows", lambda keys, until_us: (written_at.append(until_us),
+                                                                                  write_rows(keys, until_us)))
+        store.update_windows()  # the window thread's first pass replays
+        assert written_at and min(written_at) > crashed_watermark
+        assert store.stats["state_replayed_spans"] == span_rows(parts[1] + parts[2]).num_rows
+        assert _windows(store) == _from_scratch(tmp_path, spans[:cuts[3]], "replayed")
+        store_spans(store, parts[3])
+        assert _windows(store) == _from_scratch(tmp_path, spans)
+        # no target with saved state has its spans reread for the crash; those without state are
+        # rebuilt in one go by the first pass that applies their spans
+        assert store.stats["rebuilds"] <= expected_rebuilds + (1 if store_targets_without_state else 0)
+    finally:
+        store.shutdown()
+
+
+def test_a_state_far_behind_the_windows_is_not_replayed(tmp_path, monkeypatch):
+    _save_when_asked(monkeypatch)
+    spans = _spans(21)
+    cut = len(spans) // 5
+    (tmp_path / "store").mkdir()
+    path = tmp_path / "store" / "spans.duckdb"
+    store = _store_with_spans(path, spans[:cut])
+    assert store.save_window_state_if_due()
+    store_spans(store, spans[cut:])  # most of the spans: a replay would read more than a rebuild
+    _crash(store)
+    store = SpanStore(str(path), window_lag_rows=3)
+    store.start()
+    try:
+        store.open_windows()
+        assert store.stats["state_keys_taken_up"] == 0
+        assert store._con.execute("select count(*) from window_state").fetchall() == [(0,)]
+        store.update_windows()
+        assert store.stats["state_replayed_spans"] == 0
+        assert _windows(store) == _from_scratch(tmp_path, spans)
+    finally:
+        store.shutdown()
+
+
+def test_the_window_thread_saves_the_state_as_spans_are_windowed(tmp_path, monkeypatch):
+    spans = _spans(17)
+    half = len(spans) // 2
+    (tmp_path / "store").mkdir()
+    store = SpanStore(str(tmp_path / "store" / "spans.duckdb"))
+    store.start()
+    store.open_windows()
+    updater = WindowUpdater(store, gather_s=0.0)
+    updater.start()
+    try:
+        store.append(span_rows(spans[:half]))
+        assert store.wait_for_windows(30)
+        assert store.stats["state_saves"] == 0  # far fewer spans than a save waits for
+        _save_when_asked(monkeypatch)
+        store.append(span_rows(spans[half:]))
+        assert store.wait_for_windows(30)
+        deadline = time.monotonic() + 30
+        while store.stats["state_saves"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert store.stats["state_saves"] == 1
+    finally:
+        updater.shutdown()
+    saved = store._con.execute("select distinct windowed_us from window_state").fetchall()
+    assert saved == [(store._stored_watermark()[0],)]
+    store.shutdown()

@@ -139,7 +139,7 @@ def test_windows_are_replaced_and_survive_a_restart(collector, tracer):
     # shutdown (the target's spans are not reread); the next span still counts exactly once more
     log = collector.log_path.read_text()
     assert "windows of 1 keys taken up" in log
-    assert "window state of 1 keys taken up from the last shutdown" in log
+    assert "window state of 1 keys taken up (saved with the stored windows)" in log
     _call(tracer, 1_700_000_000 * 10**9, 0.1, **{c.TARGET_ID: "bot", c.GEN_AI_USAGE_INPUT_TOKENS: 10})
     w = _window(collector, "input_tokens")
     assert (w["value"], w["sample_count"]) == (40.0, 4)
