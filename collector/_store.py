@@ -561,7 +561,10 @@ class SpanStore:
         if state_us is None and later > self._window_lag_rows:
             log.info("%d spans were committed after the stored windows; recomputing them", later)
             return None
-        self._fill_key_filter()
+        replay = state_us is not None and state_us < watermark
+        # A replay adds each chunk's keys as a window pass does: a key is looked up among the stored
+        # spans only when spans committed before its chunk may hold it.
+        self._fill_key_filter(state_us if replay else None)
         self._book = book
         self._state_kept_us = state_us
         self._recency = dict.fromkeys(self._book.keys, 0)
@@ -571,7 +574,7 @@ class SpanStore:
         self._evicted -= {target for target, _ in self._book.keys}
         self._evict()
         self._watermark_valid = True
-        if state_us is not None and state_us < watermark:
+        if replay:
             # The stored rows include the spans up to the watermark; the state does not yet.
             self._windowed_us = state_us
             self._watermark_floor_us = watermark
@@ -627,6 +630,7 @@ class SpanStore:
             self._book, self._recency, self._evicted = WindowBook(), {}, set()
             self._watermark_floor_us = 0
             try:
+                self._fill_key_filter()
                 self._rebuild(None, until_us)
                 self._mark_processed([], until_us)
             except Exception:  # noqa: BLE001 - the next start recomputes them
@@ -640,16 +644,17 @@ class SpanStore:
         """Apply stored rows (committed after ``_windowed_us``, up to ``until_us``) to the state of the
         loaded targets only: the stored window rows include them already."""
         keys = touched_keys(table)
-        if not keys:
-            return
-        targets = {k[0] for k in keys} - self._evicted
         hashes = key_hashes(table)
+        targets = {k[0] for k in keys} - self._evicted
         try:
-            closure = self._closure(table, hashes, until_us)
-            self._apply_batch(table, hashes, closure, targets, until_us, skip_targets=set(self._evicted))
+            if keys:
+                closure = self._closure(table, hashes, until_us)
+                self._apply_batch(table, hashes, closure, targets, until_us, skip_targets=set(self._evicted))
         except StateMismatch as exc:
             log.info("window state of %s rebuilt from the spans on its next batch: %s", sorted(targets), exc)
             self._forget(targets)
+        finally:
+            self._keys.add(_trace_task_hashes(hashes))
 
     def _stored_watermark(self) -> tuple[int, str] | None:
         """(windowed_us, definitions_digest) stored with the window rows, or None."""
@@ -770,11 +775,13 @@ class SpanStore:
         if rows:
             flush()
 
-    def _fill_key_filter(self) -> None:
+    def _fill_key_filter(self, until_us: int | None = None) -> None:
+        """The key filter holds the trace and task keys of the stored spans (committed up to ``until_us``)."""
         self._keys.clear()
+        committed = f"received_at <= {_timestamp_sql(until_us)}" if until_us is not None else "true"
         for batch in self._con.sql(
-            f"SELECT trace_id AS key FROM {SPANS_TABLE}"
-            f" UNION ALL SELECT task_id FROM {SPANS_TABLE} WHERE task_id IS NOT NULL"
+            f"SELECT trace_id AS key FROM {SPANS_TABLE} WHERE {committed}"
+            f" UNION ALL SELECT task_id FROM {SPANS_TABLE} WHERE task_id IS NOT NULL AND {committed}"
         ).to_arrow_reader(_REBUILD_BATCH_ROWS):
             self._keys.add(string_hashes(batch.column(0)))
 
