@@ -29,9 +29,10 @@ browser:
 	fi
 
 # The suite runs in one pytest worker per core (pytest-xdist): most tests wait on collector processes
-# they started. PYTEST_ARGS comes last, so PYTEST_ARGS="-n 0" runs it in one process.
+# they started. Each test file stays on one worker (--dist loadfile): a module's tests may share its
+# collector and run in order. PYTEST_ARGS comes last, so PYTEST_ARGS="-n 0" runs it in one process.
 test: $(STAMP) browser
-	$(BIN)/python -m pytest -n auto $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n auto --dist loadfile $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py

@@ -201,6 +201,8 @@ class SpanStore:
         """Whether `open_windows` or `refresh_all_windows` ran: only then does the book hold each of
         its targets' whole state (see `_save_window_state`)."""
         self._held_spans_at_start = False
+        """Whether the file held spans when this store started. Until the windows are opened, its
+        window passes then write nothing (see `update_windows`)."""
         self._stored_rows = 0
         """Spans in the file (counted at start, then what each append inserted)."""
         self._rows_since_state_save = 0
@@ -212,8 +214,6 @@ class SpanStore:
         """No watermark older than this is stored (the stored one, while a replay runs)."""
         self._state_kept_us: int | None = None
         """The watermark of the saved window state taken up at start (its rows are kept)."""
-        """Whether the file held spans when this store started. Until the windows are opened, its
-        window passes then write nothing (see `update_windows`)."""
         self._watermark_valid = True
         """Whether the window rows equal a computation from the spans up to ``_windowed_us`` for every
         target, so the watermark may be stored with them. False after a bulk load (its windows wait
@@ -623,6 +623,8 @@ class SpanStore:
                 self._mark_processed([], hi)
                 replayed += table.num_rows
             self.stats["state_replayed_spans"] += replayed
+            with self._changed:  # the saved state is that far behind: counted towards the next save
+                self._rows_since_state_save += replayed
             log.info("window state brought up to date from %d stored spans in %.1f s", replayed,
                      time.monotonic() - started)
         except Exception:  # noqa: BLE001 - the spans are stored; a full rebuild recomputes every window
@@ -650,6 +652,7 @@ class SpanStore:
             if keys:
                 closure = self._closure(table, hashes, until_us)
                 self._apply_batch(table, hashes, closure, targets, until_us, skip_targets=set(self._evicted))
+                self._evict()  # within --window-memory-bytes as after a pass; dropped targets rebuild later
         except StateMismatch as exc:
             log.info("window state of %s rebuilt from the spans on its next batch: %s", sorted(targets), exc)
             self._forget(targets)

@@ -1,9 +1,11 @@
-"""The window processor's state is saved at a clean shutdown and taken up at the next start.
+"""The window processor's state is saved at a clean shutdown and periodically, and taken up at the next start.
 
 Saved and restored, the state must be the same state: the same window rows now, and the same rows
 after any later batch as a computation from scratch, without the restart reading a target's spans.
-A state that does not match the windows' watermark, or cannot be read, is never used: the targets
-are then rebuilt from their spans, as before the state was saved.
+A state saved before the windows' watermark (a crash after a periodic save) is brought up to date
+from the spans committed since, without rewriting the rows the crashed run stored. A state newer
+than the watermark, of other definitions, cut short or unreadable is never used: the targets are
+then rebuilt from their spans, as before the state was saved.
 """
 
 from __future__ import annotations
@@ -375,3 +377,28 @@ def test_the_window_thread_saves_the_state_as_spans_are_windowed(tmp_path, monke
     saved = store._con.execute("select distinct windowed_us from window_state").fetchall()
     assert saved == [(store._stored_watermark()[0],)]
     store.shutdown()
+
+
+def test_a_replay_within_a_small_window_memory_budget_stays_exact(tmp_path, monkeypatch):
+    _save_when_asked(monkeypatch)
+    spans = _spans(4)
+    cuts = [len(spans) * i // 4 for i in range(5)]
+    parts = [spans[a:b] for a, b in zip(cuts, cuts[1:])]
+    (tmp_path / "store").mkdir()
+    path = tmp_path / "store" / "spans.duckdb"
+    store = _store_with_spans(path, parts[0] + parts[1][:3])
+    assert store.save_window_state_if_due()
+    store_spans(store, parts[1][3:])
+    store.append(span_rows(parts[2]))
+    _crash(store)
+    store = _open(path, window_memory_bytes=1)  # every target but one dropped: rebuilt on its next batch
+    try:
+        assert store.open_windows()[1] is True
+        store.update_windows()
+        assert store.stats["state_replayed_spans"] > 0
+        assert len({target for target, _ in store._book.keys}) <= 1
+        assert _windows(store) == _from_scratch(tmp_path, spans[:cuts[3]], "replayed")
+        store_spans(store, parts[3])
+        assert _windows(store) == _from_scratch(tmp_path, spans)
+    finally:
+        store.shutdown()

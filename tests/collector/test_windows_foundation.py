@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import time
 
 import numpy as np
 import pytest
@@ -143,6 +144,21 @@ def test_windows_are_replaced_and_survive_a_restart(collector, tracer):
     _call(tracer, 1_700_000_000 * 10**9, 0.1, **{c.TARGET_ID: "bot", c.GEN_AI_USAGE_INPUT_TOKENS: 10})
     w = _window(collector, "input_tokens")
     assert (w["value"], w["sample_count"]) == (40.0, 4)
+    # kill -9: the state saved at the last shutdown is one span behind the stored windows; the
+    # restart takes it up and replays that span instead of rereading the target's spans
+    before = collector.sql(query)
+    collector.kill9()
+    collector.start()
+    assert collector.sql(query) == before
+    deadline = time.monotonic() + 30  # the window thread replays once the collector has started
+    while "window state brought up to date" not in collector.log() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    log = collector.log()
+    assert "window state of 1 keys taken up (saved before the stored windows)" in log
+    assert "window state brought up to date from 1 stored spans" in log
+    _call(tracer, 1_700_000_000 * 10**9, 0.1, **{c.TARGET_ID: "bot", c.GEN_AI_USAGE_INPUT_TOKENS: 10})
+    w = _window(collector, "input_tokens")
+    assert (w["value"], w["sample_count"]) == (50.0, 5)
 
 
 def test_a_single_latency_sample_is_insufficient_for_a_percentile(collector, tracer):
