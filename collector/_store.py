@@ -210,8 +210,6 @@ class SpanStore:
         self._replay_until_us: int | None = None
         """Set at start when the saved window state is older than the stored windows: the window
         thread first brings the state up to this commit time from the stored spans (`_replay`)."""
-        self._watermark_floor_us = 0
-        """No watermark older than this is stored (the stored one, while a replay runs)."""
         self._state_kept_us: int | None = None
         """The watermark of the saved window state taken up at start (its rows are kept)."""
         self._watermark_valid = True
@@ -527,7 +525,7 @@ class SpanStore:
             except Exception:  # noqa: BLE001 - the rebuild below recomputes everything it touched
                 log.exception("taking up the stored windows failed; recomputing them")
                 self._windowed_us, resumed = start_us, None
-                self._state_kept_us, self._replay_until_us, self._watermark_floor_us = None, None, 0
+                self._state_kept_us, self._replay_until_us = None, None
         opened = (self.refresh_all_windows(), False) if resumed is None else (resumed, True)
         try:
             if self._state_kept_us is None:
@@ -577,7 +575,6 @@ class SpanStore:
         if replay:
             # The stored rows include the spans up to the watermark; the state does not yet.
             self._windowed_us = state_us
-            self._watermark_floor_us = watermark
             self._replay_until_us = max(self._last_received_us, watermark)
         else:
             self._windowed_us = watermark
@@ -604,9 +601,10 @@ class SpanStore:
         window pass applies them, rows and watermark included. Targets without saved state are
         left to rebuild on their next batch. If the replay fails, every window is recomputed."""
         con = self._con
-        until_us, floor_us = self._replay_until_us, self._watermark_floor_us
+        until_us = self._replay_until_us
         started, replayed = time.monotonic(), 0
         try:
+            floor_us = int(self._stored_watermark()[0])  # the crashed run's: its rows include the spans up to it
             batches = con.execute(
                 f"SELECT epoch_us(received_at), count(*) FROM {SPANS_TABLE}"
                 f" WHERE received_at > {_timestamp_sql(self._windowed_us)} AND received_at <= {_timestamp_sql(until_us)}"
@@ -618,7 +616,6 @@ class SpanStore:
                 if hi <= floor_us:
                     self._replay_state(table, hi)
                 else:
-                    self._watermark_floor_us = 0
                     self._follow(table, hi)
                 self._mark_processed([], hi)
                 replayed += table.num_rows
@@ -629,18 +626,15 @@ class SpanStore:
                      time.monotonic() - started)
         except Exception:  # noqa: BLE001 - the spans are stored; a full rebuild recomputes every window
             log.exception("bringing the saved window state up to date failed; recomputing every window")
-            self._book, self._recency, self._evicted = WindowBook(), {}, set()
-            self._watermark_floor_us = 0
+            self._replay_until_us = None
+            self._mark_processed([], until_us)  # the recomputation covers every span stored at start
             try:
-                self._fill_key_filter()
-                self._rebuild(None, until_us)
-                self._mark_processed([], until_us)
+                self.refresh_all_windows()
             except Exception:  # noqa: BLE001 - the next start recomputes them
                 log.exception("recomputing the windows failed; the next start recomputes them")
                 self._invalidate_watermark()
         finally:
             self._replay_until_us = None
-            self._watermark_floor_us = 0
 
     def _replay_state(self, table: pa.Table, until_us: int) -> None:
         """Apply stored rows (committed after ``_windowed_us``, up to ``until_us``) to the state of the
@@ -996,7 +990,7 @@ class SpanStore:
         a stored row with a value and another producer's evidence (a plugin's) is never replaced by
         a row of ours without one."""
         now = _dt.datetime.now(_dt.timezone.utc)
-        if self._watermark_valid and until_us >= self._watermark_floor_us:
+        if self._watermark_valid:
             self._con.execute(
                 f"INSERT OR REPLACE INTO {WINDOW_WATERMARK_TABLE} ({', '.join(WINDOW_WATERMARK_COLUMN_NAMES)})"
                 " VALUES (?, ?, ?, ?)", [SPANS_TABLE, int(until_us), self._definitions_digest(), now])
@@ -1151,6 +1145,8 @@ class ArrowQuery:
 _UNFINISHED_STATE_US = -1
 """The watermark of saved window state rows until the last of them is written (no watermark is negative)."""
 _STATE_FLUSH_BYTES = STATE_PART_BYTES
+"""Saved window state rows are inserted in statements of about this many payload bytes (the
+process holds them twice meanwhile: the rows and their Arrow table)."""
 _STATE_SAVE_FRACTION = 8
 _STATE_SAVE_MIN_SPANS = 1_000_000
 _STATE_SAVE_INTERVAL_S = 600.0
@@ -1173,8 +1169,6 @@ def _replay_chunks(batches: list[tuple[int, int]], start_us: int, floor_us: int,
         hi, rows = us, rows + count
     if hi is not None:
         yield lo, hi
-"""Saved window state rows are inserted in statements of about this many payload bytes (the
-process holds them twice meanwhile: the rows and their Arrow table)."""
 
 
 def _rollback(con: duckdb.DuckDBPyConnection) -> None:

@@ -339,8 +339,7 @@ def test_a_state_far_behind_the_windows_is_not_replayed(tmp_path, monkeypatch):
     assert store.save_window_state_if_due()
     store_spans(store, spans[cut:])  # most of the spans: a replay would read more than a rebuild
     _crash(store)
-    store = SpanStore(str(path), window_lag_rows=3)
-    store.start()
+    store = _open(path, window_lag_rows=3)
     try:
         store.open_windows()
         assert store.stats["state_keys_taken_up"] == 0
@@ -356,8 +355,7 @@ def test_the_window_thread_saves_the_state_as_spans_are_windowed(tmp_path, monke
     spans = _spans(17)
     half = len(spans) // 2
     (tmp_path / "store").mkdir()
-    store = SpanStore(str(tmp_path / "store" / "spans.duckdb"))
-    store.start()
+    store = _open(tmp_path / "store" / "spans.duckdb")
     store.open_windows()
     updater = WindowUpdater(store, gather_s=0.0)
     updater.start()
@@ -399,6 +397,34 @@ def test_a_replay_within_a_small_window_memory_budget_stays_exact(tmp_path, monk
         assert len({target for target, _ in store._book.keys}) <= 1
         assert _windows(store) == _from_scratch(tmp_path, spans[:cuts[3]], "replayed")
         store_spans(store, parts[3])
+        assert _windows(store) == _from_scratch(tmp_path, spans)
+    finally:
+        store.shutdown()
+
+
+def test_a_replay_that_fails_recomputes_every_window(tmp_path, monkeypatch):
+    _save_when_asked(monkeypatch)
+    spans = _spans(6)
+    cuts = [len(spans) * i // 4 for i in range(5)]
+    (tmp_path / "store").mkdir()
+    path = tmp_path / "store" / "spans.duckdb"
+    store = _store_with_spans(path, spans[:cuts[1]])
+    assert store.save_window_state_if_due()
+    store_spans(store, spans[cuts[1]:cuts[2]])
+    store.append(span_rows(spans[cuts[2]:cuts[3]]))  # committed; the windows never saw them
+    _crash(store)
+    store = _open(path)
+    try:
+        assert store.open_windows()[1] is True
+
+        def failing_replay(table, until_us):  # e.g. DuckDB running out of memory mid-way
+            raise RuntimeError("the replay failed")
+
+        monkeypatch.setattr(store, "_replay_state", failing_replay)
+        store.update_windows()
+        assert store.stats["state_replayed_spans"] == 0 and store.stats["rebuilds"] == 1
+        assert _windows(store) == _from_scratch(tmp_path, spans[:cuts[3]], "recomputed")
+        store_spans(store, spans[cuts[3]:])
         assert _windows(store) == _from_scratch(tmp_path, spans)
     finally:
         store.shutdown()
