@@ -16,7 +16,7 @@ Two steps, so that each measurement runs in a process of its own:
       target is appended and `update_windows()` timed (after a take-up without saved window state it
       rebuilds each target's state from its spans, as after an eviction); then the same check, and
       the shutdown (which saves the window state) timed. Adds two batches to DB. ``--discard-state``
-      deletes the state the last clean shutdown saved first: a start after a crash.
+      deletes the saved state first: a start after a crash with nothing saved (every crash before periodic saves).
   python bench/startup.py crash DB --after-save 300000 [--batch 10000]
       a collector's life that ends in a crash after a periodic save of the window state: the windows
       are opened, the state saved (`_save_window_state`, as the window thread does every 1/8 of the
@@ -214,7 +214,7 @@ def main() -> None:
     parser.add_argument("--db-threads", type=int, default=1, help="queries: DuckDB's threads (serve's default: 1)")
     parser.add_argument("--after-save", type=int, default=300_000, help="crash: spans windowed after the save")
     parser.add_argument("--discard-state", action="store_true",
-                        help="resume: delete the window state saved at the last clean shutdown (a start after a crash)")
+                        help="resume: delete the saved window state first (a crash before any save)")
     args = parser.parse_args()
     if args.step == "build":
         build(args.db, args.spans, args.targets)
