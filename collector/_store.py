@@ -26,6 +26,7 @@ import logging
 import os
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 
 import duckdb
@@ -113,6 +114,21 @@ class QueryResult:
     windows_behind: bool = False
     """True when the windows did not include every span committed before the query within the
     store's wait (the window processor is behind or failing): window rows may be stale."""
+
+
+# The window pass runs its queries through `_rows`: a relation (``con.sql(...)``) binds the query
+# when it is made and plans it again when it runs, and for the sample SQL that first bind is ~15%
+# of a pass. The copy duckdb warns about is of the (small) result only.
+warnings.filterwarnings("ignore", message="Arrow output on a DB-API result", category=UserWarning, module=__name__)
+
+
+def _rows(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
+    """The rows of ``sql`` as an Arrow table, planned once."""
+    return con.execute(sql).to_arrow_table()
+
+
+def _sample_targets(samples: pa.Table | None) -> set[str]:
+    return set() if samples is None else set(pc.unique(samples.column("target_id")).to_pylist())
 
 
 def touched_keys(table: pa.Table) -> set[tuple[str, str]]:
@@ -447,8 +463,10 @@ class SpanStore:
             if closure is not None:
                 con.execute("BEGIN")
                 try:
-                    self._write_window_rows(
-                        self._apply_batch(table, hashes, closure, targets, until_us), until_us)
+                    removed, added = self._batch_delta(table, hashes, closure)
+                    # A task's spans may carry several targets: a batch of one can change another's samples.
+                    targets |= _sample_targets(removed) | _sample_targets(added)
+                    self._write_window_rows(self._apply_delta(removed, added, targets, until_us), until_us)
                     con.execute("COMMIT")
                 except StateMismatch as exc:
                     _rollback(con)
@@ -579,8 +597,8 @@ class SpanStore:
         else:
             self._windowed_us = watermark
             if later:
-                rows = con.sql(f"SELECT {_WINDOW_INPUT_SQL} FROM {SPANS_TABLE}"
-                               f" WHERE received_at > {_timestamp_sql(watermark)} ORDER BY received_at").to_arrow_table()
+                rows = _rows(con, f"SELECT {_WINDOW_INPUT_SQL} FROM {SPANS_TABLE}"
+                                  f" WHERE received_at > {_timestamp_sql(watermark)} ORDER BY received_at")
                 table = _conform(rows, _INCOMING_SCHEMA)
                 until_us = int(pc.max(pc.cast(table.column("received_at"), pa.int64())).as_py())
                 self._follow(table, until_us)
@@ -610,8 +628,8 @@ class SpanStore:
                 f" WHERE received_at > {_timestamp_sql(self._windowed_us)} AND received_at <= {_timestamp_sql(until_us)}"
                 " GROUP BY 1 ORDER BY 1").fetchall()
             for lo, hi in _replay_chunks(batches, self._windowed_us, floor_us, self._window_lag_rows):
-                rows = con.sql(f"SELECT {_WINDOW_INPUT_SQL} FROM {SPANS_TABLE} WHERE received_at > {_timestamp_sql(lo)}"
-                               f" AND received_at <= {_timestamp_sql(hi)} ORDER BY received_at").to_arrow_table()
+                rows = _rows(con, f"SELECT {_WINDOW_INPUT_SQL} FROM {SPANS_TABLE} WHERE received_at > {_timestamp_sql(lo)}"
+                                  f" AND received_at <= {_timestamp_sql(hi)} ORDER BY received_at")
                 table = _conform(rows, _INCOMING_SCHEMA)
                 if hi <= floor_us:
                     self._replay_state(table, hi)
@@ -645,7 +663,9 @@ class SpanStore:
         try:
             if keys:
                 closure = self._closure(table, hashes, until_us)
-                self._apply_batch(table, hashes, closure, targets, until_us, skip_targets=set(self._evicted))
+                removed, added = self._batch_delta(table, hashes, closure)
+                targets |= (_sample_targets(removed) | _sample_targets(added)) - self._evicted
+                self._apply_delta(removed, added, targets, until_us, skip_targets=set(self._evicted))
                 self._evict()  # within --window-memory-bytes as after a pass; dropped targets rebuild later
         except StateMismatch as exc:
             log.info("window state of %s rebuilt from the spans on its next batch: %s", sorted(targets), exc)
@@ -842,30 +862,33 @@ class SpanStore:
                 # trace and task keys: the key filter of the window processor gated them already
                 ranges = [(a, min(b, until_us)) for a, b in self._locator.ranges(hashes, until_us, gated=False)]
             if not ranges:
-                return con.sql(f"SELECT * FROM {SPANS_TABLE} LIMIT 0").to_arrow_table()
+                return _rows(con, f"SELECT * FROM {SPANS_TABLE} LIMIT 0")
             self.stats["closure_lookups"] += 1
             self.stats["closure_ranges"] += len(ranges)
-            return con.sql(
-                f"SELECT * FROM ({_ranges_sql(ranges, _WINDOW_INPUT_SQL)}) WHERE trace_id IN (SELECT k FROM _keys)"
-                " OR task_id IN (SELECT k FROM _keys)").to_arrow_table()
+            return _rows(con, f"SELECT * FROM ({_ranges_sql(ranges, _WINDOW_INPUT_SQL)})"
+                         " WHERE trace_id IN (SELECT k FROM _keys) OR task_id IN (SELECT k FROM _keys)")
         finally:
             con.unregister("_keys")
 
-    def _apply_batch(self, table: pa.Table, hashes: pa.Table, closure: pa.Table, targets: set[str],
-                     until_us: int, skip_targets: set[str] = frozenset()) -> set[tuple[str, str]]:
-        """Apply the delta of ``table`` (the batches committed after the watermark, up to
-        ``until_us``; ``hashes`` its `key_hashes` columns) to the window state of ``targets``,
-        given the closure's stored rows; return the keys whose rows must be written. The delta
-        of ``skip_targets`` is left out. Raises StateMismatch when the state cannot follow."""
+    def _batch_delta(self, table: pa.Table, hashes: pa.Table, closure: pa.Table) -> tuple[pa.Table | None, pa.Table]:
+        """(samples removed, samples added) by ``table`` (the batches committed after the watermark;
+        ``hashes`` its `key_hashes` columns), given the closure's stored rows. Changes no state."""
         committed_us = pc.cast(closure.column("received_at"), pa.int64())
         before = closure.filter(pc.less_equal(committed_us, self._windowed_us))
         if closure.num_rows:
             after = _first_of_each_span(pa.concat_tables([closure, table]))  # stored rows win over retries
         else:
             after = _first_of_each_span(table, hashes.column("s").to_numpy())
+        return self._delta(before, after)
+
+    def _apply_delta(self, removed: pa.Table | None, added: pa.Table, targets: set[str], until_us: int,
+                     skip_targets: set[str] = frozenset()) -> set[tuple[str, str]]:
+        """Apply a `_batch_delta` (of the batches committed up to ``until_us``) to the window state;
+        return the keys whose rows must be written. ``targets`` must hold every target of the delta:
+        those evicted are rebuilt from their spans instead. The delta of ``skip_targets`` is left
+        out. Raises StateMismatch when the state cannot follow."""
         evicted = targets & self._evicted
         rebuilt = self._rebuild_state(evicted, until_us) if evicted else set()
-        removed, added = self._delta(before, after)
         skip = {key for key in self._book.keys if key[0] in evicted}
         return rebuilt | self._book.apply_delta(removed, added, skip_keys=skip, skip_targets=skip_targets)
 
@@ -882,22 +905,22 @@ class SpanStore:
         con = self._con
         con.register("_after", after)
         try:
-            added = con.sql(sample_rows_sql("_after")).to_arrow_table()
+            added = _rows(con, sample_rows_sql("_after"))
         finally:
             con.unregister("_after")
         if before.num_rows == 0:  # only new tasks: nothing to take out
             return None, added
         con.register("_before", before)
         try:
-            removed = con.sql(sample_rows_sql("_before")).to_arrow_table()
+            removed = _rows(con, sample_rows_sql("_before"))
         finally:
             con.unregister("_before")
         # samples of closure tasks the batch did not change cancel out
         con.register("_old", removed)
         con.register("_new", added)
         try:
-            only_old = con.sql("SELECT * FROM _old EXCEPT ALL SELECT * FROM _new").to_arrow_table()
-            only_new = con.sql("SELECT * FROM _new EXCEPT ALL SELECT * FROM _old").to_arrow_table()
+            only_old = _rows(con, "SELECT * FROM _old EXCEPT ALL SELECT * FROM _new")
+            only_new = _rows(con, "SELECT * FROM _new EXCEPT ALL SELECT * FROM _old")
         finally:
             con.unregister("_old")
             con.unregister("_new")

@@ -33,7 +33,9 @@ def _windows(store: SpanStore) -> list[tuple]:
     return store.query(f"select {', '.join(_COLUMNS)} from windows order by target_id, scope, metric").rows
 
 
-def _random_spans(seed: int) -> list[Span]:
+def _random_spans(seed: int, mixed_targets: bool = False) -> list[Span]:
+    """Spans of random tasks; with ``mixed_targets`` a third of the calls carry another target than
+    their task's root (an agent whose steps use two targets)."""
     rng = random.Random(seed)
     ids = Ids(seed)
     spans: list[Span] = []
@@ -70,6 +72,8 @@ def _random_spans(seed: int) -> list[Span]:
                     parent = wrapper.span_id
                 else:
                     parent = root.span_id
+                if mixed_targets and rng.random() < 0.3:
+                    call[c.TARGET_ID] = rng.choice(["bot-a", "bot-b", "bot-c"])
                 spans.append(Span(trace, ids.span(), "chat", call_start, call_start + rng.randint(1, 9) * S // 10,
                                   call, parent_span_id=parent, status_code=rng.choice([0, 0, 0, 2]), kind=3))
             if rng.random() < 0.5:
@@ -83,11 +87,15 @@ def _random_spans(seed: int) -> list[Span]:
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 10**6), batches=st.integers(1, 6), resend=st.booleans(), coalesce=st.booleans())
-def test_incremental_windows_equal_a_rebuild_from_scratch(tmp_path_factory, seed, batches, resend, coalesce):
+@given(seed=st.integers(0, 10**6), batches=st.integers(1, 6), resend=st.booleans(), coalesce=st.booleans(),
+       mixed_targets=st.booleans(), tight_memory=st.booleans())
+def test_incremental_windows_equal_a_rebuild_from_scratch(tmp_path_factory, seed, batches, resend, coalesce,
+                                                          mixed_targets, tight_memory):
     """``coalesce``: spans are committed batch by batch and the windows follow in passes that
-    take several committed batches at once, as the collector's window thread does."""
-    spans = _random_spans(seed)
+    take several committed batches at once, as the collector's window thread does.
+    ``mixed_targets``: tasks whose spans carry several targets; ``tight_memory``: a window memory
+    budget of 1 byte, so all but the last written target's state is evicted after each pass."""
+    spans = _random_spans(seed, mixed_targets)
     rng = random.Random(seed + 1)
     order = spans[:]
     rng.shuffle(order)
@@ -98,7 +106,7 @@ def test_incremental_windows_equal_a_rebuild_from_scratch(tmp_path_factory, seed
     tmp = tmp_path_factory.mktemp("incremental")
     (tmp / "incremental").mkdir()
     (tmp / "at_once").mkdir()
-    incremental = SpanStore(str(tmp / "incremental" / "spans.duckdb"))
+    incremental = SpanStore(str(tmp / "incremental" / "spans.duckdb"), **({"window_memory_bytes": 1} if tight_memory else {}))
     incremental.start()
     at_once = SpanStore(str(tmp / "at_once" / "spans.duckdb"))
     at_once.start()
@@ -222,6 +230,55 @@ def test_state_over_the_memory_budget_is_dropped_and_rebuilt_when_needed(tmp_pat
         assert _windows(small) == _windows(reference)
     finally:
         small.shutdown()
+        reference.shutdown()
+
+
+def _two_target_task(ids: Ids) -> tuple[list[Span], list[Span]]:
+    """A task of target bot-b whose LLM call later gets a child call of target bot-a (an agent
+    whose planner and executor are two targets): (bot-b's spans, bot-a's later span). The child
+    turns bot-b's call into a wrapper, so bot-b's samples change in a batch of bot-a's spans."""
+    trace = ids.trace()
+    common = {c.TASK_ID: "task-two-targets", c.ASSESSMENT_ID: "a1"}
+    root = Span(trace, ids.span(), "task", T0, T0 + 4 * S, {**common, c.TARGET_ID: "bot-b", c.OUTCOME_SUCCESS: True})
+    call = Span(trace, ids.span(), "plan", T0 + S, T0 + 3 * S, {
+        **common, c.TARGET_ID: "bot-b", c.GEN_AI_OPERATION_NAME: c.OP_CHAT, c.GEN_AI_USAGE_INPUT_TOKENS: 700},
+        parent_span_id=root.span_id)
+    child = Span(trace, ids.span(), "execute", T0 + S, T0 + 2 * S, {
+        **common, c.TARGET_ID: "bot-a", c.GEN_AI_OPERATION_NAME: c.OP_CHAT, c.GEN_AI_USAGE_INPUT_TOKENS: 90},
+        parent_span_id=call.span_id)
+    return [root, call], [child]
+
+
+@pytest.mark.parametrize("window_memory_bytes", [1, 1 << 30])
+def test_a_batch_of_one_target_that_changes_another_targets_samples_keeps_both_exact(tmp_path, window_memory_bytes):
+    """With a budget of 1 byte, bot-b's state is evicted (bot-c's batch is newer) when bot-a's span
+    changes bot-b's samples: bot-b must be rebuilt, not given accumulators holding only the delta."""
+    ids = Ids(7)
+    b_spans, a_spans = _two_target_task(ids)
+    c_spans = _one_call(ids, 55, target="bot-c")
+    (tmp_path / "pass").mkdir()
+    (tmp_path / "ref").mkdir()
+    store = SpanStore(str(tmp_path / "pass" / "s.duckdb"), window_memory_bytes=window_memory_bytes)
+    reference = SpanStore(str(tmp_path / "ref" / "s.duckdb"))
+    store.start()
+    reference.start()
+    try:
+        for part in (b_spans, c_spans, a_spans):
+            store_spans(store, part)
+        if window_memory_bytes == 1:
+            assert "bot-b" in store._evicted
+        store_spans(reference, b_spans + c_spans + a_spans)
+        got = _windows(store)
+        tokens = {(r[0], r[2]): r[4] for r in got if r[1] == "input_tokens"}
+        assert tokens[("bot-b", "all")] is None  # bot-b's only call became a wrapper: no call of its own
+        assert tokens[("bot-a", "all")] == 90
+        assert got == _windows(reference)
+        later = _one_call(ids, 10, target="bot-b")  # bot-b's next batch: its state must be whole
+        store_spans(store, later)
+        store_spans(reference, later)
+        assert _windows(store) == _windows(reference)
+    finally:
+        store.shutdown()
         reference.shutdown()
 
 
