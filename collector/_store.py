@@ -26,7 +26,6 @@ import logging
 import os
 import threading
 import time
-import warnings
 from dataclasses import dataclass
 
 import duckdb
@@ -114,17 +113,6 @@ class QueryResult:
     windows_behind: bool = False
     """True when the windows did not include every span committed before the query within the
     store's wait (the window processor is behind or failing): window rows may be stale."""
-
-
-# The window pass runs its queries through `_rows`: a relation (``con.sql(...)``) binds the query
-# when it is made and plans it again when it runs, and for the sample SQL that first bind is ~15%
-# of a pass. The copy duckdb warns about is of the (small) result only.
-warnings.filterwarnings("ignore", message="Arrow output on a DB-API result", category=UserWarning, module=__name__)
-
-
-def _rows(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
-    """The rows of ``sql`` as an Arrow table, planned once."""
-    return con.execute(sql).to_arrow_table()
 
 
 def _sample_targets(samples: pa.Table | None) -> set[str]:
@@ -597,8 +585,8 @@ class SpanStore:
         else:
             self._windowed_us = watermark
             if later:
-                rows = _rows(con, f"SELECT {_WINDOW_INPUT_SQL} FROM {SPANS_TABLE}"
-                                  f" WHERE received_at > {_timestamp_sql(watermark)} ORDER BY received_at")
+                rows = con.sql(f"SELECT {_WINDOW_INPUT_SQL} FROM {SPANS_TABLE}"
+                               f" WHERE received_at > {_timestamp_sql(watermark)} ORDER BY received_at").to_arrow_table()
                 table = _conform(rows, _INCOMING_SCHEMA)
                 until_us = int(pc.max(pc.cast(table.column("received_at"), pa.int64())).as_py())
                 self._follow(table, until_us)
@@ -628,8 +616,8 @@ class SpanStore:
                 f" WHERE received_at > {_timestamp_sql(self._windowed_us)} AND received_at <= {_timestamp_sql(until_us)}"
                 " GROUP BY 1 ORDER BY 1").fetchall()
             for lo, hi in _replay_chunks(batches, self._windowed_us, floor_us, self._window_lag_rows):
-                rows = _rows(con, f"SELECT {_WINDOW_INPUT_SQL} FROM {SPANS_TABLE} WHERE received_at > {_timestamp_sql(lo)}"
-                                  f" AND received_at <= {_timestamp_sql(hi)} ORDER BY received_at")
+                rows = con.sql(f"SELECT {_WINDOW_INPUT_SQL} FROM {SPANS_TABLE} WHERE received_at > {_timestamp_sql(lo)}"
+                               f" AND received_at <= {_timestamp_sql(hi)} ORDER BY received_at").to_arrow_table()
                 table = _conform(rows, _INCOMING_SCHEMA)
                 if hi <= floor_us:
                     self._replay_state(table, hi)
@@ -862,11 +850,12 @@ class SpanStore:
                 # trace and task keys: the key filter of the window processor gated them already
                 ranges = [(a, min(b, until_us)) for a, b in self._locator.ranges(hashes, until_us, gated=False)]
             if not ranges:
-                return _rows(con, f"SELECT * FROM {SPANS_TABLE} LIMIT 0")
+                return con.sql(f"SELECT * FROM {SPANS_TABLE} LIMIT 0").to_arrow_table()
             self.stats["closure_lookups"] += 1
             self.stats["closure_ranges"] += len(ranges)
-            return _rows(con, f"SELECT * FROM ({_ranges_sql(ranges, _WINDOW_INPUT_SQL)})"
-                         " WHERE trace_id IN (SELECT k FROM _keys) OR task_id IN (SELECT k FROM _keys)")
+            return con.sql(
+                f"SELECT * FROM ({_ranges_sql(ranges, _WINDOW_INPUT_SQL)}) WHERE trace_id IN (SELECT k FROM _keys)"
+                " OR task_id IN (SELECT k FROM _keys)").to_arrow_table()
         finally:
             con.unregister("_keys")
 
@@ -905,22 +894,22 @@ class SpanStore:
         con = self._con
         con.register("_after", after)
         try:
-            added = _rows(con, sample_rows_sql("_after"))
+            added = con.sql(sample_rows_sql("_after")).to_arrow_table()
         finally:
             con.unregister("_after")
         if before.num_rows == 0:  # only new tasks: nothing to take out
             return None, added
         con.register("_before", before)
         try:
-            removed = _rows(con, sample_rows_sql("_before"))
+            removed = con.sql(sample_rows_sql("_before")).to_arrow_table()
         finally:
             con.unregister("_before")
         # samples of closure tasks the batch did not change cancel out
         con.register("_old", removed)
         con.register("_new", added)
         try:
-            only_old = _rows(con, "SELECT * FROM _old EXCEPT ALL SELECT * FROM _new")
-            only_new = _rows(con, "SELECT * FROM _new EXCEPT ALL SELECT * FROM _old")
+            only_old = con.sql("SELECT * FROM _old EXCEPT ALL SELECT * FROM _new").to_arrow_table()
+            only_new = con.sql("SELECT * FROM _new EXCEPT ALL SELECT * FROM _old").to_arrow_table()
         finally:
             con.unregister("_old")
             con.unregister("_new")
