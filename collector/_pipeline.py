@@ -55,10 +55,13 @@ class WindowUpdater:
         self._thread.start()
 
     def shutdown(self) -> None:
-        """Process what is committed, then stop."""
+        """Process what is committed, then stop. Call it once no more spans are written: a replay
+        of saved window state under way (`SpanStore.open_windows` after a crash) stops between
+        chunks instead of holding the shutdown up, and the next start replays from the saved state."""
         if self._thread is None:
             return
         self._stop.set()
+        self._store.close_queue()
         self._thread.join()
         self._thread = None
         self._store.update_windows()

@@ -187,6 +187,8 @@ class SpanStore:
         """The windows include every span committed up to this time (µs since the epoch)."""
         self._last_received_us = 0
         self._closing = False
+        self._replay_stopped = False
+        """A shutdown stopped the replay (`_replay`)."""
         self._readers_waiting = 0
         self._reader: duckdb.DuckDBPyConnection | None = None
         self._reader_lock = threading.Lock()
@@ -380,6 +382,8 @@ class SpanStore:
         with self._window_lock:
             if self._replay_until_us is not None:
                 self._replay()
+                if self._replay_until_us is not None:  # stopped by a shutdown: later batches wait for the next start
+                    return 0
             with self._changed:
                 group = list(self._pending)
             if not group:
@@ -605,7 +609,9 @@ class SpanStore:
         stored at start: the spans the stored rows already include change only the state (in
         chunks of whole batches, as the window passes saw them); the later ones are applied as a
         window pass applies them, rows and watermark included. Targets without saved state are
-        left to rebuild on their next batch. If the replay fails, every window is recomputed."""
+        left to rebuild on their next batch. If the replay fails, every window is recomputed.
+        A shutdown (`close_queue`) stops it between chunks: the replay stays pending, no later
+        batch is applied, and the state saved before stays for the next start to replay from."""
         con = self._con
         until_us = self._replay_until_us
         started, replayed = time.monotonic(), 0
@@ -616,6 +622,12 @@ class SpanStore:
                 f" WHERE received_at > {_timestamp_sql(self._windowed_us)} AND received_at <= {_timestamp_sql(until_us)}"
                 " GROUP BY 1 ORDER BY 1").fetchall()
             for lo, hi in _replay_chunks(batches, self._windowed_us, floor_us, self._window_lag_rows):
+                if self._closing:  # a shutdown: the state saved before stays, and the next start replays from it
+                    if not self._replay_stopped:
+                        log.info("replaying the saved window state stopped for the shutdown after %d stored spans;"
+                                 " the next start replays from the saved state", replayed)
+                    self._replay_stopped = True
+                    return
                 rows = con.sql(f"SELECT {_WINDOW_INPUT_SQL} FROM {SPANS_TABLE} WHERE received_at > {_timestamp_sql(lo)}"
                                f" AND received_at <= {_timestamp_sql(hi)} ORDER BY received_at").to_arrow_table()
                 table = _conform(rows, _INCOMING_SCHEMA)
@@ -630,6 +642,7 @@ class SpanStore:
                 self._rows_since_state_save += replayed
             log.info("window state brought up to date from %d stored spans in %.1f s", replayed,
                      time.monotonic() - started)
+            self._replay_until_us = None
         except Exception:  # noqa: BLE001 - the spans are stored; a full rebuild recomputes every window
             log.exception("bringing the saved window state up to date failed; recomputing every window")
             self._replay_until_us = None
@@ -639,8 +652,6 @@ class SpanStore:
             except Exception:  # noqa: BLE001 - the next start recomputes them
                 log.exception("recomputing the windows failed; the next start recomputes them")
                 self._invalidate_watermark()
-        finally:
-            self._replay_until_us = None
 
     def _replay_state(self, table: pa.Table, until_us: int) -> None:
         """Apply stored rows (committed after ``_windowed_us``, up to ``until_us``) to the state of the

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import threading
 import time
 
 import numpy as np
@@ -425,6 +426,66 @@ def test_a_replay_that_fails_recomputes_every_window(tmp_path, monkeypatch):
         assert store.stats["state_replayed_spans"] == 0 and store.stats["rebuilds"] == 1
         assert _windows(store) == _from_scratch(tmp_path, spans[:cuts[3]], "recomputed")
         store_spans(store, spans[cuts[3]:])
+        assert _windows(store) == _from_scratch(tmp_path, spans)
+    finally:
+        store.shutdown()
+
+
+def test_a_shutdown_during_a_replay_stops_it_and_the_next_start_replays_again(tmp_path, monkeypatch):
+    """SIGTERM while the window thread replays a crashed run's spans: the replay stops between
+    chunks instead of holding the shutdown up; the stored rows and the saved state stay as they
+    were, and the next start replays from that state."""
+    _save_when_asked(monkeypatch)
+    spans = _spans(8)
+    cuts = [len(spans) * i // 8 for i in range(9)]
+    parts = [spans[a:b] for a, b in zip(cuts, cuts[1:])]
+    (tmp_path / "store").mkdir()
+    path = tmp_path / "store" / "spans.duckdb"
+    store = _store_with_spans(path, spans[:cuts[4]])
+    assert store.save_window_state_if_due()
+    saved_at = store._con.execute("select distinct windowed_us from window_state").fetchall()
+    for part in parts[4:6]:  # windowed after the save: two batches, replayed in two chunks
+        store_spans(store, part)
+    store.append(span_rows(parts[6]))  # committed; the windows never saw them
+    _crash(store)
+
+    store = _open(path, window_lag_rows=1)
+    first_chunk_done = threading.Event()
+    replay_state = store._replay_state
+
+    def replay_state_until_the_shutdown(table, until_us):
+        replay_state(table, until_us)
+        first_chunk_done.set()
+        deadline = time.monotonic() + 30
+        while not store._closing and time.monotonic() < deadline:  # the rest of a long replay
+            time.sleep(0.01)
+
+    monkeypatch.setattr(store, "_replay_state", replay_state_until_the_shutdown)
+    try:
+        assert store.open_windows()[1] is True
+        stored_rows = _windows(store)
+        updater = WindowUpdater(store, gather_s=0.0)
+        updater.start()
+        assert first_chunk_done.wait(30)
+        updater.shutdown()
+        assert store._replay_until_us is not None  # stopped after its first chunk
+        assert store.stats["state_replayed_spans"] == 0
+        assert _windows(store) == stored_rows
+    finally:
+        store.shutdown()
+    check = _open(path)
+    try:
+        assert check._con.execute("select distinct windowed_us from window_state").fetchall() == saved_at
+    finally:
+        check._con.close()  # no shutdown: it would take the windows up and save them
+
+    store = _open(path)
+    try:
+        assert store.open_windows()[1] is True
+        store.update_windows()
+        assert store.stats["state_replayed_spans"] == span_rows(spans[cuts[4]:cuts[7]]).num_rows
+        assert _windows(store) == _from_scratch(tmp_path, spans[:cuts[7]], "replayed")
+        store_spans(store, parts[7])
         assert _windows(store) == _from_scratch(tmp_path, spans)
     finally:
         store.shutdown()
