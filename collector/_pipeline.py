@@ -69,14 +69,15 @@ class WindowUpdater:
     def _run(self) -> None:
         name_os_thread(threading.current_thread().name)
         while not self._stop.is_set():
-            if self._store.wait_for_spans(timeout=0.5):
-                self._store.wait_for_demand(self._gather_s)
-                try:
+            try:
+                if self._store.wait_for_spans(timeout=0.5):
+                    self._store.wait_for_demand(self._gather_s)
                     self._store.update_windows()
-                    self._store.save_window_state_if_due()
-                except Exception:  # noqa: BLE001 - keep following; the next pass retries
-                    log.exception("updating the windows failed")
-                    self._stop.wait(1.0)
+                # also when idle: a start that recomputed every window saves their state at once
+                self._store.save_window_state_if_due()
+            except Exception:  # noqa: BLE001 - keep following; the next pass retries
+                log.exception("updating the windows failed")
+                self._stop.wait(1.0)
 
 
 class IngestPipeline:

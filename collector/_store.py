@@ -510,6 +510,8 @@ class SpanStore:
             self._watermark_valid = True
             rebuilt = len(self._rebuild(None, until_us))
             self._mark_processed(group, until_us)
+            with self._changed:  # a crash before the next save would recompute them all again
+                self._rows_since_state_save += self._stored_rows
             self._windows_opened = True
             return rebuilt
 

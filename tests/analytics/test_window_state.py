@@ -489,3 +489,38 @@ def test_a_shutdown_during_a_replay_stops_it_and_the_next_start_replays_again(tm
         assert _windows(store) == _from_scratch(tmp_path, spans)
     finally:
         store.shutdown()
+
+
+def test_a_start_that_recomputes_every_window_saves_their_state_at_once(tmp_path, monkeypatch):
+    """Windows recomputed from all the stored spans at start (a bulk load, new definitions, a crash
+    with no saved state) are saved by the window thread without waiting for new spans: a crash
+    soon after then costs the next start no second recomputation."""
+    monkeypatch.setattr(store_module, "_STATE_SAVE_MIN_SPANS", 1)
+    spans = _spans(21)
+    (tmp_path / "store").mkdir()
+    path = tmp_path / "store" / "spans.duckdb"
+    store = _open(path)
+    store.write(span_rows(spans), refresh_windows=False)  # a bulk load: no windows yet
+    assert store.open_windows()[1] is False  # recomputed
+    updater = WindowUpdater(store, gather_s=0.0)
+    updater.start()
+    try:
+        deadline = time.monotonic() + 30
+        while store.stats["state_saves"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert store.stats["state_saves"] == 1  # no span arrived since the start
+    finally:
+        updater._stop.set()  # stop the thread without the shutdown's pass: then crash
+        updater._thread.join()
+    _crash(store)
+    store = _open(path)
+    try:
+        assert store.open_windows()[1] is True
+        assert store.stats["state_keys_taken_up"] > 0 and store.stats["rebuilds"] == 0
+        assert _windows(store) == _from_scratch(tmp_path, spans)
+        later = _spans(22)
+        store_spans(store, later)
+        assert store.stats["rebuilds"] == 0  # the saved state follows; no target rereads its spans
+        assert _windows(store) == _from_scratch(tmp_path, spans + later, "later")
+    finally:
+        store.shutdown()
