@@ -750,6 +750,7 @@ class SpanStore:
                 # in between leaves rows that match no watermark; the next start ignores and
                 # deletes them, and takes up the state saved before.
                 windowed_us, digest = stored
+                started = time.monotonic()
                 con.execute(f"DELETE FROM {WINDOW_STATE_TABLE} WHERE windowed_us = ?", [_UNFINISHED_STATE_US])
                 self._insert_window_state(_UNFINISHED_STATE_US, digest)
                 con.execute("BEGIN")
@@ -763,6 +764,7 @@ class SpanStore:
                     raise
                 self.stats["state_keys_saved"] = len(self._book.keys)
                 self.stats["state_saves"] += 1
+                log.info("window state of %d keys saved in %.1f s", len(self._book.keys), time.monotonic() - started)
                 with self._changed:
                     self._rows_since_state_save = 0
                 self._state_saved_at = time.monotonic()
