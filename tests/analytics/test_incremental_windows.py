@@ -282,6 +282,31 @@ def test_a_batch_of_one_target_that_changes_another_targets_samples_keeps_both_e
         reference.shutdown()
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_calls_of_other_targets_arriving_last_keep_every_targets_windows_exact(tmp_path, seed):
+    """Random tasks with mixed targets; the calls whose target differs from their trace's root
+    arrive last, in their own batch, while a 1-byte budget has evicted all but one target's state."""
+    spans = _random_spans(seed, mixed_targets=True) + _random_spans(seed + 100, mixed_targets=True)
+    root_target = {s.trace_id: s.attributes.get(c.TARGET_ID) for s in spans if s.parent_span_id is None}
+    cross = [s for s in spans if s.parent_span_id and s.attributes.get(c.TARGET_ID) != root_target[s.trace_id]]
+    rest = [s for s in spans if not any(s is x for x in cross)]
+    assert cross and rest
+    (tmp_path / "tight").mkdir()
+    (tmp_path / "ref").mkdir()
+    tight = SpanStore(str(tmp_path / "tight" / "s.duckdb"), window_memory_bytes=1)
+    reference = SpanStore(str(tmp_path / "ref" / "s.duckdb"))
+    tight.start()
+    reference.start()
+    try:
+        for part in (rest[:len(rest) // 2], rest[len(rest) // 2:], cross):
+            store_spans(tight, part)
+        store_spans(reference, spans)
+        assert _windows(tight) == _windows(reference)
+    finally:
+        tight.shutdown()
+        reference.shutdown()
+
+
 def test_a_batch_keeps_the_first_copy_of_each_span():
     from meritlens.collector._store import _first_of_each_span
     import pyarrow as pa
