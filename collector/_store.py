@@ -730,7 +730,7 @@ class SpanStore:
         """Save the window state (`WindowBook.state_rows`) with the stored watermark, replacing the
         state saved before, so that a start takes it up instead of rereading every target's spans.
         Only whole state at the stored watermark is saved: after `open_windows`, with the watermark
-        valid and no replay under way. A store that never opened the windows (a tool's) leaves a
+        valid and no replay under way; a state saved at that watermark already is left as it is. A store that never opened the windows (a tool's) leaves a
         saved state alone, and its window passes leave the watermark alone (`update_windows`), so
         the next start takes the state up and applies the tool's spans to it. A failure is logged
         and leaves the state saved before; the next start then replays from it or rebuilds.
@@ -750,6 +750,12 @@ class SpanStore:
                 # in between leaves rows that match no watermark; the next start ignores and
                 # deletes them, and takes up the state saved before.
                 windowed_us, digest = stored
+                if con.execute(f"SELECT count(*) FROM {WINDOW_STATE_TABLE} WHERE windowed_us = ?",
+                               [windowed_us]).fetchall()[0][0]:
+                    # saved at this watermark already (taken up at start, or saved since): nothing newer
+                    with self._changed:
+                        self._rows_since_state_save = 0
+                    return False
                 started = time.monotonic()
                 con.execute(f"DELETE FROM {WINDOW_STATE_TABLE} WHERE windowed_us = ?", [_UNFINISHED_STATE_US])
                 self._insert_window_state(_UNFINISHED_STATE_US, digest)

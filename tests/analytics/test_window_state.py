@@ -518,6 +518,13 @@ def test_a_start_that_recomputes_every_window_saves_their_state_at_once(tmp_path
         assert store.open_windows()[1] is True
         assert store.stats["state_keys_taken_up"] > 0 and store.stats["rebuilds"] == 0
         assert _windows(store) == _from_scratch(tmp_path, spans)
+    finally:
+        store.shutdown()
+    assert store.stats["state_saves"] == 0  # a restart without new spans leaves the saved state as it is
+    store = _open(path)
+    try:
+        assert store.open_windows()[1] is True
+        assert store.stats["state_keys_taken_up"] > 0 and store.stats["rebuilds"] == 0
         later = _spans(22)
         store_spans(store, later)
         assert store.stats["rebuilds"] == 0  # the saved state follows; no target rereads its spans
