@@ -187,8 +187,6 @@ class SpanStore:
         """The windows include every span committed up to this time (µs since the epoch)."""
         self._last_received_us = 0
         self._closing = False
-        self._replay_stopped = False
-        """A shutdown stopped the replay (`_replay`)."""
         self._readers_waiting = 0
         self._reader: duckdb.DuckDBPyConnection | None = None
         self._reader_lock = threading.Lock()
@@ -381,7 +379,8 @@ class SpanStore:
         `open_windows` follows them."""
         with self._window_lock:
             if self._replay_until_us is not None:
-                self._replay()
+                if not self._closing:
+                    self._replay()
                 if self._replay_until_us is not None:  # stopped by a shutdown: later batches wait for the next start
                     return 0
             with self._changed:
@@ -625,10 +624,8 @@ class SpanStore:
                 " GROUP BY 1 ORDER BY 1").fetchall()
             for lo, hi in _replay_chunks(batches, self._windowed_us, floor_us, self._window_lag_rows):
                 if self._closing:  # a shutdown: the state saved before stays, and the next start replays from it
-                    if not self._replay_stopped:
-                        log.info("replaying the saved window state stopped for the shutdown after %d stored spans;"
-                                 " the next start replays from the saved state", replayed)
-                    self._replay_stopped = True
+                    log.info("replaying the saved window state stopped for the shutdown after %d stored spans;"
+                             " the next start replays from the saved state", replayed)
                     return
                 rows = con.sql(f"SELECT {_WINDOW_INPUT_SQL} FROM {SPANS_TABLE} WHERE received_at > {_timestamp_sql(lo)}"
                                f" AND received_at <= {_timestamp_sql(hi)} ORDER BY received_at").to_arrow_table()
@@ -730,9 +727,10 @@ class SpanStore:
         """Save the window state (`WindowBook.state_rows`) with the stored watermark, replacing the
         state saved before, so that a start takes it up instead of rereading every target's spans.
         Only whole state at the stored watermark is saved: after `open_windows`, with the watermark
-        valid and no replay under way; a state saved at that watermark already is left as it is. A store that never opened the windows (a tool's) leaves a
-        saved state alone, and its window passes leave the watermark alone (`update_windows`), so
-        the next start takes the state up and applies the tool's spans to it. A failure is logged
+        valid and no replay under way; a state saved at that watermark already is left as it is.
+        A store that never opened the windows (a tool's) leaves a saved state alone, and its window
+        passes leave the watermark alone (`update_windows`), so the next start takes the state up
+        and applies the tool's spans to it. A failure is logged
         and leaves the state saved before; the next start then replays from it or rebuilds.
         Returns whether it saved."""
         if not self._windows_opened:
