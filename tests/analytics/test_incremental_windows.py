@@ -10,6 +10,7 @@ filter) are checked against plain reference computations.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 
@@ -213,24 +214,31 @@ def test_key_filter_never_forgets_a_key_and_keeps_its_size():
     assert big.may_contain(others).mean() < 0.01 < small.may_contain(others).mean()
 
 
+@contextlib.contextmanager
+def _budget_and_reference(tmp_path, window_memory_bytes: int):
+    """A started store with ``window_memory_bytes`` of window state, and a reference store with the
+    default budget (same file name: it is part of the evidence URIs); both shut down after."""
+    stores = []
+    try:
+        for name, settings in (("budget", {"window_memory_bytes": window_memory_bytes}), ("ref", {})):
+            (tmp_path / name).mkdir()
+            stores.append(SpanStore(str(tmp_path / name / "s.duckdb"), **settings))
+            stores[-1].start()
+        yield tuple(stores)
+    finally:
+        for store in stores:
+            store.shutdown()
+
+
 def test_state_over_the_memory_budget_is_dropped_and_rebuilt_when_needed(tmp_path):
     spans = _random_spans(11) + _random_spans(12) + _random_spans(13)
-    (tmp_path / "small").mkdir()
-    (tmp_path / "ref").mkdir()
-    small = SpanStore(str(tmp_path / "small" / "s.duckdb"), window_memory_bytes=1)
-    reference = SpanStore(str(tmp_path / "ref" / "s.duckdb"))
-    small.start()
-    reference.start()
-    try:
+    with _budget_and_reference(tmp_path, 1) as (small, reference):
         for i in range(0, len(spans), 4):
             store_spans(small, spans[i:i + 4])
         store_spans(reference, spans)
         assert small.stats["rebuilds"] > 1  # evicted targets came back from their spans
         assert len({k[0] for k in small._book.keys}) <= 1
         assert _windows(small) == _windows(reference)
-    finally:
-        small.shutdown()
-        reference.shutdown()
 
 
 def _two_target_task(ids: Ids) -> tuple[list[Span], list[Span]]:
@@ -256,13 +264,7 @@ def test_a_batch_of_one_target_that_changes_another_targets_samples_keeps_both_e
     ids = Ids(7)
     b_spans, a_spans = _two_target_task(ids)
     c_spans = _one_call(ids, 55, target="bot-c")
-    (tmp_path / "pass").mkdir()
-    (tmp_path / "ref").mkdir()
-    store = SpanStore(str(tmp_path / "pass" / "s.duckdb"), window_memory_bytes=window_memory_bytes)
-    reference = SpanStore(str(tmp_path / "ref" / "s.duckdb"))
-    store.start()
-    reference.start()
-    try:
+    with _budget_and_reference(tmp_path, window_memory_bytes) as (store, reference):
         for part in (b_spans, c_spans, a_spans):
             store_spans(store, part)
         if window_memory_bytes == 1:
@@ -277,9 +279,6 @@ def test_a_batch_of_one_target_that_changes_another_targets_samples_keeps_both_e
         store_spans(store, later)
         store_spans(reference, later)
         assert _windows(store) == _windows(reference)
-    finally:
-        store.shutdown()
-        reference.shutdown()
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -291,20 +290,11 @@ def test_calls_of_other_targets_arriving_last_keep_every_targets_windows_exact(t
     cross = [s for s in spans if s.parent_span_id and s.attributes.get(c.TARGET_ID) != root_target[s.trace_id]]
     rest = [s for s in spans if not any(s is x for x in cross)]
     assert cross and rest
-    (tmp_path / "tight").mkdir()
-    (tmp_path / "ref").mkdir()
-    tight = SpanStore(str(tmp_path / "tight" / "s.duckdb"), window_memory_bytes=1)
-    reference = SpanStore(str(tmp_path / "ref" / "s.duckdb"))
-    tight.start()
-    reference.start()
-    try:
+    with _budget_and_reference(tmp_path, 1) as (tight, reference):
         for part in (rest[:len(rest) // 2], rest[len(rest) // 2:], cross):
             store_spans(tight, part)
         store_spans(reference, spans)
         assert _windows(tight) == _windows(reference)
-    finally:
-        tight.shutdown()
-        reference.shutdown()
 
 
 def test_a_batch_keeps_the_first_copy_of_each_span():
