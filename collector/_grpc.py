@@ -5,6 +5,13 @@ The method is registered with raw-bytes deserialization so that the body goes th
 our message (gRPC's own deserializer would answer UNKNOWN), and its size is charged to the same
 in-flight budget. Compression (gzip) and the message size limit (checked after decompression)
 are gRPC's own.
+
+It is registered as a client-streaming method (the wire format of a unary call is the same), so
+that the handler runs before gRPC reads the message: a call without the bearer token, or beyond
+`--grpc-max-concurrent-rpcs`, is answered without its message being buffered. The concurrency
+limit is ours rather than grpc.aio's `maximum_concurrent_rpcs`, which answers RESOURCE_EXHAUSTED
+without retry information (an exporter in Go or Java then drops the batch): ours answers
+UNAVAILABLE with a RetryInfo, like every other overload.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 
 from meritlens.collector import _otlp
 from meritlens.collector._auth import AUTHORIZATION, BearerToken
-from meritlens.collector._ingest import Ingest, IngestError
+from meritlens.collector._ingest import Ingest, IngestError, bad_request, overloaded
 
 log = logging.getLogger("meritlens.collector.grpc")
 
@@ -31,19 +38,37 @@ _GRPC_CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
 class TraceServiceReceiver(trace_service_pb2_grpc.TraceServiceServicer):
-    """OTLP `TraceService` whose `Export` receives the serialized request."""
+    """OTLP `TraceService` whose `Export` receives the serialized request, at most
+    ``max_concurrent_rpcs`` calls at a time."""
 
-    def __init__(self, ingest: Ingest, token: BearerToken):
+    def __init__(self, ingest: Ingest, token: BearerToken, *, max_concurrent_rpcs: int):
         self._ingest = ingest
         self._token = token
+        self._max_concurrent_rpcs = max_concurrent_rpcs
+        self._active = 0  # calls in Export; the event loop is the only thread that changes it
 
-    async def Export(self, request: bytes, context: grpc.aio.ServicerContext):  # noqa: N802 - gRPC method name
+    async def Export(self, requests, context: grpc.aio.ServicerContext):  # noqa: N802 - gRPC method name
+        """One OTLP export: ``requests`` yields the call's single serialized message."""
         metadata = dict(context.invocation_metadata() or ())
         if not self._token.accepts(metadata.get(AUTHORIZATION)):
             await _abort(context, IngestError(
                 401, code_pb2.UNAUTHENTICATED,
                 "missing or wrong bearer token: send metadata 'authorization: Bearer <token>'",
             ))
+        if self._active >= self._max_concurrent_rpcs:
+            await _abort(context, overloaded(
+                f"the collector is handling {self._active} gRPC calls already (--grpc-max-concurrent-rpcs)"))
+        self._active += 1
+        try:
+            return await self._export(requests, context)
+        finally:
+            self._active -= 1
+
+    async def _export(self, requests, context: grpc.aio.ServicerContext):
+        messages = aiter(requests)
+        request = await anext(messages, None)
+        if request is None or await anext(messages, None) is not None:
+            await _abort(context, bad_request("an Export call carries exactly one ExportTraceServiceRequest"))
         failure = None
         with self._ingest.reservation() as reservation:
             try:
@@ -65,7 +90,7 @@ async def _abort(context: grpc.aio.ServicerContext, err: IngestError) -> None:
 
 
 def add_receiver(server: grpc.aio.Server, receiver: TraceServiceReceiver) -> None:
-    handler = grpc.unary_unary_rpc_method_handler(
+    handler = grpc.stream_unary_rpc_method_handler(
         receiver.Export,
         request_deserializer=None,  # bytes: decoded by Ingest, like an HTTP body
         response_serializer=trace_service_pb2.ExportTraceServiceResponse.SerializeToString,
@@ -73,9 +98,7 @@ def add_receiver(server: grpc.aio.Server, receiver: TraceServiceReceiver) -> Non
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, {"Export": handler}),))
 
 
-def create_server(
-    receiver: TraceServiceReceiver, *, max_message_bytes: int, max_concurrent_rpcs: int,
-) -> grpc.aio.Server:
+def create_server(receiver: TraceServiceReceiver, *, max_message_bytes: int) -> grpc.aio.Server:
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
@@ -83,7 +106,6 @@ def create_server(
             # A second collector on the same port must fail to start, not share the port silently.
             ("grpc.so_reuseport", 0),
         ],
-        maximum_concurrent_rpcs=max_concurrent_rpcs,
     )
     add_receiver(server, receiver)
     return server

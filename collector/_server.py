@@ -105,8 +105,8 @@ class Collector:
             from meritlens.collector import _grpc  # imported only when enabled: gRPC's library is ~7 MiB resident
 
             self._grpc_server = _grpc.create_server(
-                _grpc.TraceServiceReceiver(self.ingest, self.token),
-                max_message_bytes=s.max_body_bytes, max_concurrent_rpcs=s.grpc_max_concurrent_rpcs,
+                _grpc.TraceServiceReceiver(self.ingest, self.token, max_concurrent_rpcs=s.grpc_max_concurrent_rpcs),
+                max_message_bytes=s.max_body_bytes,
             )
             cert = key = None
             if s.tls:

@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import SpanKind
 
-from tests.collector.collector_proc import CollectorProcess, assert_same_windows, make_request
+from tests.collector.collector_proc import CollectorProcess, assert_same_windows, make_request, span_ids
 from meritlens.analytics._schema import SPAN_COLUMN_NAMES, WINDOW_COLUMN_NAMES
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
@@ -158,9 +158,28 @@ def test_message_over_the_limit_after_decompression_is_resource_exhausted(collec
         assert channel.unary_unary(EXPORT)(make_request(9002, 2).SerializeToString(), timeout=10) == b""
 
 
-def test_overload_answers_unavailable_with_retry_info_and_loses_no_acknowledged_span(tmp_path):
+def test_an_export_call_with_two_messages_is_invalid_argument(collector):
+    with grpc.insecure_channel(collector.grpc_target) as channel:
+        export = channel.stream_unary(EXPORT)
+        with pytest.raises(grpc.RpcError) as caught:
+            export(iter([make_request(9101, 1).SerializeToString(), make_request(9102, 1).SerializeToString()]),
+                   timeout=10)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "exactly one" in caught.value.details()
+        assert export(iter([make_request(9103, 1).SerializeToString()]), timeout=10) == b""
+    ids = ", ".join(f"'{span_ids(batch, 0)[1].hex()}'" for batch in (9101, 9102, 9103))
+    stored = collector.sql(f"SELECT span_id FROM spans WHERE span_id IN ({ids})")
+    assert stored["rows"] == [[span_ids(9103, 0)[1].hex()]]
+
+
+@pytest.mark.parametrize("limit, args, reason", [
     # Room for one request of <= 64 KiB and 100 spans at a time.
-    args = ("--max-body-bytes", "64KiB", "--max-spans-per-request", "100", "--max-inflight-bytes", "300KiB")
+    ("in-flight bytes", ("--max-body-bytes", "64KiB", "--max-spans-per-request", "100",
+                         "--max-inflight-bytes", "300KiB"), "in-flight bytes"),
+    # One call at a time; bytes for all of them. grpc.aio's own limit answered RESOURCE_EXHAUSTED here.
+    ("concurrent calls", ("--grpc-max-concurrent-rpcs", "1"), "--grpc-max-concurrent-rpcs"),
+], ids=["in-flight-bytes", "concurrent-calls"])
+def test_overload_answers_unavailable_with_retry_info_and_loses_no_acknowledged_span(tmp_path, limit, args, reason):
     requests = {b: make_request(20_000 + b, 100).SerializeToString() for b in range(40)}
 
     async def send_all(target: str):
@@ -186,7 +205,7 @@ def test_overload_answers_unavailable_with_retry_info_and_loses_no_acknowledged_
         acked, unavailable = asyncio.run(send_all(busy.grpc_target))
         assert acked == set(requests)
         count = busy.sql("SELECT count(*) FROM spans")["rows"][0][0]
-    assert unavailable, "40 concurrent requests never exceeded a budget of one request"
+    assert unavailable, f"40 concurrent requests never exceeded a budget of one request ({limit})"
     error = unavailable[0]
     metadata = dict(error.trailing_metadata())
     retry = error_details_pb2.RetryInfo.FromString(metadata["google.rpc.retryinfo-bin"])
@@ -194,5 +213,5 @@ def test_overload_answers_unavailable_with_retry_info_and_loses_no_acknowledged_
     status = _status_of(error)
     assert status.code == code_pb2.UNAVAILABLE
     assert status.details[0].Is(error_details_pb2.RetryInfo.DESCRIPTOR)
-    assert "in-flight bytes" in error.details()
+    assert reason in error.details()
     assert count == 40 * 100
