@@ -244,7 +244,7 @@ def import_command(ctx: click.Context, files: tuple[str, ...], db: str, url: str
     from meritlens.collector._import import ImportFailed, expand_paths, import_files, open_destination
     from meritlens.collector._output import render
     from meritlens.collector._progress import progress_bar
-    from meritlens.collector._store import QueryResult
+    from meritlens.collector._results import QueryResult
 
     paths = expand_paths(list(files))
     if not paths:
@@ -312,7 +312,7 @@ def export_command(parquet_dir: str, db: str, url: str | None, tables: tuple[str
     from meritlens.collector._export import ExportFailed, export_parquet
     from meritlens.collector._output import render
     from meritlens.collector._progress import progress_bar
-    from meritlens.collector._store import QueryResult
+    from meritlens.collector._results import QueryResult
 
     with progress_bar(progress, total=None, unit="rows") as bar:
         current = [None]
@@ -363,7 +363,7 @@ def windows(target: str | None, scope: str | None, metric: str | None, db: str, 
     from meritlens.analytics._windows import Window, list_windows_sql
     from meritlens.collector._output import render
     from meritlens.collector._query import QueryError, run_query
-    from meritlens.collector._store import QueryResult
+    from meritlens.collector._results import QueryResult
 
     sql = list_windows_sql(target=target, scope=scope, metric=metric, with_unmeasured=fmt != "signal")
     try:
@@ -503,7 +503,7 @@ def evaluate(target, scope, metric_list, db, url, token, run_dir, schema, step_t
     from meritlens.analytics import EvaluationError, MetricOptions, evaluate as run_evaluation, load_registry
     from meritlens.analytics._evaluate import default_run_dir
     from meritlens.collector._evaluation import open_evaluation_store
-    from meritlens.collector._http import json_default
+    from meritlens.collector._results import json_default
 
     registry = load_registry()
     try:
@@ -927,7 +927,7 @@ def compare(experiment_id, baseline, profile_path, seed, resamples, db, url, tok
     import json
 
     from meritlens.analytics._compare import compare as run_compare, format_comparison
-    from meritlens.collector._http import json_default
+    from meritlens.collector._results import json_default
 
     result = _decide(experiment_id, profile_path, db, url, _client(token, token_file, tls_ca), lambda manifest, profile, query: run_compare(
         manifest, query, baseline=baseline, profile=profile, profile_source=profile_path, seed=seed,
@@ -966,7 +966,7 @@ def frontier(experiment_id, x_metric, y_metric, z_metric, profile_path, seed, re
 
     from meritlens.analytics._frontier import format_frontier, frontier as run_frontier
     from meritlens.analytics._plots import PLOT_SUFFIXES
-    from meritlens.collector._http import json_default
+    from meritlens.collector._results import json_default
 
     if plot_path is not None and not plot_path.lower().endswith(PLOT_SUFFIXES):
         raise _UsageFailure(f"--plot must end in {' or '.join(PLOT_SUFFIXES)}, got {plot_path!r}")

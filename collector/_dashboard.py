@@ -30,7 +30,7 @@ from meritlens.analytics._schema import SPANS_TABLE, WINDOW_COLUMN_NAMES, WINDOW
 from meritlens.analytics._task_samples import TASK_SAMPLE_METRICS, task_samples_sql
 from meritlens.analytics._views import COVERAGE_VIEW
 from meritlens.analytics._windows import SCOPE_ALL, sql_string
-from meritlens.collector._http import json_default
+from meritlens.collector._results import json_default
 from meritlens.collector._settings import (
     API_ARROW_PATH,
     API_PROFILES_PATH,

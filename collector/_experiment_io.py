@@ -37,7 +37,8 @@ from meritlens.collector._query import (
     query_url,
 )
 from meritlens.collector._settings import DEFAULT_URL, ENV_URL, EXPERIMENTS_PATH
-from meritlens.collector._store import QueryResult, SpanStore
+from meritlens.collector._results import QueryResult
+from meritlens.collector._store import SpanStore
 
 
 class ExperimentConflict(ExperimentError):

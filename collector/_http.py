@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
-import datetime as _dt
-import decimal
 import functools
 import json
 import logging
@@ -22,6 +19,7 @@ from meritlens.collector._auth import AUTHORIZATION, BearerToken
 from meritlens.collector._evidence import add_readiness_route
 from meritlens.collector._experiment_io import add_experiment_routes
 from meritlens.collector._ingest import Ingest, IngestError, Reservation, bad_request, too_large
+from meritlens.collector._results import json_default
 from meritlens.collector._settings import (
     DASHBOARD_PATH, HEALTH_PATH, SQL_PATH, STATIC_PATH_PREFIX, TRACES_PATH, WINDOWS_PATH,
 )
@@ -289,18 +287,3 @@ class HttpReceiver:
             log.exception("writing windows failed (incident %s)", incident)
             return web.json_response({"error": f"writing windows failed (incident {incident})"}, status=500)
         return web.json_response({"written": written})
-
-
-def json_default(value):
-    """JSON encoding of the values DuckDB returns."""
-    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
-        return value.isoformat()
-    if isinstance(value, _dt.timedelta):
-        return value.total_seconds()
-    if isinstance(value, decimal.Decimal):
-        return float(value)
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return base64.b64encode(bytes(value)).decode()
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    return str(value)

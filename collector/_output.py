@@ -11,8 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from meritlens.collector._http import json_default
-from meritlens.collector._store import QueryResult
+from meritlens.collector._results import QueryResult, json_default
 
 FORMATS = ("table", "csv", "json")
 

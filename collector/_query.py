@@ -7,7 +7,7 @@ import os
 import ssl
 import urllib.error
 import urllib.request
-from typing import Callable, TypeVar
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 import duckdb
 
@@ -15,7 +15,10 @@ from meritlens.collector._auth import authorization_header
 from meritlens.collector._settings import (
     DEFAULT_URL, ENV_TLS_CA, ENV_URL, SQL_PATH, SettingsError, address_file, resolve_token,
 )
-from meritlens.collector._store import QueryResult, SpanStore
+from meritlens.collector._results import QueryResult
+
+if TYPE_CHECKING:
+    from meritlens.collector._store import SpanStore
 
 
 T = TypeVar("T")
@@ -70,7 +73,9 @@ def on_file_or_collector(db: str, url: str | None, *, read_only: bool, on_file: 
     holding it (the URL it wrote beside the file, else $MERITLENS_URL, else the default URL)."""
     if url:
         return through_collector(url)
-    if os.path.exists(db):
+    if os.path.exists(db) and not _held_by_another_process(db):
+        from meritlens.collector._store import SpanStore  # its imports (~0.3 s) only when needed
+
         store = SpanStore(db, read_only=read_only)
         try:
             store.start()
@@ -89,6 +94,15 @@ def on_file_or_collector(db: str, url: str | None, *, read_only: bool, on_file: 
         if os.path.exists(db):
             raise
         raise QueryError(f"no database at {db} and {exc}") from None
+
+
+def _held_by_another_process(db: str) -> bool:
+    """Whether another process (a running collector) holds the DuckDB file ``db``."""
+    try:
+        duckdb.connect(db, read_only=True).close()
+    except duckdb.Error as exc:
+        return _is_lock_conflict(exc)
+    return False
 
 
 def _collector_url(db: str) -> str | None:

@@ -59,6 +59,7 @@ from meritlens.collector._keyfilter import GrowingKeyFilter, KeyLocator
 from meritlens.collector._keyhash import key_hashes, string_hashes
 from meritlens.collector._normalize import _ARROW_TYPES
 from meritlens.collector._partitions import partition_spans
+from meritlens.collector._results import QueryResult
 from meritlens.collector._settings import (
     DEFAULT_CHECKPOINT_WAL_BYTES,
     DEFAULT_DB_MEMORY_BYTES,
@@ -101,18 +102,6 @@ class WriteResult:
     @property
     def duplicates(self) -> int:
         return self.received - self.inserted
-
-
-@dataclass(frozen=True)
-class QueryResult:
-    columns: list[str]
-    types: list[str]
-    rows: list[tuple]
-    truncated: bool = False
-    """True when a row limit cut the result."""
-    windows_behind: bool = False
-    """True when the windows did not include every span committed before the query within the
-    store's wait (the window processor is behind or failing): window rows may be stale."""
 
 
 def _sample_targets(samples: pa.Table | None) -> set[str]:

@@ -2,31 +2,39 @@
 
 Needs only the OpenTelemetry SDK and the OTLP exporter; never imports the collector.
 User guide: docs/instrumentation.md.
+
+Names are imported from their modules on first use, so a process that reads only the attribute
+names (`conventions`: the collector, the CLI) does not load the OpenTelemetry SDK.
 """
 
-from meritlens.instrumentation import conventions
-from meritlens.instrumentation._config import configure, force_flush, shutdown
-from meritlens.instrumentation._instrument import instrument, uninstrument
-from meritlens.instrumentation._observe import observe
-from meritlens.instrumentation._task import Task, current_task, record_outcome, step, task, tool
-from meritlens.instrumentation._usage import TokenUsage, normalize_usage
-from meritlens.instrumentation.pricing import price_call
+from __future__ import annotations
 
-__all__ = [
-    "Task",
-    "TokenUsage",
-    "configure",
-    "conventions",
-    "current_task",
-    "force_flush",
-    "instrument",
-    "normalize_usage",
-    "observe",
-    "price_call",
-    "record_outcome",
-    "shutdown",
-    "step",
-    "task",
-    "tool",
-    "uninstrument",
-]
+import importlib
+
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "_config": ("configure", "force_flush", "shutdown"),
+    "_instrument": ("instrument", "uninstrument"),
+    "_observe": ("observe",),
+    "_task": ("Task", "current_task", "record_outcome", "step", "task", "tool"),
+    "_usage": ("TokenUsage", "normalize_usage"),
+    "pricing": ("price_call",),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted([*_MODULE_OF, "conventions"])
+
+
+def __getattr__(name: str):
+    if name == "conventions":
+        value = importlib.import_module(f"{__name__}.conventions")
+    else:
+        module = _MODULE_OF.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import subprocess
+import sys
 
 import httpx
 
@@ -29,6 +31,29 @@ def test_query_goes_through_the_collector_while_it_holds_the_file(collector):
     # --url explicitly
     out = run_cli("sql", "select count(*) as n from spans", "--url", collector.url, "--format", "json")
     assert json.loads(out.stdout) == [{"n": 2}]
+
+
+_LOADED_AFTER_A_QUERY = """
+import contextlib, io, json, sys
+from meritlens.collector._cli import main
+sys.argv = ["meritlens", "sql", "select count(*) as n from spans", "--db", sys.argv[1], "--format", "json"]
+out = io.StringIO()
+with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+    main()
+heavy = ("pyarrow", "numpy", "aiohttp", "opentelemetry.sdk", "meritlens.collector._store")
+print(json.dumps({"rows": json.loads(out.getvalue()),
+                  "loaded": sorted(m for m in sys.modules if m.startswith(heavy))}))
+"""
+
+
+def test_a_query_through_the_collector_loads_neither_the_store_nor_the_server(collector):
+    # The CLI's start-up is most of a query's time: Arrow, numpy, aiohttp, the OTel SDK and the
+    # store's modules cost it ~2 s of imports, none of them needed to ask a running collector.
+    _send(collector)
+    out = subprocess.run([sys.executable, "-c", _LOADED_AFTER_A_QUERY, str(collector.db)],
+                         capture_output=True, text=True, check=True)
+    result = json.loads(out.stdout)
+    assert result == {"rows": [{"n": 2}], "loaded": []}
 
 
 def test_query_opens_the_file_read_only_when_no_collector_holds_it(collector):
