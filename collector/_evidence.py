@@ -28,8 +28,9 @@ def check_and_record(store: SpanStore, profile: TaskProfile, *, target: str | No
 
 
 # --- inside the collector -------------------------------------------------------------------------
-def add_readiness_route(app: web.Application, store: SpanStore) -> None:
-    """POST /api/readiness {"profile": {...}, "target": null, "scope": "all"} -> the coverage report."""
+def readiness_handler(store: SpanStore):
+    """The handler of POST /api/readiness {"profile": {...}, "target": null, "scope": "all"} -> the
+    coverage report."""
 
     async def readiness(request: web.Request) -> web.Response:
         if request.method != "POST":
@@ -55,7 +56,7 @@ def add_readiness_route(app: web.Application, store: SpanStore) -> None:
         )
         return web.json_response(report.model_dump(mode="json"))
 
-    app.router.add_route("*", READINESS_PATH, readiness)
+    return readiness
 
 
 # --- from the command line ------------------------------------------------------------------------

@@ -46,9 +46,10 @@ class ExperimentConflict(ExperimentError):
 
 
 # --- inside the collector -------------------------------------------------------------------------
-def add_experiment_routes(app: web.Application, store: SpanStore) -> None:
-    """POST /api/experiments {"manifest": {...}, "create": false} -> {"manifest": {...as stored}}; 400 invalid,
-    409 conflict (an update rewriting the past, or "create" of an existing experiment)."""
+def experiments_handler(store: SpanStore):
+    """The handler of POST /api/experiments {"manifest": {...}, "create": false} -> {"manifest":
+    {...as stored}}; 400 invalid, 409 conflict (an update rewriting the past, or "create" of an
+    existing experiment)."""
 
     async def experiments(request: web.Request) -> web.Response:
         if request.method != "POST":
@@ -76,7 +77,7 @@ def add_experiment_routes(app: web.Application, store: SpanStore) -> None:
             return web.json_response({"error": str(exc), "problems": exc.problems}, status=409)
         return web.json_response({"manifest": stored.to_json()})
 
-    app.router.add_route("*", EXPERIMENTS_PATH, experiments)
+    return experiments
 
 
 # --- from a command or a program --------------------------------------------------------------------

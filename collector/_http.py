@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib
 import json
 import logging
 import uuid
@@ -16,12 +17,11 @@ from google.rpc import code_pb2
 from meritlens.analytics._window_io import WindowRejected, windows_from_json
 from meritlens.collector import _otlp
 from meritlens.collector._auth import AUTHORIZATION, BearerToken
-from meritlens.collector._evidence import add_readiness_route
-from meritlens.collector._experiment_io import add_experiment_routes
 from meritlens.collector._ingest import Ingest, IngestError, Reservation, bad_request, too_large
 from meritlens.collector._results import json_default
 from meritlens.collector._settings import (
-    DASHBOARD_PATH, HEALTH_PATH, SQL_PATH, STATIC_PATH_PREFIX, TRACES_PATH, WINDOWS_PATH,
+    DASHBOARD_PATH, EXPERIMENTS_PATH, HEALTH_PATH, READINESS_PATH, SQL_PATH, STATIC_PATH_PREFIX, TRACES_PATH,
+    WINDOWS_PATH,
 )
 from meritlens.collector._sqlguard import QueryRefused, QueryTimeout
 from meritlens.collector._store import SpanStore
@@ -159,10 +159,26 @@ class HttpReceiver:
         app.router.add_route("*", TRACES_PATH, self.traces)
         app.router.add_route("*", SQL_PATH, self.sql)
         app.router.add_get(HEALTH_PATH, self.health)
-        add_readiness_route(app, self._store)
+        app.router.add_route("*", READINESS_PATH, self._on_first_request("_evidence", "readiness_handler"))
         app.router.add_route("*", WINDOWS_PATH, self.windows)
-        add_experiment_routes(app, self._store)
+        app.router.add_route("*", EXPERIMENTS_PATH, self._on_first_request("_experiment_io", "experiments_handler"))
         return app
+
+    def _on_first_request(self, module: str, factory: str):
+        """A handler made by ``factory(store)`` of ``module``, imported when the route is first
+        asked for (off the event loop): profiles, readiness and experiments need pydantic and
+        the analytics models, which a collector that only receives spans never loads."""
+        handler = None
+
+        async def route(request: web.Request) -> web.StreamResponse:
+            nonlocal handler
+            if handler is None:
+                loaded = await asyncio.get_running_loop().run_in_executor(
+                    None, importlib.import_module, f"meritlens.collector.{module}")
+                handler = getattr(loaded, factory)(self._store)
+            return await handler(request)
+
+        return route
 
     async def drain(self, timeout: float) -> bool:
         """Refuse new requests (503, Connection: close) and wait up to ``timeout`` seconds for the

@@ -27,6 +27,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import duckdb
 import numpy as np
@@ -34,7 +35,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from meritlens.analytics._accumulate import STATE_PART_BYTES, StateMismatch, WindowBook
-from meritlens.analytics._readiness import CoverageReport, coverage_row, record_coverage_sql
 from meritlens.analytics._schema import (
     SPAN_COLUMN_NAMES,
     SPANS_TABLE,
@@ -73,6 +73,9 @@ from meritlens.collector._settings import (
 )
 from meritlens.collector._sqlguard import check_read_only, run_read_only
 from meritlens.instrumentation.conventions import ROLE_APPLICATION
+
+if TYPE_CHECKING:
+    from meritlens.analytics._readiness import CoverageReport
 
 log = logging.getLogger("meritlens.collector.store")
 
@@ -1078,6 +1081,8 @@ class SpanStore:
 
     def record_coverage(self, report: CoverageReport) -> None:
         """Append a readiness check to `coverage_checks` (the `coverage` view shows the latest)."""
+        from meritlens.analytics._readiness import coverage_row, record_coverage_sql  # pydantic: on first use
+
         with self._window_lock:
             self._con.execute(record_coverage_sql(), coverage_row(report))
 
