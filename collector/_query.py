@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import ssl
@@ -16,6 +17,7 @@ from meritlens.collector._settings import (
     DEFAULT_URL, ENV_TLS_CA, ENV_URL, SQL_PATH, SettingsError, address_file, resolve_token,
 )
 from meritlens.collector._results import QueryResult
+from meritlens.collector._sqlguard import open_read_only, run_read_only
 
 if TYPE_CHECKING:
     from meritlens.collector._store import SpanStore
@@ -51,19 +53,42 @@ def run_query(
 
     A collector is sent ``token`` (default: $MERITLENS_TOKEN or the file $MERITLENS_TOKEN_FILE) and
     an https collector is verified against ``ca_file`` (default: $MERITLENS_TLS_CA, else the system CAs)."""
-    return on_file_or_collector(
-        db, url, read_only=True, on_file=lambda store: _query_store(store, sql),
-        through_collector=lambda collector_url: query_url(sql, collector_url, token=token, ca_file=ca_file),
-    )
+    def through_collector(collector_url: str) -> QueryResult:
+        return query_url(sql, collector_url, token=token, ca_file=ca_file)
+
+    if url:
+        return through_collector(url)
+    if os.path.exists(db):
+        # The file itself, without the store: a read needs neither its imports nor its set-up.
+        try:
+            con = open_read_only(db)
+        except duckdb.Error as exc:
+            if not _is_lock_conflict(exc):
+                raise QueryError(f"cannot open {db}: {exc}") from None
+        else:
+            try:
+                with _as_query_error():
+                    result = run_read_only(con.cursor(), sql)
+                return QueryResult(result.columns, result.types, result.rows, result.truncated)
+            finally:
+                con.close()
+    return _through_the_holder(db, through_collector)
 
 
-def _query_store(store: SpanStore, sql: str) -> QueryResult:
+@contextlib.contextmanager
+def _as_query_error():
+    """A refused or failed query as a QueryError with a one-line message."""
     try:
-        return store.query(sql)
+        yield
     except ValueError as exc:
         raise QueryError(f"query refused: {exc}") from None
     except duckdb.Error as exc:
         raise QueryError(str(exc).splitlines()[0]) from None
+
+
+def _query_store(store: SpanStore, sql: str) -> QueryResult:
+    with _as_query_error():
+        return store.query(sql)
 
 
 def on_file_or_collector(db: str, url: str | None, *, read_only: bool, on_file: Callable[[SpanStore], T],
@@ -87,6 +112,12 @@ def on_file_or_collector(db: str, url: str | None, *, read_only: bool, on_file: 
                 return on_file(store)
             finally:
                 store.shutdown()
+    return _through_the_holder(db, through_collector)
+
+
+def _through_the_holder(db: str, through_collector: Callable[[str], T]) -> T:
+    """``through_collector`` with the collector that holds ``db`` (the URL it wrote beside the
+    file, else $MERITLENS_URL, else the default URL)."""
     fallback = _collector_url(db) or os.environ.get(ENV_URL) or DEFAULT_URL
     try:
         return through_collector(fallback)

@@ -7,9 +7,9 @@ Three layers, each enough on its own for the common attacks:
    clear message);
 2. `run_read_only` runs the statement inside `BEGIN TRANSACTION READ ONLY`, so DuckDB itself
    refuses any write that slipped through;
-3. the store's database is opened with `enable_external_access = false` and its configuration
-   locked, so file and URL readers (`read_csv('/etc/passwd')`, httpfs), extension loading and
-   settings changes fail inside DuckDB.
+3. every connection that runs user SQL is opened with `LOCKED_DOWN` and its configuration then
+   locked (`lock_configuration`), so file and URL readers (`read_csv('/etc/passwd')`, httpfs),
+   extension loading and settings changes fail inside DuckDB.
 
 `run_read_only` also interrupts a statement that runs past its timeout and returns at most
 ``max_rows`` rows, saying when it cut the result.
@@ -22,6 +22,14 @@ import threading
 from dataclasses import dataclass
 
 import duckdb
+
+LOCKED_DOWN = {
+    "enable_external_access": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+}
+"""DuckDB settings of every connection that runs user SQL: no file or URL readers, no extension
+loading (Arrow batches are registered explicitly)."""
 
 _READ_TYPES = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 _EXPLAIN_PREFIX = re.compile(r"^\s*explain\s+(?:analy[sz]e\s+|\([^)]*\)\s*)?", re.IGNORECASE)
@@ -45,6 +53,24 @@ class ReadResult:
 
 def _kind_name(kind) -> str:
     return str(kind).rsplit(".", 1)[-1]
+
+
+def lock_configuration(con: duckdb.DuckDBPyConnection) -> None:
+    """Forbid any later change of ``con``'s settings (`SET`, `RESET`): call it once the owner has
+    set what it needs."""
+    con.execute("SET lock_configuration = true")
+
+
+def open_read_only(path: str) -> duckdb.DuckDBPyConnection:
+    """The DuckDB file at ``path``, opened read-only for user SQL (`LOCKED_DOWN`, settings locked).
+    Raises duckdb.Error when it cannot be opened (another process holding it among the reasons)."""
+    con = duckdb.connect(path, read_only=True, config=dict(LOCKED_DOWN))
+    try:
+        lock_configuration(con)
+    except BaseException:
+        con.close()
+        raise
+    return con
 
 
 def check_read_only(sql: str) -> None:

@@ -71,7 +71,7 @@ from meritlens.collector._settings import (
     MIN_REBUILD_ROWS_PER_PARTITION,
     REBUILD_POOL_BYTES_PER_ROW,
 )
-from meritlens.collector._sqlguard import check_read_only, run_read_only
+from meritlens.collector._sqlguard import LOCKED_DOWN, check_read_only, lock_configuration, run_read_only
 from meritlens.instrumentation.conventions import ROLE_APPLICATION
 
 if TYPE_CHECKING:
@@ -80,10 +80,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("meritlens.collector.store")
 
 _CONFIG = {
-    # Queries may not touch files, URLs or extensions; Arrow batches are registered explicitly.
-    "enable_external_access": False,
-    "autoinstall_known_extensions": False,
-    "autoload_known_extensions": False,
+    **LOCKED_DOWN,  # queries may not touch files, URLs or extensions
     # jemalloc returns freed pages from its own threads; otherwise only when DuckDB next allocates
     # (peak RSS at 10k spans/s: ~15 MiB lower, CPU unchanged; bench/README.md).
     "allocator_background_threads": True,
@@ -234,7 +231,7 @@ class SpanStore:
             for statement in STORE_DDL:
                 self._con.execute(statement)
             self._drop_old_indexes()
-        self._con.execute("SET lock_configuration = true")
+        lock_configuration(self._con)
         self._reader = self._con.cursor()
         if not self.read_only:
             self._span_cursor = self._con.cursor()

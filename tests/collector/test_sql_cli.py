@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import httpx
+import pytest
 
 from meritlens.analytics import SPAN_WINDOW_METRICS
 from meritlens.instrumentation import conventions as c
@@ -46,10 +47,13 @@ print(json.dumps({"rows": json.loads(out.getvalue()),
 """
 
 
-def test_a_query_through_the_collector_loads_neither_the_store_nor_the_server(collector):
+@pytest.mark.parametrize("where", ["through-the-collector", "on-the-file"])
+def test_a_query_loads_neither_the_store_nor_the_server(collector, where):
     # The CLI's start-up is most of a query's time: Arrow, numpy, aiohttp, the OTel SDK and the
-    # store's modules cost it ~2 s of imports, none of them needed to ask a running collector.
+    # store's modules cost it ~2 s of imports, none of them needed to run one read.
     _send(collector)
+    if where == "on-the-file":
+        collector.stop()
     out = subprocess.run([sys.executable, "-c", _LOADED_AFTER_A_QUERY, str(collector.db)],
                          capture_output=True, text=True, check=True)
     result = json.loads(out.stdout)
