@@ -267,6 +267,14 @@ def test_a_tool_opening_the_file_between_two_runs_leaves_the_saved_state(tmp_pat
 
 
 # --- periodic saves: a crash replays the spans committed since the last save ----------------------
+def _exact_before_and_after_the_rest(store, tmp_path, spans, cut: int, name: str) -> None:
+    """The windows of ``store`` equal a from-scratch store of ``spans[:cut]``, and of all ``spans``
+    once the rest has been stored as one batch."""
+    assert _windows(store) == _from_scratch(tmp_path, spans[:cut], name)
+    store_spans(store, spans[cut:])
+    assert _windows(store) == _from_scratch(tmp_path, spans)
+
+
 def _targets(spans) -> set[str]:
     return {s.attributes[TARGET_ID] for s in spans if s.attributes.get(TARGET_ID)}
 
@@ -320,9 +328,7 @@ def test_a_crash_after_a_periodic_save_replays_the_spans_since_instead_of_rebuil
         store.update_windows()  # the window thread's first pass replays
         assert written_at and min(written_at) > crashed_watermark
         assert store.stats["state_replayed_spans"] == span_rows(parts[1] + parts[2]).num_rows
-        assert _windows(store) == _from_scratch(tmp_path, spans[:cuts[3]], "replayed")
-        store_spans(store, parts[3])
-        assert _windows(store) == _from_scratch(tmp_path, spans)
+        _exact_before_and_after_the_rest(store, tmp_path, spans, cuts[3], "replayed")
         # no target with saved state has its spans reread for the crash; those without state are
         # rebuilt in one go by the first pass that applies their spans
         assert store.stats["rebuilds"] <= expected_rebuilds + (1 if store_targets_without_state else 0)
@@ -396,9 +402,7 @@ def test_a_replay_within_a_small_window_memory_budget_stays_exact(tmp_path, monk
         store.update_windows()
         assert store.stats["state_replayed_spans"] > 0
         assert len({target for target, _ in store._book.keys}) <= 1
-        assert _windows(store) == _from_scratch(tmp_path, spans[:cuts[3]], "replayed")
-        store_spans(store, parts[3])
-        assert _windows(store) == _from_scratch(tmp_path, spans)
+        _exact_before_and_after_the_rest(store, tmp_path, spans, cuts[3], "replayed")
     finally:
         store.shutdown()
 
@@ -424,9 +428,7 @@ def test_a_replay_that_fails_recomputes_every_window(tmp_path, monkeypatch):
         monkeypatch.setattr(store, "_replay_state", failing_replay)
         store.update_windows()
         assert store.stats["state_replayed_spans"] == 0 and store.stats["rebuilds"] == 1
-        assert _windows(store) == _from_scratch(tmp_path, spans[:cuts[3]], "recomputed")
-        store_spans(store, spans[cuts[3]:])
-        assert _windows(store) == _from_scratch(tmp_path, spans)
+        _exact_before_and_after_the_rest(store, tmp_path, spans, cuts[3], "recomputed")
     finally:
         store.shutdown()
 
@@ -484,9 +486,7 @@ def test_a_shutdown_during_a_replay_stops_it_and_the_next_start_replays_again(tm
         assert store.open_windows()[1] is True
         store.update_windows()
         assert store.stats["state_replayed_spans"] == span_rows(spans[cuts[4]:cuts[7]]).num_rows
-        assert _windows(store) == _from_scratch(tmp_path, spans[:cuts[7]], "replayed")
-        store_spans(store, parts[7])
-        assert _windows(store) == _from_scratch(tmp_path, spans)
+        _exact_before_and_after_the_rest(store, tmp_path, spans, cuts[7], "replayed")
     finally:
         store.shutdown()
 
