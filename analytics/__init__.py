@@ -5,9 +5,9 @@ Names are imported from their private modules on first use, so a process that ne
 
 from __future__ import annotations
 
-import importlib
+from meritlens.instrumentation._exports import lazy_exports
 
-_EXPORTS: dict[str, tuple[str, ...]] = {
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "_catalogue": ("CATALOGUE", "METRIC_IDS", "METRICS", "Aggregation", "Direction", "MetricGroup", "MetricKind", "MetricSpec", "SampleUnit", "Source", "get_metric",),
     "_compare": ("Comparison", "ComparisonError", "MetricRule", "ResultState", "Verdict", "compare", "recompute_interval",),
     "_experiments": ("Arm", "ArmCheck", "ExperimentError", "ExperimentManifest", "ExperimentNotFound", "check_arm", "load_experiment", "shuffled_case_order",),
@@ -21,20 +21,4 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "_registry": ("BUILTIN_METRICS", "ENTRY_POINT_GROUP", "MetricRegistry", "load_registry",),
     "_sidecar": ("KeyedObservation", "read_sidecar", "sidecar_path", "write_sidecar",),
     "_windows": ("PLUGIN_ONLY_METRICS", "SCOPE_ALL", "SPAN_WINDOW_METRICS", "TASK_FIELDS", "WINDOW_DEFINITIONS", "Window", "WindowDefinition", "WindowState", "list_windows_sql",),
-}
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
-
-__all__ = sorted(_MODULE_OF)
-
-
-def __getattr__(name: str):
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+})
