@@ -8,7 +8,7 @@ import os
 import ssl
 import urllib.error
 import urllib.request
-from typing import TYPE_CHECKING, Callable, TypeVar
+from typing import TYPE_CHECKING, Callable, ContextManager, Iterator, TypeVar
 
 import duckdb
 
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 
 T = TypeVar("T")
+H = TypeVar("H")
 
 
 class QueryError(RuntimeError):
@@ -53,26 +54,12 @@ def run_query(
 
     A collector is sent ``token`` (default: $MERITLENS_TOKEN or the file $MERITLENS_TOKEN_FILE) and
     an https collector is verified against ``ca_file`` (default: $MERITLENS_TLS_CA, else the system CAs)."""
-    def through_collector(collector_url: str) -> QueryResult:
-        return query_url(sql, collector_url, token=token, ca_file=ca_file)
-
-    if url:
-        return through_collector(url)
-    if os.path.exists(db):
-        # The file itself, without the store: a read needs neither its imports nor its set-up.
-        try:
-            con = open_read_only(db)
-        except duckdb.Error as exc:
-            if not _is_lock_conflict(exc):
-                raise QueryError(f"cannot open {db}: {exc}") from None
-        else:
-            try:
-                with _as_query_error():
-                    result = run_read_only(con.cursor(), sql)
-                return QueryResult(result.columns, result.types, result.rows, result.truncated)
-            finally:
-                con.close()
-    return _through_the_holder(db, through_collector)
+    # The file itself, not the store: a read needs neither the store's imports nor its set-up.
+    return _on_file_or_collector(
+        db, url, open_file=lambda: contextlib.closing(open_read_only(db)),
+        on_file=lambda con: _query_connection(con, sql),
+        through_collector=lambda collector_url: query_url(sql, collector_url, token=token, ca_file=ca_file),
+    )
 
 
 @contextlib.contextmanager
@@ -86,6 +73,12 @@ def _as_query_error():
         raise QueryError(str(exc).splitlines()[0]) from None
 
 
+def _query_connection(con: duckdb.DuckDBPyConnection, sql: str) -> QueryResult:
+    with _as_query_error():
+        result = run_read_only(con.cursor(), sql)
+    return QueryResult(result.columns, result.types, result.rows, result.truncated)
+
+
 def _query_store(store: SpanStore, sql: str) -> QueryResult:
     with _as_query_error():
         return store.query(sql)
@@ -96,28 +89,40 @@ def on_file_or_collector(db: str, url: str | None, *, read_only: bool, on_file: 
     """``through_collector(url)`` when a URL is given; else ``on_file`` with the DuckDB file opened
     (read-only or not) when no other process holds it; else ``through_collector`` with the collector
     holding it (the URL it wrote beside the file, else $MERITLENS_URL, else the default URL)."""
+    return _on_file_or_collector(db, url, open_file=lambda: _opened_store(db, read_only), on_file=on_file,
+                                 through_collector=through_collector)
+
+
+@contextlib.contextmanager
+def _opened_store(db: str, read_only: bool) -> Iterator[SpanStore]:
+    open_read_only(db).close()  # another process holding the file shows here, before the store's imports (~0.3 s)
+    from meritlens.collector._store import SpanStore
+
+    store = SpanStore(db, read_only=read_only)
+    store.start()
+    try:
+        yield store
+    finally:
+        store.shutdown()
+
+
+def _on_file_or_collector(db: str, url: str | None, *, open_file: Callable[[], ContextManager[H]],
+                          on_file: Callable[[H], T], through_collector: Callable[[str], T]) -> T:
+    """``through_collector(url)`` when a URL is given; else ``on_file`` with what ``open_file``
+    opens, unless another process holds the file (a lock conflict); else ``through_collector``
+    with the collector holding it (the URL it wrote beside the file, else $MERITLENS_URL, else
+    the default URL)."""
     if url:
         return through_collector(url)
-    if os.path.exists(db) and not _held_by_another_process(db):
-        from meritlens.collector._store import SpanStore  # its imports (~0.3 s) only when needed
-
-        store = SpanStore(db, read_only=read_only)
-        try:
-            store.start()
-        except duckdb.Error as exc:
-            if not _is_lock_conflict(exc):
-                raise QueryError(f"cannot open {db}: {exc}") from None
-        else:
+    if os.path.exists(db):
+        with contextlib.ExitStack() as stack:
             try:
-                return on_file(store)
-            finally:
-                store.shutdown()
-    return _through_the_holder(db, through_collector)
-
-
-def _through_the_holder(db: str, through_collector: Callable[[str], T]) -> T:
-    """``through_collector`` with the collector that holds ``db`` (the URL it wrote beside the
-    file, else $MERITLENS_URL, else the default URL)."""
+                opened = stack.enter_context(open_file())
+            except duckdb.Error as exc:
+                if not _is_lock_conflict(exc):
+                    raise QueryError(f"cannot open {db}: {exc}") from None
+            else:
+                return on_file(opened)
     fallback = _collector_url(db) or os.environ.get(ENV_URL) or DEFAULT_URL
     try:
         return through_collector(fallback)
@@ -125,15 +130,6 @@ def _through_the_holder(db: str, through_collector: Callable[[str], T]) -> T:
         if os.path.exists(db):
             raise
         raise QueryError(f"no database at {db} and {exc}") from None
-
-
-def _held_by_another_process(db: str) -> bool:
-    """Whether another process (a running collector) holds the DuckDB file ``db``."""
-    try:
-        duckdb.connect(db, read_only=True).close()
-    except duckdb.Error as exc:
-        return _is_lock_conflict(exc)
-    return False
 
 
 def _collector_url(db: str) -> str | None:
