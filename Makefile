@@ -34,8 +34,8 @@ browser:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	fi
 
-# The suite runs in one pytest worker per core (pytest-xdist): most tests wait on collector processes
-# they started. Each test file stays on one worker (--dist loadfile): a module's tests may share its
+# The suite runs in one pytest worker per core (pytest-xdist): most of its time is the collector and
+# CLI processes it starts. Each test file stays on one worker (--dist loadfile): a module's tests may share its
 # collector and run in order. PYTEST_ARGS comes last, so PYTEST_ARGS="-n 0" runs it in one process.
 test: bytecode browser
 	$(BIN)/python -m pytest -n auto --dist loadfile $(PYTEST_ARGS)
