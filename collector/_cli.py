@@ -12,6 +12,7 @@ from meritlens.collector._settings import (
     DEFAULT_DB,
     DEFAULT_DB_MEMORY_BYTES,
     DEFAULT_DB_THREADS,
+    DEFAULT_STAGE_MOVE_S,
     DEFAULT_GRPC_MAX_CONCURRENT_RPCS,
     DEFAULT_GRPC_PORT,
     DEFAULT_HOST,
@@ -34,6 +35,7 @@ from meritlens.collector._settings import (
     ENV_WINDOW_MEMORY_BYTES,
     ENV_CHECKPOINT_WAL_BYTES,
     ENV_DB_THREADS,
+    ENV_STAGE_SECONDS,
     ENV_DB_MEMORY_BYTES,
     ENV_MAX_PENDING_BATCHES,
     ENV_MAX_SPANS_PER_REQUEST,
@@ -52,6 +54,7 @@ from meritlens.collector._settings import (
     SettingsError,
     parse_bytes,
     resolve_token,
+    staging_path,
 )
 
 _db_option = click.option(
@@ -123,6 +126,11 @@ def _size(ctx, param, value):
 @click.option("--db-threads", type=int, default=None,
               help="DuckDB's worker threads; more make large SQL queries and the start-up rebuild faster and "
                    f"cost the collector's small statements CPU [env {ENV_DB_THREADS}; default {DEFAULT_DB_THREADS}].")
+@click.option("--stage-seconds", "stage_s", type=float, default=None,
+              help="How long acknowledged spans may wait in the staging log (forced to disk next to the "
+                   "DuckDB file) before one INSERT stores them in DuckDB; 0 stores each export in DuckDB "
+                   f"before answering it, at ~2x the writer's CPU [env {ENV_STAGE_SECONDS}; default "
+                   f"{DEFAULT_STAGE_MOVE_S:g}].")
 @click.option("--max-pending-batches", type=int, default=None,
               help=f"Batches waiting for the writer [env {ENV_MAX_PENDING_BATCHES}; default "
                    f"{DEFAULT_MAX_PENDING_BATCHES}].")
@@ -213,6 +221,10 @@ def sql(query: str, db: str, url: str | None, token: str | None, token_file: str
     if result.windows_behind:
         click.echo("warning: the collector's windows do not yet include every stored span (the window processor"
                    " is behind or failing; see its log): window rows may be stale", err=True)
+    if result.staged_bytes:
+        click.echo(f"warning: {staging_path(db)} holds {result.staged_bytes} bytes of spans a collector acknowledged"
+                   " before it stopped without a clean shutdown; the result does not include them until the"
+                   " next `meritlens serve` (or another writing command) on this file stores them", err=True)
 
 
 _format_option = click.option(

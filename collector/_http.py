@@ -225,7 +225,8 @@ class HttpReceiver:
 
     async def health(self, request: web.Request) -> web.Response:
         batches, rows = self._store.window_lag()
-        return web.json_response({"status": "ok", "windows_lag": {"batches": batches, "rows": rows}})
+        return web.json_response({"status": "ok", "windows_lag": {"batches": batches, "rows": rows},
+                                  "staged_rows": self._store.staged_rows()})
 
     async def traces(self, request: web.Request) -> web.Response:
         media_type = (request.content_type or "").lower()

@@ -1,8 +1,10 @@
 """The ingest pipeline: a bounded queue in front of the store's single span writer thread, and
 the window updater thread behind it.
 
-Requests wait for their own batch's spans to be committed before they are answered; batches that
-arrive while the writer is busy are written together. The windows follow in a second thread,
+Requests wait until their own batch's spans are durable before they are answered; batches that
+arrive while the writer is busy are written together. On a store with staging (the collector's),
+durable means forced to the staging log; the writer moves the staged batches into DuckDB in one
+INSERT about once a second, or at once when a query waits for them. The windows follow in a second thread,
 which takes every batch committed since its last pass at once, so their fixed cost is shared by
 however many batches arrived meanwhile. When the queue is full a request is refused at once (the
 receivers answer 503/UNAVAILABLE), never queued without bound.
@@ -25,6 +27,7 @@ from meritlens.collector._store import SpanStore
 log = logging.getLogger("meritlens.collector.pipeline")
 
 _STOP = object()
+_MOVE = object()
 
 
 class Overloaded(RuntimeError):
@@ -90,6 +93,13 @@ class IngestPipeline:
         self._max_coalesced_rows = max_coalesced_rows
         self._thread: threading.Thread | None = None
         self._windows = WindowUpdater(store)
+        store.on_move_demand = self._demand_move
+
+    def _demand_move(self) -> None:
+        try:
+            self._queue.put_nowait(_MOVE)
+        except queue.Full:  # the writer is busy and checks `move_due` after its current group
+            pass
 
     def start(self) -> None:
         self._windows.start()
@@ -106,7 +116,7 @@ class IngestPipeline:
         self._windows.shutdown()
 
     async def submit(self, table: pa.Table) -> None:
-        """Queue a batch and wait until it is committed; raise Overloaded when the queue is full."""
+        """Queue a batch and wait until it is durable; raise Overloaded when the queue is full."""
         loop = asyncio.get_running_loop()
         pending = _Pending(table, loop.create_future(), loop)
         try:
@@ -119,35 +129,46 @@ class IngestPipeline:
         name_os_thread(threading.current_thread().name)
         stopping = False
         while not stopping:
-            first = self._queue.get()
-            if first is _STOP:
-                break
-            group = [first]
-            rows = first.table.num_rows
-            while rows < self._max_coalesced_rows:
+            try:
+                item = self._queue.get(timeout=self._store.move_due())
+            except queue.Empty:
+                item = _MOVE
+            group, rows = [], 0
+            while True:
+                if item is _STOP:
+                    stopping = True
+                elif item is not _MOVE:
+                    group.append(item)
+                    rows += item.table.num_rows
+                if stopping or rows >= self._max_coalesced_rows:
+                    break
                 try:
                     item = self._queue.get_nowait()
                 except queue.Empty:
                     break
-                if item is _STOP:
-                    stopping = True
-                    break
-                group.append(item)
-                rows += item.table.num_rows
-            self._write(group)
+            if group:
+                self._write(group)
+            if stopping or self._store.move_due() == 0.0:
+                self._move()
 
     def _write(self, group: list[_Pending]) -> None:
         try:
             table = pa.concat_tables([p.table for p in group]) if len(group) > 1 else group[0].table
-            result = self._store.append(table)
+            self._store.stage(table)
         except BaseException as exc:  # noqa: BLE001 - every waiter must hear about it
             log.exception("writing a batch of %d requests failed", len(group))
             for p in group:
                 p.loop.call_soon_threadsafe(_set_exception, p.future, exc)
             return
-        log.debug("committed %d rows (%d new) from %d requests", result.received, result.inserted, len(group))
+        log.debug("%d rows from %d requests are durable", table.num_rows, len(group))
         for p in group:
             p.loop.call_soon_threadsafe(_set_result, p.future, None)
+
+    def _move(self) -> None:
+        try:
+            self._store.move_staged()
+        except Exception:  # noqa: BLE001 - they stay staged (durable); the store retries a second later
+            log.exception("storing the staged spans in DuckDB failed; they stay in the staging log")
 
 
 def _set_result(future: asyncio.Future, value) -> None:

@@ -14,7 +14,7 @@ import duckdb
 
 from meritlens.collector._auth import authorization_header
 from meritlens.collector._settings import (
-    DEFAULT_URL, ENV_TLS_CA, ENV_URL, SQL_PATH, SettingsError, address_file, resolve_token,
+    DEFAULT_URL, ENV_TLS_CA, ENV_URL, SQL_PATH, SettingsError, address_file, resolve_token, staging_path,
 )
 from meritlens.collector._results import QueryResult
 from meritlens.collector._sqlguard import open_read_only, run_read_only
@@ -57,7 +57,7 @@ def run_query(
     # The file itself, not the store: a read needs neither the store's imports nor its set-up.
     return _on_file_or_collector(
         db, url, open_file=lambda: contextlib.closing(open_read_only(db)),
-        on_file=lambda con: _query_connection(con, sql),
+        on_file=lambda con: _query_connection(con, sql, _staged_bytes(db)),
         through_collector=lambda collector_url: query_url(sql, collector_url, token=token, ca_file=ca_file),
     )
 
@@ -73,10 +73,17 @@ def _as_query_error():
         raise QueryError(str(exc).splitlines()[0]) from None
 
 
-def _query_connection(con: duckdb.DuckDBPyConnection, sql: str) -> QueryResult:
+def _query_connection(con: duckdb.DuckDBPyConnection, sql: str, staged_bytes: int) -> QueryResult:
     with _as_query_error():
         result = run_read_only(con.cursor(), sql)
-    return QueryResult(result.columns, result.types, result.rows, result.truncated)
+    return QueryResult(result.columns, result.types, result.rows, result.truncated, staged_bytes=staged_bytes)
+
+
+def _staged_bytes(db: str) -> int:
+    try:
+        return os.path.getsize(staging_path(db))
+    except OSError:
+        return 0
 
 
 def _query_store(store: SpanStore, sql: str) -> QueryResult:

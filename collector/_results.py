@@ -21,6 +21,9 @@ class QueryResult:
     windows_behind: bool = False
     """True when the windows did not include every span committed before the query within the
     store's wait (the window processor is behind or failing): window rows may be stale."""
+    staged_bytes: int = 0
+    """Read on the file while its staging log holds this many bytes: spans a collector acknowledged
+    before it stopped without a clean shutdown, which the result does not include yet."""
 
 
 def json_default(value):

@@ -20,6 +20,7 @@ ENV_SPAN_INDEX_BYTES = "MERITLENS_SPAN_INDEX_BYTES"
 ENV_DB_MEMORY_BYTES = "MERITLENS_DB_MEMORY_BYTES"
 ENV_CHECKPOINT_WAL_BYTES = "MERITLENS_CHECKPOINT_WAL_BYTES"
 ENV_DB_THREADS = "MERITLENS_DB_THREADS"
+ENV_STAGE_SECONDS = "MERITLENS_STAGE_SECONDS"
 ENV_MAX_SPANS_PER_REQUEST = "MERITLENS_MAX_SPANS_PER_REQUEST"
 ENV_MAX_ATTRIBUTES = "MERITLENS_MAX_ATTRIBUTES"
 ENV_MAX_ATTRIBUTE_BYTES = "MERITLENS_MAX_ATTRIBUTE_BYTES"
@@ -49,6 +50,11 @@ DEFAULT_WINDOW_LAG_ROWS = 50_000
 """Committed span rows that may wait for the window processor; appends wait beyond it (bounds memory)."""
 DEFAULT_WINDOW_GATHER_S = 1.0
 """How long the window thread lets committed batches gather before a pass (a waiting query ends it early)."""
+DEFAULT_STAGE_MOVE_ROWS = 10_000
+"""Staged span rows (acknowledged, durable in the staging log) that make the writer store them in DuckDB at once."""
+DEFAULT_STAGE_MOVE_S = 1.0
+"""How long acknowledged rows wait in the staging log before the writer stores them in DuckDB in one
+INSERT (a query waiting for them ends it early); DuckDB's per-statement cost is shared by their requests."""
 DEFAULT_QUERY_WAIT_S = 10.0
 """How long a query waits for the windows to include the spans committed before it."""
 REBUILD_POOL_BYTES_PER_ROW = 2048
@@ -131,6 +137,11 @@ ARROW_ROW_COUNT_HEADER = "X-Meritlens-Row-Count"
 def address_file(db: str) -> str:
     """Where a running collector writes its URL, so that commands given only --db can find it."""
     return db + ".collector"
+
+
+def staging_path(db: str) -> str:
+    """The collector's staging log of the DuckDB file ``db``: acknowledged spans not yet in the file."""
+    return db + ".staged"
 
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
@@ -246,6 +257,9 @@ class ServerSettings:
         default_factory=lambda: _env_bytes(ENV_CHECKPOINT_WAL_BYTES, DEFAULT_CHECKPOINT_WAL_BYTES)
     )
     db_threads: int = field(default_factory=lambda: _env_int(ENV_DB_THREADS, DEFAULT_DB_THREADS))
+    stage_s: float = field(default_factory=lambda: _env_float(ENV_STAGE_SECONDS, DEFAULT_STAGE_MOVE_S))
+    """How long acknowledged spans may wait in the staging log before they are stored in DuckDB;
+    0 stores every export in DuckDB before answering it."""
     max_attributes: int = field(default_factory=lambda: _env_int(ENV_MAX_ATTRIBUTES, DEFAULT_MAX_ATTRIBUTES))
     max_attribute_bytes: int = field(
         default_factory=lambda: _env_bytes(ENV_MAX_ATTRIBUTE_BYTES, DEFAULT_MAX_ATTRIBUTE_BYTES)
@@ -301,6 +315,8 @@ class ServerSettings:
         if self.db_memory_bytes < MIN_DB_MEMORY_BYTES:
             raise SettingsError(f"DuckDB memory bytes must be at least {MIN_DB_MEMORY_BYTES // (1024 * 1024)}MiB"
                                 f" (DuckDB can fail a commit below it), got {self.db_memory_bytes}")
+        if not 0 <= self.stage_s <= 60:
+            raise SettingsError(f"stage seconds must be between 0 and 60, got {self.stage_s}")
         if self.sql_timeout_s <= 0 or self.shutdown_timeout_s < 0:
             raise SettingsError("the SQL timeout must be positive and the shutdown timeout not negative")
         for name, port in (("HTTP port", self.http_port), ("gRPC port", self.grpc_port)):

@@ -66,12 +66,15 @@ from meritlens.collector._settings import (
     DEFAULT_KEY_FILTER_BYTES,
     DEFAULT_QUERY_WAIT_S,
     DEFAULT_SPAN_INDEX_BYTES,
+    DEFAULT_STAGE_MOVE_ROWS,
+    DEFAULT_STAGE_MOVE_S,
     DEFAULT_WINDOW_LAG_ROWS,
     DEFAULT_WINDOW_MEMORY_BYTES,
     MIN_REBUILD_ROWS_PER_PARTITION,
     REBUILD_POOL_BYTES_PER_ROW,
 )
 from meritlens.collector._sqlguard import LOCKED_DOWN, check_read_only, lock_configuration, run_read_only
+from meritlens.collector._staging import StagingLog, read_staged, set_aside, staging_path
 from meritlens.instrumentation.conventions import ROLE_APPLICATION
 
 if TYPE_CHECKING:
@@ -146,8 +149,22 @@ class SpanStore:
                  window_memory_bytes: int = DEFAULT_WINDOW_MEMORY_BYTES, db_memory_bytes: int | None = None,
                  window_lag_rows: int = DEFAULT_WINDOW_LAG_ROWS, query_wait_s: float = DEFAULT_QUERY_WAIT_S,
                  rebuild_rows_per_partition: int | None = None,
-                 checkpoint_wal_bytes: int = DEFAULT_CHECKPOINT_WAL_BYTES, db_threads: int | None = None):
+                 checkpoint_wal_bytes: int = DEFAULT_CHECKPOINT_WAL_BYTES, db_threads: int | None = None,
+                 staging: bool = False, stage_move_rows: int = DEFAULT_STAGE_MOVE_ROWS,
+                 stage_move_s: float = DEFAULT_STAGE_MOVE_S):
         self.path = path
+        self._staging = staging and path != ":memory:" and not read_only
+        self._stage_move_rows = stage_move_rows
+        self._stage_move_s = stage_move_s
+        self._log: StagingLog | None = None
+        self._staged: list[pa.Table] = []
+        self._staged_rows = 0
+        """Rows acknowledged from the staging log and not yet committed in DuckDB (under ``_changed``)."""
+        self._staged_since = 0.0
+        self._move_retry_at = 0.0
+        self.on_move_demand = None
+        """Called (from a reader's thread) when a query waits for staged rows: the stager should
+        move them now (`IngestPipeline` wakes its writer)."""
         self._checkpoint_wal_bytes = checkpoint_wal_bytes
         self._db_threads = db_threads
         if rebuild_rows_per_partition is None:
@@ -235,12 +252,44 @@ class SpanStore:
         self._reader = self._con.cursor()
         if not self.read_only:
             self._span_cursor = self._con.cursor()
+            last = self._con.execute(f"SELECT max(epoch_us(received_at)) FROM {SPANS_TABLE}").fetchall()[0][0]
+            self._last_received_us = int(last or 0)
+            self._fill_locator()
+            self._take_up_staged()
             last, self._stored_rows = self._con.execute(
                 f"SELECT max(epoch_us(received_at)), count(*) FROM {SPANS_TABLE}").fetchall()[0]
             self._last_received_us = self._windowed_us = int(last or 0)
             self._held_spans_at_start = last is not None
             self._watermark_valid = not self._held_spans_at_start  # until the windows are opened
-            self._fill_locator()
+            if self._staging:
+                self._log = StagingLog(staging_path(self.path))
+                self._log.open()
+
+    def _take_up_staged(self) -> None:
+        """Commit what a previous process acknowledged into its staging log but did not move (it
+        stopped without a clean shutdown). They count as spans it committed: the windows follow them
+        the way they follow spans a crashed process committed (`open_windows`)."""
+        path = staging_path(self.path)
+        found = read_staged(path)
+        if not found.file_bytes:
+            return
+        if found.tables:
+            try:
+                result = self._append(_concat(found.tables), follow=False, wait=False, windows=False)
+            except Exception:
+                aside = set_aside(path)
+                log.exception("the %d staged batches in %s could not be stored; the file is kept as %s",
+                              len(found.tables), path, aside)
+                return
+            log.info("stored %d spans (%d already stored) that the previous run acknowledged in %s",
+                     result.inserted, result.duplicates, path)
+        if found.torn_bytes:
+            # a write cut short by a crash was never acknowledged; anything else there is kept for a person
+            aside = set_aside(path)
+            log.warning("%s ended with %d bytes that are no whole record (a write cut short by a crash is"
+                        " never acknowledged); the file is kept as %s", path, found.torn_bytes, aside)
+        elif not self._staging:
+            os.unlink(path)
 
     def _drop_old_indexes(self) -> None:
         """Files of earlier versions have a primary key and two indexes on `spans`: drop them
@@ -279,6 +328,7 @@ class SpanStore:
 
     def shutdown(self) -> None:
         if self._con is not None:
+            moved = self._log is None or self._move_at_shutdown()
             self.close_queue()
             if not self.read_only:
                 try:
@@ -294,8 +344,20 @@ class SpanStore:
                     self._con.execute("CHECKPOINT")
                 except duckdb.Error:
                     log.exception("checkpoint at shutdown failed; the WAL still holds every commit")
+            if self._log is not None:
+                self._log.close(remove=moved)
+                self._log = None
             self._con.close()
             self._con = None
+
+    def _move_at_shutdown(self) -> bool:
+        try:
+            self.move_staged()
+        except Exception:  # noqa: BLE001 - the staging log keeps them; the next start stores them
+            log.exception("storing the staged spans at shutdown failed; %s keeps them for the next start",
+                          self._log.path)
+            return False
+        return True
 
     # --- writing ---------------------------------------------------------------------------------
     def write(self, table: pa.Table, *, refresh_windows: bool = True) -> WriteResult:
@@ -315,6 +377,64 @@ class SpanStore:
         budget of rows is queued, so memory stays bounded when the windows fall behind.
 
         ``follow=False`` (bulk loads) leaves the windows as they are; rebuild them afterwards."""
+        return self._append(table, follow=follow, wait=wait)
+
+    # --- staging (the collector's writer; see `_staging`) -----------------------------------------
+    def stage(self, table: pa.Table) -> None:
+        """Make span rows durable in the staging log; they are committed in DuckDB by a later
+        `move_staged` (the caller's, when `move_due` says so), together with the batches staged
+        after them. A store without staging appends them at once. Raises when they are not durable."""
+        if self._log is None:
+            self.append(table)
+            return
+        with self._changed:
+            if self._staged_rows >= self._window_lag_rows:
+                raise RuntimeError(f"{self._staged_rows} staged span rows are waiting to be stored in "
+                                   f"{self.path}, the most allowed: storing them fails (see the log)")
+        self._log.append(table)
+        with self._changed:
+            if not self._staged:
+                self._staged_since = time.monotonic()
+            self._staged.append(table)
+            self._staged_rows += table.num_rows
+
+    def move_due(self) -> float | None:
+        """Seconds until the staged rows should be moved (0: now), or None when none are staged."""
+        with self._changed:
+            if not self._staged:
+                return None
+            now = time.monotonic()
+            if now < self._move_retry_at:
+                return self._move_retry_at - now
+            if self._staged_rows >= self._stage_move_rows or self._readers_waiting or self._closing:
+                return 0.0
+            return max(0.0, self._staged_since + self._stage_move_s - now)
+
+    def move_staged(self) -> int:
+        """Commit every staged row in one INSERT (see `append`), then empty the staging log.
+        Returns the rows moved. On failure they stay staged, to be tried again a second later."""
+        with self._changed:
+            staged, rows = list(self._staged), self._staged_rows
+        if not staged:
+            return 0
+        try:
+            self._append(_concat(staged), follow=True, wait=True, moved_rows=rows)
+        except BaseException:
+            with self._changed:
+                self._move_retry_at = time.monotonic() + 1.0
+            raise
+        with self._changed:
+            del self._staged[:len(staged)]
+            if not self._staged:
+                self._log.clear()
+        return rows
+
+    def _append(self, table: pa.Table, *, follow: bool, wait: bool, windows: bool = True,
+                moved_rows: int = 0) -> WriteResult:
+        """`append`; ``windows=False`` does not queue the batch for the windows (spans committed
+        before the windows are opened, which `open_windows` takes up); ``moved_rows``: staged rows
+        this batch commits (they stop counting as staged in the step where the batch starts counting
+        as committed, so a waiting query cannot miss them)."""
         if self._span_cursor is None:
             raise RuntimeError("the store is not started, or was opened read-only")
         received = table.num_rows
@@ -350,9 +470,11 @@ class SpanStore:
             with self._locator_lock:
                 self._locator.add(_row_key_hashes(keys), received_us, gated=span_hashes)
             with self._changed:
-                self._pending.append(_Stored(table.select(_WINDOW_INPUT), keys, received_us, follow))
-                self._pending_rows += table.num_rows
-                self._stored += 1
+                if windows:
+                    self._pending.append(_Stored(table.select(_WINDOW_INPUT), keys, received_us, follow))
+                    self._pending_rows += table.num_rows
+                    self._stored += 1
+                self._staged_rows -= moved_rows
                 self._stored_rows += int(inserted)
                 self._changed.notify_all()
         return WriteResult(received=received, inserted=int(inserted))
@@ -396,11 +518,14 @@ class SpanStore:
     def wait_for_windows(self, timeout: float | None = None) -> bool:
         """Block until the windows include every span committed before this call; False on timeout."""
         with self._changed:
-            target = self._stored
+            # staged rows are acknowledged: they count as the batch that will commit them
+            target = self._stored + (1 if self._staged_rows else 0)
             if self._windowed >= target:
                 return True
             self._readers_waiting += 1
             self._changed.notify_all()
+            if self._staged_rows and self.on_move_demand is not None:
+                self.on_move_demand()
             try:
                 return self._changed.wait_for(lambda: self._windowed >= target, timeout)
             finally:
@@ -412,6 +537,11 @@ class SpanStore:
         with self._changed:
             self._changed.wait_for(lambda: self._readers_waiting or self._closing
                                    or 2 * self._pending_rows >= self._window_lag_rows, timeout)
+
+    def staged_rows(self) -> int:
+        """Acknowledged span rows in the staging log that DuckDB does not hold yet."""
+        with self._changed:
+            return self._staged_rows
 
     def window_lag(self) -> tuple[int, int]:
         """(batches, rows) committed that the windows do not include yet."""

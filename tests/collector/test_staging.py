@@ -1,0 +1,197 @@
+"""The staging log: acknowledged spans are durable before DuckDB stores them, and are never lost.
+
+The collector answers an export once its rows are forced to `<db>.staged`, and stores staged rows in
+DuckDB in one INSERT about once a second (`--stage-seconds`), at once when a query waits for them,
+and at shutdown. A start takes up what a killed collector left staged.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pytest
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+from meritlens.collector import _otlp
+from meritlens.collector._ingest import prepare
+from meritlens.collector._normalize import NormalizeOptions
+from meritlens.collector._staging import StagingLog, read_staged, staging_path
+from meritlens.collector._store import SpanStore
+from meritlens.instrumentation import conventions as c
+from tests.collector.collector_proc import make_request
+from tests.conftest import MERITLENS, CollectorProcess
+
+PROTOBUF = {"Content-Type": "application/x-protobuf"}
+
+
+def _send_with_the_sdk(collector: CollectorProcess, count: int, target: str = "bot") -> None:
+    """``count`` LLM-call spans through the OpenTelemetry SDK's own OTLP/HTTP exporter; each
+    ``span.end()`` returns after the collector answered."""
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=collector.traces_url)))
+    tracer = provider.get_tracer("tests")
+    try:
+        for i in range(count):
+            tracer.start_span("chat m", attributes={
+                c.TARGET_ID: target, c.GEN_AI_OPERATION_NAME: "chat", c.GEN_AI_USAGE_INPUT_TOKENS: 10 + i,
+            }).end()
+    finally:
+        provider.shutdown()
+
+
+def _stored(db: Path) -> tuple[int, float | None]:
+    """(spans, the input_tokens window of target 'bot') in the file, read by another process's view."""
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        count = con.execute("SELECT count(*) FROM spans").fetchall()[0][0]
+        window = con.execute("SELECT value FROM windows WHERE target_id = 'bot' AND metric = 'input_tokens'"
+                             " AND scope = 'all'").fetchall()
+    finally:
+        con.close()
+    return count, window[0][0] if window else None
+
+
+def test_a_killed_collector_loses_no_acknowledged_span_that_was_only_staged(tmp_path):
+    db = tmp_path / "staged.duckdb"
+    collector = CollectorProcess(db, args=("--stage-seconds", "60")).start()
+    try:
+        _send_with_the_sdk(collector, 5)
+        log = Path(staging_path(str(db)))
+        assert log.stat().st_size > 0  # acknowledged: the rows are in the staging log ...
+        collector.kill9()
+        assert _stored(db) == (0, None)  # ... and not yet in DuckDB
+        assert sum(t.num_rows for t in read_staged(str(log)).tables) == 5
+        looked = subprocess.run([MERITLENS, "sql", "--db", str(db), "--format", "csv", "select count(*) n from spans"],
+                                capture_output=True, text=True, timeout=60)
+        assert looked.returncode == 0, looked.stderr
+        assert looked.stdout.split() == ["n", "0"]
+        assert f"{log} holds {log.stat().st_size} bytes of spans a collector acknowledged" in looked.stderr
+        collector.start()
+        # the start stored them; the windows follow them like spans a crashed process committed
+        assert collector.sql("select count(*) n, sum(input_tokens) t from spans") == [{"n": 5, "t": 60}]
+        rows = collector.sql("select value from windows where target_id = 'bot' and metric = 'input_tokens'"
+                             " and scope = 'all'")
+        assert rows == [{"value": 60.0}]
+        assert "stored 5 spans (0 already stored) that the previous run acknowledged" in collector.log()
+        _send_with_the_sdk(collector, 1)  # the next span counts once more, not the recovered ones twice
+        assert collector.sql("select value from windows where target_id = 'bot' and metric = 'input_tokens'"
+                             " and scope = 'all'") == [{"value": 70.0}]
+    finally:
+        assert collector.stop() == 0, collector.log()
+    assert not log.exists()  # a clean shutdown stores everything and removes the log
+    assert _stored(db) == (6, 70.0)
+
+
+def test_a_query_after_an_acknowledged_export_sees_its_spans_without_waiting_for_the_move(tmp_path):
+    collector = CollectorProcess(tmp_path / "q.duckdb", args=("--stage-seconds", "60")).start()
+    try:
+        _send_with_the_sdk(collector, 3)
+        with collector.client() as client:
+            assert client.get(f"{collector.url}/healthz").json()["staged_rows"] == 3
+            answer = client.post(f"{collector.url}/api/sql", json={"sql": "select count(*) n from spans"}).json()
+        assert answer["rows"] == [[3]]
+        assert "windows_behind" not in answer  # the query made the writer store them; it did not time out
+        assert collector.sql("select sample_count from windows where target_id = 'bot'"
+                             " and metric = 'input_tokens' and scope = 'all'") == [{"sample_count": 3}]
+    finally:
+        assert collector.stop() == 0, collector.log()
+
+
+def test_without_staging_every_export_is_in_duckdb_when_answered(tmp_path):
+    db = tmp_path / "direct.duckdb"
+    collector = CollectorProcess(db, args=("--stage-seconds", "0")).start()
+    try:
+        _send_with_the_sdk(collector, 4)
+        assert not Path(staging_path(str(db))).exists()
+        collector.kill9()
+        assert _stored(db)[0] == 4
+    finally:
+        collector.stop()
+
+
+def test_retried_exports_of_staged_spans_count_once(tmp_path):
+    collector = CollectorProcess(tmp_path / "retry.duckdb", args=("--stage-seconds", "60")).start()
+    try:
+        body = make_request(0, 50).SerializeToString()
+        with collector.client() as client:
+            for _ in range(3):  # the same export three times while it is staged
+                assert client.post(collector.traces_url, content=body, headers=PROTOBUF).status_code == 200
+        assert collector.sql("select count(*) n, count(distinct span_id) d from spans") == [{"n": 50, "d": 50}]
+        with collector.client() as client:  # once more after it was stored
+            assert client.post(collector.traces_url, content=body, headers=PROTOBUF).status_code == 200
+        assert collector.sql("select count(*) n from spans") == [{"n": 50}]
+    finally:
+        assert collector.stop() == 0, collector.log()
+
+
+def _prepared(batch: int, count: int) -> pa.Table:
+    body = make_request(batch, count).SerializeToString()
+    return prepare(_otlp.decode_lean(body, _otlp.PROTOBUF), _otlp.SpanLimits(128, 65536), NormalizeOptions())[1]
+
+
+def test_a_start_stores_whole_records_and_keeps_a_torn_tail_aside(tmp_path, caplog):
+    db = str(tmp_path / "torn.duckdb")
+    log = StagingLog(staging_path(db))
+    log.open()
+    log.append(_prepared(0, 20))
+    log.append(_prepared(1, 30))
+    log.append(_prepared(0, 20))  # a retried export: its spans are stored once
+    log.close(remove=False)
+    whole = os.path.getsize(staging_path(db))
+    with open(staging_path(db), "ab") as fh:  # a crash in the middle of the next write
+        fh.write(b"MLS1\x00\x01\x02")
+    assert read_staged(staging_path(db)).torn_bytes == 7
+
+    store = SpanStore(db, staging=True)
+    with caplog.at_level(logging.INFO, logger="meritlens.collector.store"):
+        store.start()
+    try:
+        assert store.query("select count(*) from spans").rows == [(50,)]
+        assert os.path.getsize(staging_path(db)) == 0  # the store's own log starts empty
+        kept = [p for p in os.listdir(tmp_path) if ".staged.unrecovered-" in p]
+        assert len(kept) == 1 and os.path.getsize(tmp_path / kept[0]) == whole + 7
+        assert "ended with 7 bytes that are no whole record" in caplog.text
+        assert "stored 50 spans (20 already stored)" in caplog.text
+    finally:
+        store.shutdown()
+    assert not os.path.exists(staging_path(db))
+
+
+def test_a_store_moves_staged_rows_in_one_insert_and_on_shutdown(tmp_path):
+    db = str(tmp_path / "moves.duckdb")
+    store = SpanStore(db, staging=True, stage_move_rows=100, stage_move_s=60)
+    store.start()
+    store.open_windows()
+    try:
+        store.stage(_prepared(0, 40))
+        store.stage(_prepared(1, 40))
+        assert store.move_due() > 0  # 80 rows: under both bounds
+        store.stage(_prepared(2, 40))
+        assert store.move_due() == 0.0  # 120 rows: over the row bound
+        assert store.move_staged() == 120
+        assert store.move_due() is None
+        assert os.path.getsize(staging_path(db)) == 0
+        store.stage(_prepared(3, 10))
+    finally:
+        store.shutdown()  # stores the last 10
+    con = duckdb.connect(db, read_only=True)
+    try:
+        assert con.execute("SELECT count(*), count(DISTINCT received_at) FROM spans").fetchall() == [(130, 2)]
+    finally:
+        con.close()
+    assert not os.path.exists(staging_path(db))
+
+
+@pytest.mark.parametrize("value", ["-1", "61"])
+def test_stage_seconds_out_of_range_is_refused_by_name(tmp_path, value):
+    result = subprocess.run([MERITLENS, "serve", "--db", str(tmp_path / "x.duckdb"), "--stage-seconds", value],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert f"stage seconds must be between 0 and 60, got {float(value)}" in result.stderr
