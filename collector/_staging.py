@@ -91,15 +91,21 @@ class StagingLog:
             raise RuntimeError("the staging log is not open")
         if self.broken:
             raise OSError(f"the staging log {self.path} refuses writes: {self.broken}")
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, table.schema) as writer:
+        # one buffer of the exact size, no growing stream: Arrow's allocator keeps freed blocks
+        sized = pa.MockOutputStream()
+        with pa.ipc.new_stream(sized, table.schema) as writer:
             writer.write_table(table)
-        payload = sink.getvalue()
-        record = _HEADER.pack(_MAGIC, zlib.crc32(payload), payload.size) + payload.to_pybytes()
+        buffer = pa.allocate_buffer(sized.size())
+        with pa.ipc.new_stream(pa.FixedSizeBufferWriter(buffer), table.schema) as writer:
+            writer.write_table(table)
+        payload = memoryview(buffer)  # no copy: the header and the payload go out as two buffers
+        header = _HEADER.pack(_MAGIC, zlib.crc32(payload), payload.nbytes)
+        size = len(header) + payload.nbytes
         try:
-            written = 0
-            while written < len(record):
-                written += os.pwrite(self._fd, memoryview(record)[written:], self._size + written)
+            written = os.pwritev(self._fd, [header, payload], self._size)
+            while written < size:  # a short write: the rest, one buffer at a time
+                rest = header[written:] if written < len(header) else payload[written - len(header):]
+                written += os.pwrite(self._fd, rest, self._size + written)
             os.fdatasync(self._fd)
         except OSError as exc:
             try:
@@ -108,7 +114,7 @@ class StagingLog:
             except OSError as undo:
                 self.broken = f"a failed write ({exc}) could not be cut back ({undo})"
             raise
-        self._size += len(record)
+        self._size += size
 
     @property
     def size(self) -> int:

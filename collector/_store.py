@@ -328,8 +328,8 @@ class SpanStore:
 
     def shutdown(self) -> None:
         if self._con is not None:
+            self.close_queue()  # first: a move at shutdown does not wait for the window lag
             moved = self._log is None or self._move_at_shutdown()
-            self.close_queue()
             if not self.read_only:
                 try:
                     self.update_windows()

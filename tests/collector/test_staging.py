@@ -195,3 +195,25 @@ def test_stage_seconds_out_of_range_is_refused_by_name(tmp_path, value):
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert f"stage seconds must be between 0 and 60, got {float(value)}" in result.stderr
+
+
+def test_a_failed_write_is_cut_back_so_later_records_stay_readable(tmp_path, monkeypatch):
+    path = str(tmp_path / "x.staged")
+    log = StagingLog(path)
+    log.open()
+    log.append(_prepared(0, 5))
+    real, calls = os.fdatasync, []
+
+    def full_disk_once(fd):
+        calls.append(fd)
+        if len(calls) == 1:
+            raise OSError(28, "No space left on device")
+        return real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", full_disk_once)
+    with pytest.raises(OSError, match="No space left"):
+        log.append(_prepared(1, 7))  # not durable: the caller does not acknowledge it
+    log.append(_prepared(2, 3))
+    log.close(remove=False)
+    found = read_staged(path)
+    assert [t.num_rows for t in found.tables] == [5, 3] and found.torn_bytes == 0
