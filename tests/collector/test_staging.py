@@ -217,3 +217,28 @@ def test_a_failed_write_is_cut_back_so_later_records_stay_readable(tmp_path, mon
     log.close(remove=False)
     found = read_staged(path)
     assert [t.num_rows for t in found.tables] == [5, 3] and found.torn_bytes == 0
+
+
+def test_staged_rows_are_bounded_while_storing_them_fails(tmp_path, monkeypatch):
+    db = str(tmp_path / "failing.duckdb")
+    store = SpanStore(db, staging=True, window_lag_rows=100, stage_move_rows=50)
+    store.start()
+    try:
+        def disk_error(*args, **kwargs):
+            raise duckdb.IOException("IO Error: could not write (injected)")
+
+        monkeypatch.setattr(store, "_append", disk_error)
+        store.stage(_prepared(0, 60))
+        with pytest.raises(duckdb.IOException):
+            store.move_staged()
+        assert store.move_due() > 0.5  # tried again a second later, not in a loop
+        store.stage(_prepared(1, 60))
+        with pytest.raises(RuntimeError, match="120 staged span rows are waiting to be stored"):
+            store.stage(_prepared(2, 10))  # refused: not written, not acknowledged
+        assert store.staged_rows() == 120
+        monkeypatch.undo()  # the disk is back
+        assert store.move_staged() == 120
+        store.update_windows()  # no window thread here
+        assert store.query("select count(*) from spans").rows == [(120,)]
+    finally:
+        store.shutdown()
