@@ -93,13 +93,17 @@ class IngestPipeline:
         self._max_coalesced_rows = max_coalesced_rows
         self._thread: threading.Thread | None = None
         self._windows = WindowUpdater(store)
+        self._move_demanded = False
         store.on_move_demand = self._demand_move
 
     def _demand_move(self) -> None:
+        if self._move_demanded:  # one wake-up is enough, however many queries wait: they would take queue slots
+            return
+        self._move_demanded = True
         try:
             self._queue.put_nowait(_MOVE)
         except queue.Full:  # the writer is busy and checks `move_due` after its current group
-            pass
+            self._move_demanded = False
 
     def start(self) -> None:
         self._windows.start()
@@ -137,7 +141,9 @@ class IngestPipeline:
             while True:
                 if item is _STOP:
                     stopping = True
-                elif item is not _MOVE:
+                elif item is _MOVE:
+                    self._move_demanded = False
+                else:
                     group.append(item)
                     rows += item.table.num_rows
                 if stopping or rows >= self._max_coalesced_rows:

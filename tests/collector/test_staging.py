@@ -242,3 +242,17 @@ def test_staged_rows_are_bounded_while_storing_them_fails(tmp_path, monkeypatch)
         assert store.query("select count(*) from spans").rows == [(120,)]
     finally:
         store.shutdown()
+
+
+def test_many_waiting_queries_wake_the_writer_once_and_take_no_export_slots(tmp_path):
+    from meritlens.collector._pipeline import IngestPipeline
+
+    store = SpanStore(str(tmp_path / "wake.duckdb"), staging=True)
+    store.start()
+    try:
+        pipeline = IngestPipeline(store, max_pending_batches=4)  # not started: nothing drains its queue
+        for _ in range(10):  # ten queries waiting for staged rows
+            store.on_move_demand()
+        assert pipeline._queue.qsize() == 1  # three slots are left for exports
+    finally:
+        store.shutdown()
