@@ -1,9 +1,12 @@
 """What a collector loads: one that only receives spans does not import the analytics models
-(pydantic) that profiles, readiness checks and experiments need; the first such request does."""
+(pydantic) that profiles, readiness checks and experiments need; the first such request does.
+Its Arrow buffers live on jemalloc unless the environment chooses another pool."""
 
 from __future__ import annotations
 
 import httpx
+import pyarrow as pa
+import pytest
 
 from tests.collector.collector_proc import CollectorProcess, make_request
 
@@ -26,3 +29,19 @@ def test_receiving_spans_loads_no_pydantic_and_the_first_readiness_request_does(
         assert _mapped(collector, "pydantic_core")
         r = httpx.post(collector.url + "/api/experiments", json={"manifest": {}}, timeout=30)
         assert r.status_code == 400 and "problems" in r.json()
+
+
+@pytest.mark.parametrize("chosen", [None, "system"])
+def test_arrow_buffers_use_jemalloc_unless_the_environment_chooses(tmp_path, chosen):
+    env = {"ARROW_DEFAULT_MEMORY_POOL": chosen} if chosen else {}
+    with CollectorProcess(tmp_path / "pool.duckdb", args=("--no-grpc",), env=env) as collector:
+        r = httpx.post(collector.url + "/v1/traces", content=make_request(1, 10).SerializeToString(),
+                       headers={"Content-Type": "application/x-protobuf"})
+        assert r.status_code == 200
+        log = collector.log()
+    try:
+        pa.jemalloc_memory_pool()
+        expected = chosen or "jemalloc"
+    except NotImplementedError:  # a pyarrow built without jemalloc keeps its default
+        expected = chosen or pa.default_memory_pool().backend_name
+    assert f"Arrow memory pool: {expected}" in log
