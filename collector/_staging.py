@@ -49,7 +49,7 @@ def read_staged(path: str) -> StagedRecords:
     """The whole records of the log at ``path`` (none when it does not exist)."""
     try:
         with open(path, "rb") as fh:
-            data = fh.read()
+            data = memoryview(fh.read())  # records are sliced without copies
     except FileNotFoundError:
         return StagedRecords([], 0, 0)
     tables, offset = [], 0
@@ -115,10 +115,6 @@ class StagingLog:
                 self.broken = f"a failed write ({exc}) could not be cut back ({undo})"
             raise
         self._size += size
-
-    @property
-    def size(self) -> int:
-        return self._size
 
     def clear(self) -> None:
         """Empty the log: everything it held is committed in DuckDB. Not forced to disk: records

@@ -414,27 +414,24 @@ class SpanStore:
         """Commit every staged row in one INSERT (see `append`), then empty the staging log.
         Returns the rows moved. On failure they stay staged, to be tried again a second later."""
         with self._changed:
-            staged, rows = list(self._staged), self._staged_rows
+            staged = list(self._staged)
         if not staged:
             return 0
         try:
-            self._append(_concat(staged), follow=True, wait=True, moved_rows=rows)
+            result = self._append(_concat(staged), follow=True, wait=True, moved=len(staged))
         except BaseException:
             with self._changed:
                 self._move_retry_at = time.monotonic() + 1.0
             raise
-        with self._changed:
-            del self._staged[:len(staged)]
-            if not self._staged:
-                self._log.clear()
-        return rows
+        self._log.clear()  # the caller is the only stager: nothing was staged during the move
+        return result.received
 
     def _append(self, table: pa.Table, *, follow: bool, wait: bool, windows: bool = True,
-                moved_rows: int = 0) -> WriteResult:
+                moved: int = 0) -> WriteResult:
         """`append`; ``windows=False`` does not queue the batch for the windows (spans committed
-        before the windows are opened, which `open_windows` takes up); ``moved_rows``: staged rows
-        this batch commits (they stop counting as staged in the step where the batch starts counting
-        as committed, so a waiting query cannot miss them)."""
+        before the windows are opened, which `open_windows` takes up); ``moved``: the first staged
+        batches, which this batch commits (they stop counting as staged in the step where the batch
+        starts counting as committed, so a waiting query cannot miss them)."""
         if self._span_cursor is None:
             raise RuntimeError("the store is not started, or was opened read-only")
         received = table.num_rows
@@ -474,7 +471,8 @@ class SpanStore:
                     self._pending.append(_Stored(table.select(_WINDOW_INPUT), keys, received_us, follow))
                     self._pending_rows += table.num_rows
                     self._stored += 1
-                self._staged_rows -= moved_rows
+                self._staged_rows -= sum(t.num_rows for t in self._staged[:moved])
+                del self._staged[:moved]
                 self._stored_rows += int(inserted)
                 self._changed.notify_all()
         return WriteResult(received=received, inserted=int(inserted))
