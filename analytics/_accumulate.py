@@ -33,6 +33,7 @@ from meritlens.analytics._windows import (
     EVIDENCE_MEDIA_TYPE,
     FACT_PREFIX,
     FACTS,
+    SAMPLE_VALUES,
     WINDOW_DEFINITIONS,
     ValueRule,
     Window,
@@ -397,17 +398,17 @@ _NO_SAMPLES = SampleColumns(*(np.empty(0, dtype=t) for t in (float, np.int64, np
 
 
 def group_samples(table: pa.Table) -> dict[tuple[str, str, str], SampleColumns]:
-    """Sample rows (``SAMPLE_ROW_COLUMNS``) grouped by (target_id, scope, metric)."""
+    """Sample rows (``SAMPLE_ROW_COLUMNS``) as the samples of each (target_id, scope, metric) with
+    any (a fact is a metric ``FACT_PREFIX + name`` here), each in the rows' order."""
     if table.num_rows == 0:
         return {}
     codes = np.zeros(table.num_rows, dtype=np.int64)
-    for name in ("target_id", "scope", "metric"):  # one integer per distinct (target, scope, metric)
+    for name in ("target_id", "scope"):  # one integer per distinct (target, scope)
         encoded = table.column(name).combine_chunks().dictionary_encode()
         codes = codes * len(encoded.dictionary) + encoded.indices.to_numpy(zero_copy_only=False)
     order = np.argsort(codes, kind="stable")
-    codes = codes[order]
-    starts = np.flatnonzero(np.diff(codes, prepend=-1))
-    ends = np.append(starts[1:], codes.size)
+    starts = np.flatnonzero(np.diff(codes[order], prepend=-1))
+    keys = [tuple(table.column(n)[int(order[i])].as_py() for n in ("target_id", "scope")) for i in starts.tolist()]
 
     def column(name: str, dtype) -> np.ndarray:
         values = table.column(name)
@@ -415,18 +416,28 @@ def group_samples(table: pa.Table) -> dict[tuple[str, str, str], SampleColumns]:
             values = pc.fill_null(values, False)
         return values.to_numpy(zero_copy_only=False).astype(dtype, copy=False)[order]
 
-    v = column("v", float)
     first_end, last_end = column("first_end_us", np.int64), column("last_end_us", np.int64)
     start, end = column("start_ns", np.int64), column("end_ns", np.int64)
     success, span_count = column("success", bool), column("span_count", np.int64)
     key_high, key_low = column("key_high", np.uint64), column("key_low", np.uint64)
     groups: dict[tuple[str, str, str], SampleColumns] = {}
-    for i, j in zip(starts.tolist(), ends.tolist()):
-        row = int(order[i])
-        target, scope, metric = (table.column(n)[row].as_py() for n in ("target_id", "scope", "metric"))
-        groups[(target, scope, metric)] = SampleColumns(
-            v[i:j], first_end[i:j], last_end[i:j], start[i:j], end[i:j], success[i:j], span_count[i:j],
-            int(np.sum(key_high[i:j], dtype=np.uint64)), int(np.sum(key_low[i:j], dtype=np.uint64)))
+    for metric in SAMPLE_VALUES:
+        values = table.column(metric)
+        if values.null_count == len(values):
+            continue
+        rows = np.flatnonzero(pc.is_valid(values).to_numpy(zero_copy_only=False)[order])
+        v = values.to_numpy(zero_copy_only=False)[order][rows].astype(float, copy=False)
+        lo = np.searchsorted(rows, starts)  # each (target, scope)'s first row among the samples
+        hi = np.append(lo[1:], rows.size)
+        held = np.flatnonzero(hi > lo)
+        # sums over consecutive non-empty runs, wrapping at 2**64 like the digest
+        highs = np.add.reduceat(key_high[rows], lo[held]).tolist()
+        lows = np.add.reduceat(key_low[rows], lo[held]).tolist()
+        fe, le, st, en = first_end[rows], last_end[rows], start[rows], end[rows]
+        su, sc = success[rows], span_count[rows]
+        for g, i, j, h, l in zip(held.tolist(), lo[held].tolist(), hi[held].tolist(), highs, lows):
+            groups[(*keys[g], metric)] = SampleColumns(v[i:j], fe[i:j], le[i:j], st[i:j], en[i:j], su[i:j], sc[i:j],
+                                                       int(h), int(l))
     return groups
 
 
