@@ -125,7 +125,10 @@ class Multiset:
             return
         self.n += int(values.size)
         if self._counts is not None:
-            self._counts.update(values.tolist())
+            counts = self._counts
+            # counted in numpy, then one dict update per distinct value (not per value)
+            for value, count in zip(*(a.tolist() for a in np.unique(values, return_counts=True))):
+                counts[value] += count
             if len(self._counts) > SMALL_DISTINCT:
                 items = sorted(self._counts.items())
                 self._base = np.repeat(np.array([v for v, _ in items]), [c for _, c in items])

@@ -113,7 +113,7 @@ def _sample_targets(samples: pa.Table | None) -> set[str]:
 
 def touched_keys(table: pa.Table) -> set[tuple[str, str]]:
     """The (target_id, scope) window keys that a batch of span rows can change."""
-    app = _application_rows(table)
+    app = _application_rows(table.select(["role", "target_id", "assessment_id"]))
     keys = {(target, SCOPE_ALL) for target in pc.unique(app.column("target_id")).to_pylist()}
     assessed = app.filter(pc.is_valid(app.column("assessment_id")))
     pairs = assessed.group_by(["target_id", "assessment_id"]).aggregate([])
@@ -957,7 +957,7 @@ class SpanStore:
         trace = hashes.column("t").to_numpy()[app]
         no_task = hashes.column("no_task").to_numpy(zero_copy_only=False)[app]
         task_or_trace = np.where(no_task, trace, hashes.column("k").to_numpy()[app])
-        rows = table.filter(app)
+        rows = _application_rows(table, app)
         candidates = set(rows.column("trace_id").filter(self._keys.may_contain(trace)).to_pylist()) | set(
             pc.coalesce(rows.column("task_id"), rows.column("trace_id")).filter(
                 self._keys.may_contain(task_or_trace)).to_pylist())
@@ -1346,8 +1346,11 @@ def _application_mask(table: pa.Table) -> np.ndarray:
     return pc.fill_null(mask, False).to_numpy(zero_copy_only=False)
 
 
-def _application_rows(table: pa.Table) -> pa.Table:
-    return table.filter(_application_mask(table))
+def _application_rows(table: pa.Table, mask: np.ndarray | None = None) -> pa.Table:
+    """The application rows of ``table`` (``mask``: its `_application_mask`, when known); the table
+    itself when every row is one (a filter copies every column)."""
+    mask = _application_mask(table) if mask is None else mask
+    return table if mask.all() else table.filter(mask)
 
 
 def _first_of_each_span(table: pa.Table, span_hashes: np.ndarray | None = None) -> pa.Table:
