@@ -174,7 +174,9 @@ def create_table_sql(table: str, columns: tuple[Column, ...], primary_key: tuple
 # No primary key: (trace_id, span_id) is unique by the store's own check (collector/_store.py says
 # why a B-tree index is not kept), and the table stays in commit order.
 SPANS_DDL = create_table_sql(SPANS_TABLE, SPAN_COLUMNS)
-WINDOWS_DDL = create_table_sql(WINDOWS_TABLE, WINDOW_COLUMNS, ("target_id", "metric", "scope"))
+WINDOW_KEY_COLUMNS: tuple[str, ...] = ("target_id", "metric", "scope")
+"""The primary key of `windows`: one row per window."""
+WINDOWS_DDL = create_table_sql(WINDOWS_TABLE, WINDOW_COLUMNS, WINDOW_KEY_COLUMNS)
 COVERAGE_DDL = create_table_sql(COVERAGE_TABLE, COVERAGE_COLUMNS, ("target_id", "scope", "checked_at"))
 EXPERIMENTS_DDL = create_table_sql(EXPERIMENTS_TABLE, EXPERIMENT_COLUMNS, ("experiment_id",))
 EXPERIMENT_ARMS_DDL = create_table_sql(EXPERIMENT_ARMS_TABLE, EXPERIMENT_ARM_COLUMNS, ("experiment_id", "arm"))

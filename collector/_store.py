@@ -40,6 +40,7 @@ from meritlens.analytics._schema import (
     SPANS_TABLE,
     WINDOW_COLUMN_NAMES,
     WINDOW_COLUMNS,
+    WINDOW_KEY_COLUMNS,
     WINDOW_STATE_COLUMN_NAMES,
     WINDOW_STATE_TABLE,
     WINDOW_WATERMARK_COLUMN_NAMES,
@@ -1439,19 +1440,19 @@ normalizer's rows; only `WINDOW_INPUT_COLUMNS`)."""
 _KEEPS_STORED_ROW = (f"n.value IS NULL AND w.value IS NOT NULL"
                      f" AND w.evidence_media_type IS DISTINCT FROM '{EVIDENCE_MEDIA_TYPE}'")
 """A stored row with a value and another producer's evidence (a plugin's) stays over ``n``, ours without one."""
+_SAME_WINDOW = " AND ".join(f'w."{c}" = n."{c}"' for c in WINDOW_KEY_COLUMNS)
 _UPDATE_WINDOWS = (
     f"UPDATE {WINDOWS_TABLE} w SET "
-    + ", ".join(f'"{c}" = n."{c}"' for c in WINDOW_COLUMN_NAMES if c not in ("target_id", "metric", "scope"))
-    + " FROM _windows n WHERE w.target_id = n.target_id AND w.metric = n.metric AND w.scope = n.scope"
-    f" AND NOT ({_KEEPS_STORED_ROW})")
-_UPSERT_WINDOWS = (
-    f"INSERT OR REPLACE INTO {WINDOWS_TABLE} SELECT n.* FROM _windows n"
-    f" LEFT JOIN {WINDOWS_TABLE} w ON w.target_id = n.target_id AND w.metric = n.metric AND w.scope = n.scope"
-    f" WHERE NOT ({_KEEPS_STORED_ROW})")
-_UPDATE_WATERMARK = (f"UPDATE {WINDOW_WATERMARK_TABLE} SET windowed_us = ?, definitions_digest = ?, written_at = ?"
-                     " WHERE store = ?")
-_UPSERT_WATERMARK = (f"INSERT OR REPLACE INTO {WINDOW_WATERMARK_TABLE}"
-                     f" (windowed_us, definitions_digest, written_at, store) VALUES (?, ?, ?, ?)")
+    + ", ".join(f'"{c}" = n."{c}"' for c in WINDOW_COLUMN_NAMES if c not in WINDOW_KEY_COLUMNS)
+    + f" FROM _windows n WHERE {_SAME_WINDOW} AND NOT ({_KEEPS_STORED_ROW})")
+_UPSERT_WINDOWS = (f"INSERT OR REPLACE INTO {WINDOWS_TABLE} SELECT n.* FROM _windows n"
+                   f" LEFT JOIN {WINDOWS_TABLE} w ON {_SAME_WINDOW} WHERE NOT ({_KEEPS_STORED_ROW})")
+_WATERMARK_KEY, *_WATERMARK_FIELDS = WINDOW_WATERMARK_COLUMN_NAMES  # (store, windowed_us, definitions_digest, written_at)
+_UPDATE_WATERMARK = (f"UPDATE {WINDOW_WATERMARK_TABLE} SET {', '.join(f'{c} = ?' for c in _WATERMARK_FIELDS)}"
+                     f" WHERE {_WATERMARK_KEY} = ?")
+_UPSERT_WATERMARK = (f"INSERT OR REPLACE INTO {WINDOW_WATERMARK_TABLE} ({', '.join(_WATERMARK_FIELDS)}, {_WATERMARK_KEY})"
+                     f" VALUES ({', '.join('?' for _ in WINDOW_WATERMARK_COLUMN_NAMES)})")
+"""Both take the watermark's fields, then its key (`SPANS_TABLE`)."""
 
 
 def _count(result: duckdb.DuckDBPyConnection) -> int:
