@@ -134,7 +134,9 @@ class Multiset:
                 self._base = np.repeat(np.array([v for v, _ in items]), [c for _, c in items])
                 self._counts = None
             return
-        self._recent = np.sort(np.concatenate([self._recent, values]))
+        added = np.sort(values)
+        # into the sorted recent values at their places: one linear copy, not a sort of them all
+        self._recent = np.insert(self._recent, np.searchsorted(self._recent, added), added)
         if self._recent.size > max(2048, self._base.size // 16):
             # two sorted runs: the stable sort (timsort) merges them in linear time
             self._base = np.sort(np.concatenate([self._base, self._recent]), kind="stable")
