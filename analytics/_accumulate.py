@@ -431,7 +431,7 @@ def group_samples(table: pa.Table) -> dict[tuple[str, str, str], SampleColumns]:
         if values.null_count == len(values):
             continue
         rows = np.flatnonzero(pc.is_valid(values).to_numpy(zero_copy_only=False)[order])
-        v = values.to_numpy(zero_copy_only=False)[order][rows].astype(float, copy=False)
+        v = values.to_numpy(zero_copy_only=False)[order[rows]].astype(float, copy=False)
         lo = np.searchsorted(rows, starts)  # each (target, scope)'s first row among the samples
         hi = np.append(lo[1:], rows.size)
         held = np.flatnonzero(hi > lo)

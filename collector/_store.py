@@ -458,10 +458,10 @@ class SpanStore:
                 self.stats["duplicate_checks"] += 1
                 cursor.register("_incoming", table)
                 try:
-                    inserted = cursor.execute(
+                    inserted = _count(cursor.execute(
                         f"INSERT INTO {SPANS_TABLE} SELECT * FROM _incoming i WHERE NOT EXISTS ("
                         f"SELECT 1 FROM ({_ranges_sql(stored)}) s"
-                        " WHERE s.trace_id = i.trace_id AND s.span_id = i.span_id)").fetchall()[0][0]
+                        " WHERE s.trace_id = i.trace_id AND s.span_id = i.span_id)"))
                 finally:
                     cursor.unregister("_incoming")
             else:
