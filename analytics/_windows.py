@@ -175,16 +175,24 @@ _TOOL_SPAN = f"(operation = '{OP_EXECUTE_TOOL}' OR tool_name IS NOT NULL)"
 _ERROR = "(status_code = 2 OR error_type IS NOT NULL)"
 
 
+def _in_value_order(function: str, column: str, condition: str) -> str:
+    """``function`` (``sum`` or ``avg``) of ``column`` over the rows meeting ``condition``, adding
+    the doubles in value order, so that the result does not depend on the order the spans were
+    stored in. As a sorted list's ``list_sum``/``list_avg``: the same additions in the same order as
+    ``sum(x ORDER BY x)``, bit for bit, but DuckDB's ordered aggregate sorted every group through
+    one shared sort (~15% of the window pass's statement when each task is one call)."""
+    return f"list_{function}(list_sort(list({column}) FILTER (WHERE {condition})))"
+
+
 def _sum_over_calls(column: str, *, integer: bool = False) -> str:
     """A task's total of ``column`` over its LLM calls: known only when every call reported it
     (a partial sum would understate it), NULL when no call did (never 0). Doubles are summed in
-    value order, so their total does not depend on the order the spans were stored in (an
-    ``integer`` column's sum is exact in any order)."""
-    order = "" if integer else f" ORDER BY {column}"
+    value order (`_in_value_order`); an ``integer`` column's sum is exact in any order."""
+    total = f"sum({column}) FILTER (WHERE is_call)" if integer else _in_value_order("sum", column, "is_call")
     return (
         f"CASE WHEN count({column}) FILTER (WHERE is_call) > 0"
         f" AND count({column}) FILTER (WHERE is_call) = count(*) FILTER (WHERE is_call)"
-        f" THEN sum({column}{order}) FILTER (WHERE is_call) END"
+        f" THEN {total} END"
     )
 
 
@@ -231,7 +239,7 @@ TASK_FIELDS: tuple[TaskField, ...] = (
     TaskField("errors", "count(*) FILTER (WHERE is_error)", "spans with error status or error.type"),
     TaskField("outcome_success", "bool_and(outcome_success)",
               "recorded outcome (false if any recorded outcome was a failure)"),
-    TaskField("quality_score", "avg(quality_score ORDER BY quality_score) FILTER (WHERE quality_score BETWEEN 0 AND 1)",
+    TaskField("quality_score", _in_value_order("avg", "quality_score", "quality_score BETWEEN 0 AND 1"),
               "recorded quality score in [0, 1] (mean if several)"),
     TaskField("human_intervention", "bool_or(human_intervention)", "a person had to step in"),
 )
