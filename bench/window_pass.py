@@ -3,13 +3,15 @@
 The sustained benchmark's spans (bench/loadgen.py) are decoded and normalized as the receiver does
 them, then written the way the collector's writer and window threads would handle one second of
 10k spans/s: `SpanStore.append` of 10 requests of 1000 spans, then one `update_windows` pass. The
-mean of each is printed; `--profile` adds cProfile's top functions of the window passes (or of the
-appends, with `--profile appends`). DuckDB runs on one thread, as in the collector.
+mean of each is printed, as wall time and as this process's CPU time; `--profile` adds cProfile's top
+functions of the window passes (or of the appends, with `--profile appends`). DuckDB runs on one
+thread, as in the collector. `--requests-per-pass` changes the spans of a pass (1000 each): a pass's
+cost is a fixed part plus a part per span, and two sizes separate them.
 
 Correctness: `spans` holds every span written, and each target's `input_tokens` window equals the
 sum loadgen put in its spans.
 
-usage: python bench/window_pass.py [--passes 20] [--profile passes|appends]
+usage: python bench/window_pass.py [--passes 20] [--requests-per-pass 10] [--profile passes|appends]
 """
 
 from __future__ import annotations
@@ -33,16 +35,17 @@ from meritlens.collector._normalize import NormalizeOptions  # noqa: E402
 from meritlens.collector._store import SpanStore  # noqa: E402
 
 REQUEST_SPANS = 1000
-REQUESTS_PER_PASS = 10
 WARM_UP_REQUESTS = 20
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--passes", type=int, default=20)
+    parser.add_argument("--requests-per-pass", type=int, default=10)
     parser.add_argument("--profile", choices=["passes", "appends"], default=None)
     args = parser.parse_args()
-    total = (WARM_UP_REQUESTS + args.passes * REQUESTS_PER_PASS) * REQUEST_SPANS
+    per_pass = args.requests_per_pass
+    total = (WARM_UP_REQUESTS + args.passes * per_pass) * REQUEST_SPANS
     limits = _otlp.SpanLimits(128, 65536)
     tables = [prepare(_otlp.decode_lean(body, _otlp.PROTOBUF), limits, NormalizeOptions())[1]
               for body in build_bodies(total, REQUEST_SPANS, TARGETS)]
@@ -56,16 +59,16 @@ def main() -> None:
             for _ in range(WARM_UP_REQUESTS):
                 store.append(next(requests))
             store.update_windows()
-            appends = passes = 0.0
+            appends = passes = appends_cpu = passes_cpu = 0.0
             for _ in range(args.passes):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 if args.profile == "appends":
                     profile.enable()
-                for _ in range(REQUESTS_PER_PASS):
+                for _ in range(per_pass):
                     store.append(next(requests))
                 if args.profile == "appends":
                     profile.disable()
-                t1 = time.perf_counter()
+                t1, c1 = time.perf_counter(), time.process_time()
                 if args.profile == "passes":
                     profile.enable()
                 store.update_windows()
@@ -73,6 +76,8 @@ def main() -> None:
                     profile.disable()
                 appends += t1 - t0
                 passes += time.perf_counter() - t1
+                appends_cpu += c1 - c0
+                passes_cpu += time.process_time() - c1
             stored = store.query("select count(*) from spans").rows[0][0]
             windows = dict(store.query("select target_id, value from windows"
                                        " where metric = 'input_tokens' and scope = 'all'").rows)
@@ -80,10 +85,13 @@ def main() -> None:
             store.shutdown()
     if stored != total or windows != {k: float(v) for k, v in expected_tokens(total).items()}:
         raise SystemExit(f"window_pass: stored {stored} of {total} spans; input_tokens windows {windows}")
-    spans = REQUESTS_PER_PASS * REQUEST_SPANS
-    print(f"{args.passes} passes of {spans:,} spans: append {1000 * appends / args.passes:.1f} ms "
-          f"({1e6 * appends / (args.passes * spans):.1f} µs/span), window pass {1000 * passes / args.passes:.1f} ms "
-          f"({1e6 * passes / (args.passes * spans):.1f} µs/span); correctness checks passed")
+    spans = per_pass * REQUEST_SPANS
+
+    def mean(seconds: float) -> str:
+        return f"{1000 * seconds / args.passes:.1f} ms ({1e6 * seconds / (args.passes * spans):.1f} µs/span)"
+
+    print(f"{args.passes} passes of {spans:,} spans: append {mean(appends)}, window pass {mean(passes)}; "
+          f"CPU: append {mean(appends_cpu)}, window pass {mean(passes_cpu)}; correctness checks passed")
     if profile:
         pstats.Stats(profile).sort_stats("cumulative").print_stats(40)
 
