@@ -44,6 +44,8 @@ def main() -> None:
     parser.add_argument("--requests-per-pass", type=int, default=10)
     parser.add_argument("--profile", choices=["passes", "appends"], default=None)
     args = parser.parse_args()
+    if args.passes < 1 or args.requests_per_pass < 1:
+        parser.error("--passes and --requests-per-pass must be at least 1")
     per_pass = args.requests_per_pass
     total = (WARM_UP_REQUESTS + args.passes * per_pass) * REQUEST_SPANS
     limits = _otlp.SpanLimits(128, 65536)
