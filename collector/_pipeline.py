@@ -3,8 +3,10 @@ the window updater thread behind it.
 
 Requests wait until their own batch's spans are durable before they are answered; batches that
 arrive while the writer is busy are written together. On a store with staging (the collector's),
-durable means forced to the staging log; the writer moves the staged batches into DuckDB in one
-INSERT about once a second, or at once when a query waits for them. The windows follow in a second thread,
+durable means forced to the staging log; a mover thread stores the staged batches in DuckDB in one
+INSERT about once a second, or at once when a query waits for them, while the writer goes on
+staging (a move of a second's rows used to hold every export for its ~60 ms; bench/README.md
+"Seventeenth session"). The windows follow in a third thread,
 which takes every batch committed since its last pass at once, so their fixed cost is shared by
 however many batches arrived meanwhile. When the queue is full a request is refused at once (the
 receivers answer 503/UNAVAILABLE), never queued without bound.
@@ -27,7 +29,6 @@ from meritlens.collector._store import SpanStore
 log = logging.getLogger("meritlens.collector.pipeline")
 
 _STOP = object()
-_MOVE = object()
 
 
 class Overloaded(RuntimeError):
@@ -85,37 +86,36 @@ class WindowUpdater:
 
 class IngestPipeline:
     """Serializes span writes to a SpanStore, coalescing batches that arrive while a write is
-    running; a `WindowUpdater` keeps the windows following the committed spans."""
+    running; a mover thread stores staged batches in DuckDB meanwhile, and a `WindowUpdater`
+    keeps the windows following the committed spans."""
 
     def __init__(self, store: SpanStore, *, max_pending_batches: int = 64, max_coalesced_rows: int = 50_000):
         self._store = store
         self._queue: queue.Queue = queue.Queue(maxsize=max_pending_batches)
         self._max_coalesced_rows = max_coalesced_rows
         self._thread: threading.Thread | None = None
+        self._mover: threading.Thread | None = None
+        self._mover_wake = threading.Event()
+        self._mover_stop = threading.Event()
         self._windows = WindowUpdater(store)
-        self._move_demanded = False
-        store.on_move_demand = self._demand_move
-
-    def _demand_move(self) -> None:
-        if self._move_demanded:  # one wake-up is enough, however many queries wait: they would take queue slots
-            return
-        self._move_demanded = True
-        try:
-            self._queue.put_nowait(_MOVE)
-        except queue.Full:  # the writer is busy and checks `move_due` after its current group
-            self._move_demanded = False
+        # a query waiting for staged rows wakes the mover; it takes no slot of the export queue
+        store.on_move_demand = self._mover_wake.set
 
     def start(self) -> None:
         self._windows.start()
+        self._mover_stop.clear()
+        self._mover = threading.Thread(target=self._run_mover, name="meritlens-mover", daemon=True)
+        self._mover.start()
         self._thread = threading.Thread(target=self._run, name="meritlens-writer", daemon=True)
         self._thread.start()
 
     def shutdown(self) -> None:
-        """Write everything already accepted, bring the windows up to date, then stop both threads."""
+        """Write everything already accepted, store what is staged, bring the windows up to date,
+        then stop the threads."""
         if self._thread is None:
             return
         self._queue.put(_STOP)
-        self._thread.join()
+        self._thread.join()  # the writer stops the mover, then moves what is left itself
         self._thread = None
         self._windows.shutdown()
 
@@ -133,16 +133,11 @@ class IngestPipeline:
         name_os_thread(threading.current_thread().name)
         stopping = False
         while not stopping:
-            try:
-                item = self._queue.get(timeout=self._store.move_due())
-            except queue.Empty:
-                item = _MOVE
+            item = self._queue.get()
             group, rows = [], 0
             while True:
                 if item is _STOP:
                     stopping = True
-                elif item is _MOVE:
-                    self._move_demanded = False
                 else:
                     group.append(item)
                     rows += item.table.num_rows
@@ -154,7 +149,22 @@ class IngestPipeline:
                     break
             if group:
                 self._write(group)
-            if stopping or self._store.move_due() == 0.0:
+                self._mover_wake.set()  # it times the next move from the staged rows
+        self._mover_stop.set()
+        self._mover_wake.set()
+        if self._mover is not None:
+            self._mover.join()
+            self._mover = None
+        self._move()
+
+    def _run_mover(self) -> None:
+        name_os_thread("meritlens-mover")
+        while True:
+            self._mover_wake.wait(self._store.move_due())  # None: nothing staged, sleep until woken
+            self._mover_wake.clear()
+            if self._mover_stop.is_set():
+                return
+            if self._store.move_due() == 0.0:
                 self._move()
 
     def _write(self, group: list[_Pending]) -> None:

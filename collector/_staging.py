@@ -66,7 +66,8 @@ def read_staged(path: str) -> StagedRecords:
 class StagingLog:
     """An append-only file of span batches; `append` returns once the batch is on disk.
 
-    Not thread-safe: the store's span writer is its only user."""
+    Not thread-safe: the store serializes its appends and its emptying (`SpanStore.stage`,
+    `SpanStore.move_staged`)."""
 
     def __init__(self, path: str):
         self.path = path
@@ -115,6 +116,11 @@ class StagingLog:
                 self.broken = f"a failed write ({exc}) could not be cut back ({undo})"
             raise
         self._size += size
+
+    @property
+    def size(self) -> int:
+        """Bytes of the whole records the log holds."""
+        return self._size
 
     def clear(self) -> None:
         """Empty the log: everything it held is committed in DuckDB. Not forced to disk: records

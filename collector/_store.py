@@ -89,6 +89,10 @@ _CONFIG = {
     # (peak RSS at 10k spans/s: ~15 MiB lower, CPU unchanged; bench/README.md).
     "allocator_background_threads": True,
 }
+STAGING_LOG_KEEP_BYTES = 64 * 1024 * 1024
+"""Up to this size the staging log keeps records already stored in DuckDB while exports staged during
+a move wait in it (a restart stores them again, harmlessly: stored spans are skipped); beyond it a
+move also stores those exports, with staging held, and empties the log."""
 _OLD_INDEXES = ("spans_trace_id", "spans_task_id")
 """B-tree indexes of earlier versions, dropped at start (see the module docstring)."""
 _REBUILD_BATCH_ROWS = 65_536
@@ -165,7 +169,7 @@ class SpanStore:
         self._move_retry_at = 0.0
         self.on_move_demand = None
         """Called (from a reader's thread) when a query waits for staged rows: the stager should
-        move them now (`IngestPipeline` wakes its writer)."""
+        move them now (`IngestPipeline` wakes its mover)."""
         self._checkpoint_wal_bytes = checkpoint_wal_bytes
         self._db_threads = db_threads
         if rebuild_rows_per_partition is None:
@@ -179,6 +183,9 @@ class SpanStore:
         """Statement names on ``_con`` by SQL text (`_select_arrow`)."""
         self._span_lock = threading.Lock()
         """Serializes span inserts (on ``_span_cursor``)."""
+        self._log_lock = threading.Lock()
+        """Serializes the staging log's appends and its emptying (`stage`, `move_staged`)."""
+        self._log_keep_bytes = STAGING_LOG_KEEP_BYTES
         self._span_cursor: duckdb.DuckDBPyConnection | None = None
         self._window_lock = threading.RLock()
         """Serializes the window processor and the other writers (on ``_con``)."""
@@ -386,7 +393,7 @@ class SpanStore:
     # --- staging (the collector's writer; see `_staging`) -----------------------------------------
     def stage(self, table: pa.Table) -> None:
         """Make span rows durable in the staging log; they are committed in DuckDB by a later
-        `move_staged` (the caller's, when `move_due` says so), together with the batches staged
+        `move_staged` (another thread's, when `move_due` says so), together with the batches staged
         after them. A store without staging appends them at once. Raises when they are not durable."""
         if self._log is None:
             self.append(table)
@@ -395,12 +402,13 @@ class SpanStore:
             if self._staged_rows >= self._window_lag_rows:
                 raise RuntimeError(f"{self._staged_rows} staged span rows are waiting to be stored in "
                                    f"{self.path}, the most allowed: storing them fails (see the log)")
-        self._log.append(table)
-        with self._changed:
-            if not self._staged:
-                self._staged_since = time.monotonic()
-            self._staged.append(table)
-            self._staged_rows += table.num_rows
+        with self._log_lock:
+            self._log.append(table)
+            with self._changed:
+                if not self._staged:
+                    self._staged_since = time.monotonic()
+                self._staged.append(table)
+                self._staged_rows += table.num_rows
 
     def move_due(self) -> float | None:
         """Seconds until the staged rows should be moved (0: now), or None when none are staged."""
@@ -416,18 +424,34 @@ class SpanStore:
 
     def move_staged(self) -> int:
         """Commit every staged row in one INSERT (see `append`), then empty the staging log.
-        Returns the rows moved. On failure they stay staged, to be tried again a second later."""
+        Returns the rows moved. On failure they stay staged, to be tried again a second later.
+
+        `stage` may run meanwhile (in the writer, while this runs in a thread of its own). The log
+        is emptied only when DuckDB holds every row it holds: when rows were staged during the
+        INSERT, it keeps its records until a later move, unless it has grown past
+        `STAGING_LOG_KEEP_BYTES`; then those rows are stored too, with staging held, and it is emptied."""
         with self._changed:
             staged = list(self._staged)
         if not staged:
             return 0
+        moved = self._move(staged)
+        with self._log_lock:
+            with self._changed:
+                rest = list(self._staged)
+            if rest and self._log.size > self._log_keep_bytes:
+                moved += self._move(rest)
+                rest = []
+            if not rest:
+                self._log.clear()
+        return moved
+
+    def _move(self, staged: list[pa.Table]) -> int:
         try:
             result = self._append(_concat(staged), follow=True, wait=True, moved=len(staged))
         except BaseException:
             with self._changed:
                 self._move_retry_at = time.monotonic() + 1.0
             raise
-        self._log.clear()  # the caller is the only stager: nothing was staged during the move
         return result.received
 
     def _append(self, table: pa.Table, *, follow: bool, wait: bool, windows: bool = True,
@@ -477,6 +501,8 @@ class SpanStore:
                     self._stored += 1
                 self._staged_rows -= sum(t.num_rows for t in self._staged[:moved])
                 del self._staged[:moved]
+                if moved and self._staged:  # staged during this move: their second starts about now
+                    self._staged_since = time.monotonic()
                 self._stored_rows += int(inserted)
                 self._changed.notify_all()
         return WriteResult(received=received, inserted=int(inserted))

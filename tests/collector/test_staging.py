@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+import threading
 from pathlib import Path
 
 import duckdb
@@ -164,11 +165,17 @@ def test_a_start_stores_whole_records_and_keeps_a_torn_tail_aside(tmp_path, capl
     assert not os.path.exists(staging_path(db))
 
 
-def test_a_store_moves_staged_rows_in_one_insert_and_on_shutdown(tmp_path):
-    db = str(tmp_path / "moves.duckdb")
+def _started_store(db: str) -> SpanStore:
+    """A started store with staging that moves at 100 staged rows or after 60 s, its windows open."""
     store = SpanStore(db, staging=True, stage_move_rows=100, stage_move_s=60)
     store.start()
     store.open_windows()
+    return store
+
+
+def test_a_store_moves_staged_rows_in_one_insert_and_on_shutdown(tmp_path):
+    db = str(tmp_path / "moves.duckdb")
+    store = _started_store(db)
     try:
         store.stage(_prepared(0, 40))
         store.stage(_prepared(1, 40))
@@ -187,6 +194,71 @@ def test_a_store_moves_staged_rows_in_one_insert_and_on_shutdown(tmp_path):
     finally:
         con.close()
     assert not os.path.exists(staging_path(db))
+
+
+def _move_with_a_stage_during_its_insert(store: SpanStore, staged_meanwhile: pa.Table) -> list[int]:
+    """Run `move_staged` in a thread of its own and stage ``staged_meanwhile`` while its first
+    INSERT is under way; returns the row counts of the INSERTs it made."""
+    inserting, proceed, inserted = threading.Event(), threading.Event(), []
+    append = store._append
+
+    def slow_append(table, **kwargs):
+        inserted.append(table.num_rows)
+        if len(inserted) == 1:
+            inserting.set()
+            assert proceed.wait(10)
+        return append(table, **kwargs)
+
+    store._append = slow_append
+    mover = threading.Thread(target=store.move_staged)
+    mover.start()
+    try:
+        assert inserting.wait(10)
+        store.stage(staged_meanwhile)  # not held up by the INSERT under way
+        assert store.staged_rows() == sum(inserted) + staged_meanwhile.num_rows
+    finally:
+        proceed.set()
+        mover.join(10)
+        store._append = append
+    assert not mover.is_alive()
+    return inserted
+
+
+def _logged_rows(db: str) -> int:
+    return sum(t.num_rows for t in read_staged(staging_path(db)).tables)
+
+
+def test_rows_staged_during_a_move_keep_the_log_until_a_later_move_stores_them(tmp_path):
+    """The mover's INSERT runs beside the writer's staging: an export staged meanwhile is durable
+    at once, and the log is not emptied until DuckDB holds it too."""
+    db = str(tmp_path / "during.duckdb")
+    store = _started_store(db)
+    try:
+        store.stage(_prepared(0, 40))
+        assert _move_with_a_stage_during_its_insert(store, _prepared(1, 25)) == [40]
+        assert _logged_rows(db) == 65  # the stored 40 stay beside the 25 (stored again after a crash: skipped)
+        assert store.staged_rows() == 25
+        assert 59 < store.move_due() <= 60  # their own wait, not the stored rows' (nothing moves at once)
+        assert store.move_staged() == 25
+        assert _logged_rows(db) == 0 and store.staged_rows() == 0
+        store.update_windows()  # no window thread here
+        assert store.query("select count(*) from spans").rows == [(65,)]
+    finally:
+        store.shutdown()
+
+
+def test_a_grown_log_is_emptied_by_a_move_that_also_stores_what_was_staged_during_it(tmp_path):
+    db = str(tmp_path / "grown.duckdb")
+    store = _started_store(db)
+    store._log_keep_bytes = 0  # every log is over the size up to which it keeps stored records
+    try:
+        store.stage(_prepared(0, 40))
+        assert _move_with_a_stage_during_its_insert(store, _prepared(1, 25)) == [40, 25]
+        assert _logged_rows(db) == 0 and store.staged_rows() == 0
+        store.update_windows()
+        assert store.query("select count(*) from spans").rows == [(65,)]
+    finally:
+        store.shutdown()
 
 
 @pytest.mark.parametrize("value", ["-1", "61"])
@@ -244,15 +316,17 @@ def test_staged_rows_are_bounded_while_storing_them_fails(tmp_path, monkeypatch)
         store.shutdown()
 
 
-def test_many_waiting_queries_wake_the_writer_once_and_take_no_export_slots(tmp_path):
+def test_waiting_queries_wake_the_mover_and_take_no_export_slots(tmp_path):
     from meritlens.collector._pipeline import IngestPipeline
 
     store = SpanStore(str(tmp_path / "wake.duckdb"), staging=True)
     store.start()
     try:
         pipeline = IngestPipeline(store, max_pending_batches=4)  # not started: nothing drains its queue
+        assert not pipeline._mover_wake.is_set()
         for _ in range(10):  # ten queries waiting for staged rows
             store.on_move_demand()
-        assert pipeline._queue.qsize() == 1  # three slots are left for exports
+        assert pipeline._mover_wake.is_set()
+        assert pipeline._queue.qsize() == 0  # every slot is left for exports
     finally:
         store.shutdown()

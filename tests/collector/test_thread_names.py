@@ -42,9 +42,9 @@ def test_a_thread_names_itself():
     assert seen == {"named": True, "comm": "ml-probe"}
 
 
-def test_the_collectors_writer_window_and_decode_threads_are_named(collector):
+def test_the_collectors_writer_mover_window_and_decode_threads_are_named(collector):
     before = _thread_names(collector.proc.pid)
-    assert "ml-writer" in before and "ml-windows" in before
+    assert "ml-writer" in before and "ml-windows" in before and "ml-mover" in before
     assert "ml-decode" not in before  # made for the first request
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=collector.traces_url)))
