@@ -223,8 +223,9 @@ def sql(query: str, db: str, url: str | None, token: str | None, token_file: str
                    " is behind or failing; see its log): window rows may be stale", err=True)
     if result.staged_bytes:
         click.echo(f"warning: {staging_path(db)} holds {result.staged_bytes} bytes of spans a collector acknowledged"
-                   " before it stopped without a clean shutdown; the result does not include them until the"
-                   " next `meritlens serve` (or another writing command) on this file stores them", err=True)
+                   " before it stopped without a clean shutdown; those it had not stored yet are not in the"
+                   " result until the next `meritlens serve` (or another writing command) on this file stores"
+                   " them", err=True)
 
 
 _format_option = click.option(
