@@ -438,11 +438,11 @@ class SpanStore:
         with self._log_lock:
             with self._changed:
                 rest = list(self._staged)
-            if rest and self._log.size > self._log_keep_bytes:
+            if rest:
+                if self._log.size <= self._log_keep_bytes:
+                    return moved  # they wait for the next move; the log keeps the stored records beside them
                 moved += self._move(rest)
-                rest = []
-            if not rest:
-                self._log.clear()
+            self._log.clear()
         return moved
 
     def _move(self, staged: list[pa.Table]) -> int:
