@@ -52,6 +52,7 @@ from meritlens.collector._settings import (
     DEFAULT_TARGET_FALLBACK,
     ServerSettings,
     SettingsError,
+    choose_arrow_memory_pool,
     parse_bytes,
     resolve_token,
     staging_path,
@@ -164,6 +165,7 @@ def serve(token: str | None, token_file: str | None, no_grpc: bool, **options) -
     Also serves a read-only dashboard at its HTTP address (http://127.0.0.1:4318/ by default).
     Every option also reads the environment variable named in its help; see docs/collector.md.
     """
+    choose_arrow_memory_pool()  # before the server's modules import pyarrow
     from meritlens.collector._server import normalize_options, serve as run
 
     given = {name: value for name, value in options.items() if value is not None}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
@@ -18,7 +19,14 @@ from meritlens.collector._normalize import NATIVE_SCANNER, NormalizeOptions, che
 from meritlens.collector._otlp import SpanLimits
 from meritlens.collector._pipeline import IngestPipeline
 from meritlens.instrumentation.pricing import price_call
-from meritlens.collector._settings import TARGET_FALLBACK_OFF, ServerSettings, address_file, is_loopback
+from meritlens.collector._settings import (
+    COLLECTOR_ARROW_MEMORY_POOL,
+    ENV_ARROW_MEMORY_POOL,
+    TARGET_FALLBACK_OFF,
+    ServerSettings,
+    address_file,
+    is_loopback,
+)
 from meritlens.collector._store import SpanStore
 
 log = logging.getLogger("meritlens.collector")
@@ -32,18 +40,31 @@ def normalize_options(settings: ServerSettings) -> NormalizeOptions:
     return NormalizeOptions(target_fallback=check_target_fallback(fallback), price=price_call)
 
 
-def arrow_memory_pool() -> str:
-    """Put the collector's Arrow buffers on jemalloc, unless ARROW_DEFAULT_MEMORY_POOL chooses a pool
-    or this pyarrow has no jemalloc; returns the pool in use. At 10k spans/s the peak RSS was
-    ~16 MiB lower than on Arrow's default mimalloc, at the same CPU (bench/README.md "Fifteenth session")."""
+@functools.cache
+def _arrow_cpp_default_pool() -> str:
+    """Arrow's C++ default pool, read before `arrow_memory_pool` first sets Python's."""
     import pyarrow as pa
 
-    if not os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
+    return pa.default_memory_pool().backend_name
+
+
+def arrow_memory_pool() -> str:
+    """Put the collector's Arrow buffers on jemalloc, unless the environment chooses a pool
+    (ARROW_DEFAULT_MEMORY_POOL) or this pyarrow has no jemalloc; returns the pool in use. At 10k
+    spans/s the peak RSS was ~16 MiB lower than on Arrow's default mimalloc, at the same CPU
+    (bench/README.md "Fifteenth session"). `meritlens serve` sets Arrow's C++ default before it
+    imports pyarrow (`choose_arrow_memory_pool`); a collector started in a process that imported
+    pyarrow first can only set Python's pool, and the answer then names the C++ default too."""
+    import pyarrow as pa
+
+    cpp_default = _arrow_cpp_default_pool()
+    if not os.environ.get(ENV_ARROW_MEMORY_POOL) and cpp_default != COLLECTOR_ARROW_MEMORY_POOL:
         try:
             pa.set_memory_pool(pa.jemalloc_memory_pool())
         except NotImplementedError:  # pyarrow.ArrowNotImplementedError: built without jemalloc
             pass
-    return pa.default_memory_pool().backend_name
+    pool = pa.default_memory_pool().backend_name
+    return pool if pool == cpp_default else f"{pool} (Arrow's own allocations: {cpp_default})"
 
 
 class Collector:

@@ -29,6 +29,10 @@ __all__ = ["StagedRecords", "StagingLog", "read_staged", "set_aside", "staging_p
 
 _MAGIC = b"MLS1"
 _HEADER = struct.Struct("<4sIQ")
+_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+"""An IPC stream's end: the continuation marker and a zero length."""
+_MAX_BUFFERS_PER_WRITE = 512
+"""Below the system's IOV_MAX (1024 on Linux)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,13 @@ class StagingLog:
         self._size = 0
         self.broken: str | None = None
         """Why the log refuses appends: a write failed and could not be undone."""
+        self._schema: pa.Schema | None = None
+        self._schema_bytes = b""
+
+    def _schema_message(self, schema: pa.Schema) -> bytes:
+        if self._schema is None or not schema.equals(self._schema, check_metadata=True):
+            self._schema, self._schema_bytes = schema, schema.serialize().to_pybytes()
+        return self._schema_bytes
 
     def open(self) -> None:
         """Open (creating) the log for appending, after `read_staged` took up what it held and the
@@ -92,21 +103,17 @@ class StagingLog:
             raise RuntimeError("the staging log is not open")
         if self.broken:
             raise OSError(f"the staging log {self.path} refuses writes: {self.broken}")
-        # one buffer of the exact size, no growing stream: Arrow's allocator keeps freed blocks
-        sized = pa.MockOutputStream()
-        with pa.ipc.new_stream(sized, table.schema) as writer:
-            writer.write_table(table)
-        buffer = pa.allocate_buffer(sized.size())
-        with pa.ipc.new_stream(pa.FixedSizeBufferWriter(buffer), table.schema) as writer:
-            writer.write_table(table)
-        payload = memoryview(buffer)  # no copy: the header and the payload go out as two buffers
-        header = _HEADER.pack(_MAGIC, zlib.crc32(payload), payload.nbytes)
-        size = len(header) + payload.nbytes
+        # The record is an IPC stream put together from its messages: the schema's (serialized
+        # once: Arrow allocates it on its C++ default pool, mimalloc, whatever pool Python chose),
+        # each batch's (on the pool the collector chose) and the end-of-stream marker.
+        parts = [self._schema_message(table.schema), *(batch.serialize() for batch in table.to_batches()), _EOS]
+        crc, length = 0, 0
+        for part in parts:
+            crc, length = zlib.crc32(part, crc), length + len(part)
+        header = _HEADER.pack(_MAGIC, crc, length)
+        size = len(header) + length
         try:
-            written = os.pwritev(self._fd, [header, payload], self._size)
-            while written < size:  # a short write: the rest, one buffer at a time
-                rest = header[written:] if written < len(header) else payload[written - len(header):]
-                written += os.pwrite(self._fd, rest, self._size + written)
+            _write_all(self._fd, [header, *parts], self._size)
             os.fdatasync(self._fd)
         except OSError as exc:
             try:
@@ -140,6 +147,21 @@ class StagingLog:
                 os.unlink(self.path)
             except FileNotFoundError:
                 pass
+
+
+def _write_all(fd: int, buffers: list, offset: int) -> None:
+    """Write ``buffers`` one after another at ``offset``, whatever short writes the system makes."""
+    views = [memoryview(b).cast("B") for b in buffers]
+    while views:
+        written = os.pwritev(fd, views[:_MAX_BUFFERS_PER_WRITE], offset)
+        if written <= 0:
+            raise OSError(f"a write of the staging log at offset {offset} wrote nothing")
+        offset += written
+        while views and written >= views[0].nbytes:
+            written -= views[0].nbytes
+            views.pop(0)
+        if views and written:
+            views[0] = views[0][written:]
 
 
 def set_aside(path: str) -> str:

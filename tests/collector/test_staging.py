@@ -291,6 +291,40 @@ def test_a_failed_write_is_cut_back_so_later_records_stay_readable(tmp_path, mon
     assert [t.num_rows for t in found.tables] == [5, 3] and found.torn_bytes == 0
 
 
+def test_records_read_back_as_written_across_chunks_schema_changes_and_short_writes(tmp_path, monkeypatch):
+    path = str(tmp_path / "x.staged")
+    log = StagingLog(path)
+    log.open()
+    chunked = pa.concat_tables([_prepared(0, 4), _prepared(1, 6)])  # two record batches
+    other = pa.table({"n": pa.array([1, 2, 3], pa.int64())}, metadata={b"k": b"v"})
+    real, calls = os.pwritev, []
+
+    def short(fd, buffers, offset):  # the system writes at most 10 bytes a call
+        calls.append(len(buffers))
+        first = bytes(memoryview(buffers[0]).cast("B"))[:10]
+        return real(fd, [first], offset)
+
+    log.append(_prepared(2, 3))
+    monkeypatch.setattr(os, "pwritev", short)
+    log.append(chunked)
+    monkeypatch.setattr(os, "pwritev", real)
+    log.append(other)  # another schema, with metadata
+    log.append(_prepared(3, 2))  # and back
+    log.close(remove=False)
+
+    assert len(calls) > 100  # the chunked record went out 10 bytes at a time
+    found = read_staged(path)
+    assert found.torn_bytes == 0 and [t.num_rows for t in found.tables] == [3, 10, 3, 2]
+    assert found.tables[1].equals(chunked) and found.tables[1].schema.equals(chunked.schema)
+    assert found.tables[2].equals(other) and found.tables[2].schema.metadata == {b"k": b"v"}
+    assert found.tables[3].schema.equals(_prepared(3, 2).schema)
+    with open(path, "rb") as fh:  # a record's payload is a plain Arrow IPC stream
+        data = fh.read()
+    assert data[:4] == b"MLS1"
+    length = int.from_bytes(data[8:16], "little")
+    assert pa.ipc.open_stream(data[16:16 + length]).read_all().num_rows == 3
+
+
 def test_staged_rows_are_bounded_while_storing_them_fails(tmp_path, monkeypatch):
     db = str(tmp_path / "failing.duckdb")
     store = SpanStore(db, staging=True, window_lag_rows=100, stage_move_rows=50)

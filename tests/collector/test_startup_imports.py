@@ -4,6 +4,8 @@ Its Arrow buffers live on jemalloc unless the environment chooses another pool."
 
 from __future__ import annotations
 
+import re
+
 import httpx
 import pyarrow as pa
 import pytest
@@ -44,4 +46,20 @@ def test_arrow_buffers_use_jemalloc_unless_the_environment_chooses(tmp_path, cho
         expected = chosen or "jemalloc"
     except NotImplementedError:  # a pyarrow built without jemalloc keeps its default
         expected = chosen or pa.default_memory_pool().backend_name
-    assert f"Arrow memory pool: {expected}" in log
+    # the line ends with the pool: Arrow's own allocations (IPC messages, exported schemas) use it too
+    assert re.search(rf"Arrow memory pool: {expected}$", log, re.MULTILINE), log
+
+
+def test_a_collector_in_a_process_that_imported_pyarrow_first_names_arrows_own_pool(monkeypatch):
+    from meritlens.collector._server import _arrow_cpp_default_pool, arrow_memory_pool
+
+    monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL", raising=False)
+    before = pa.default_memory_pool()
+    try:
+        answer = arrow_memory_pool()
+        now = pa.default_memory_pool().backend_name
+    finally:
+        pa.set_memory_pool(before)
+    own = _arrow_cpp_default_pool()
+    assert answer.startswith(now)
+    assert answer == now if own == now else answer == f"{now} (Arrow's own allocations: {own})"
