@@ -20,14 +20,18 @@ already holds millions of spans: `bench/startup.py build FILE --spans N`, then `
 resume FILE` once so its windows are stored). Before the measured load it sends one batch over
 every target and waits for the windows (the first batch of a target after a start rebuilds its
 window state from its spans); the checks then count what the measured load added.
+`--allocators` also reports which allocator held the collector's anonymous memory: DuckDB's jemalloc
+and glibc's heap, sampled inside the collector every 50 ms by bench/_allocators/sitecustomize.py.
 
 usage: python bench/ingest.py [--requests 60 --batch 1000 --concurrency 4] [--rate 10000 --seconds 60]
                               [--impl production|obvious|both] [--no-refresh] [--start-from FILE] [--threads]
+                              [--allocators]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -145,7 +149,8 @@ def sql(base: str, query: str) -> list:
 
 
 def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s: float = 0.0, *,
-        impl: str = "production", refresh: bool = True, threads: bool = False, start_from: str = "") -> dict:
+        impl: str = "production", refresh: bool = True, threads: bool = False, start_from: str = "",
+        allocators: bool = False) -> dict:
     """Send `total` spans (paced at `rate` spans/s when given; no batch started after `deadline_s`),
     into an empty store or a copy of `start_from`."""
     planned = total
@@ -163,10 +168,14 @@ def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s:
             command = [sys.executable, os.path.join(HERE, "_serve_variant.py")]
             command += ["--obvious"] if impl == "obvious" else []
             command += [] if refresh else ["--no-refresh"]
+        env, allocator_file = dict(os.environ), os.path.join(tmp, "allocators.json")
+        if allocators:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.join(HERE, "_allocators"), env.get("PYTHONPATH")]))
+            env["MERITLENS_BENCH_ALLOCATORS"] = allocator_file
         server = subprocess.Popen(
             [*command, "serve", "--db", db,
              "--http-port", str(port), "--no-grpc"],
-            stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "server.log"), "w"))
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "server.log"), "w"), env=env)
         try:
             started = time.monotonic()
             # A copied store may rebuild its windows at start (minutes for millions of spans).
@@ -215,6 +224,7 @@ def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s:
             server.wait(3600 if start_from else 60)  # a window pass over a large store finishes first
             with open(os.path.join(tmp, "server.log")) as fh:
                 log_tail = fh.read()[-4000:]
+            allocator_peaks = allocator_report(allocator_file) if allocators else ""
         # loadgen: "N spans in Xs = Y spans/s (503 retries: R)"
         total = int(report.split(" spans")[0])
         send_s = float(report.split(" in ")[1].split("s")[0])
@@ -225,7 +235,25 @@ def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s:
                 "spans_per_s": total / send_s, "retries": retries, "cpu_s": cpu, "wall_s": wall,
                 "cpu_pct": 100 * cpu / wall, "rss_idle_mib": rss_idle / 1024, "rss_peak_mib": rss_peak / 1024,
                 "anon_peak_mib": sampler.anon_kib / 1024, "file_peak_mib": sampler.file_kib / 1024,
-                "correct": ok, "windows": windows, "expected": expected, "threads": thread_line}
+                "correct": ok, "windows": windows, "expected": expected, "threads": thread_line,
+                "allocators": allocator_peaks}
+
+
+def allocator_report(path: str) -> str:
+    """One line from what bench/_allocators/sitecustomize.py wrote."""
+    try:
+        with open(path) as fh:
+            found = json.load(fh)
+    except (OSError, ValueError) as exc:
+        return f"allocators: no samples ({exc})"
+    at, peaks = found["at_anonymous_peak"], found["peaks"]
+    other = at["anonymous"] - at["duckdb_resident"] - at["glibc_held"]
+    duckdb = "" if found["duckdb_jemalloc"] else " (DuckDB's jemalloc statistics unavailable)"
+    return (f"allocators at the sampled anonymous peak of {at['anonymous']:.0f} MiB: DuckDB's jemalloc "
+            f"{at['duckdb_resident']:.0f} resident ({at['duckdb_allocated']:.0f} allocated), glibc "
+            f"{at['glibc_held']:.0f} held ({at['glibc_in_use']:.0f} in use), the rest {other:.0f}; each one's own "
+            f"peak: DuckDB {peaks['duckdb_resident']:.0f} ({peaks['duckdb_allocated']:.0f}), glibc "
+            f"{peaks['glibc_held']:.0f} ({peaks['glibc_in_use']:.0f}){duckdb}")
 
 
 def copy_store(source: str, target: str) -> None:
@@ -268,7 +296,8 @@ def describe(r: dict, mode: str) -> str:
             f"stored {r['stored']:,} (lost {r['lost']}), 503 retries {r['retries']}; collector CPU {r['cpu_s']:.1f}s "
             f"= {r['cpu_pct']:.0f}% of one core ({1e6 * r['cpu_s'] / max(r['sent'], 1):.0f} µs/span); RSS idle {r['rss_idle_mib']:.0f} MiB, peak {r['rss_peak_mib']:.0f} MiB "
             f"(sampled peaks: anonymous {r['anon_peak_mib']:.0f}, file-backed {r['file_peak_mib']:.0f}); "
-            f"correctness {'OK' if r['correct'] else 'FAILED'}" + (f"\n  {r['threads']}" if r.get("threads") else ""))
+            f"correctness {'OK' if r['correct'] else 'FAILED'}" + (f"\n  {r['threads']}" if r.get("threads") else "")
+            + (f"\n  {r['allocators']}" if r.get("allocators") else ""))
 
 
 def check(r: dict) -> None:
@@ -293,6 +322,8 @@ def main() -> None:
                         help="a DuckDB file to copy as the collector's store (e.g. bench/startup.py build, then resume)")
     parser.add_argument("--threads", action="store_true",
                         help="also report each collector thread's CPU over the sending period")
+    parser.add_argument("--allocators", action="store_true",
+                        help="also report DuckDB's jemalloc and glibc's heap at the collector's memory peak")
     args = parser.parse_args()
     if args.rate and not 0 < args.seconds <= 600:
         parser.error("sustained mode needs 0 < --seconds <= 600")
@@ -300,11 +331,12 @@ def main() -> None:
         if args.rate:
             # Bounded: no batch is started later than 2x the planned duration; what was not sent is reported.
             r = run(int(args.rate * args.seconds), args.batch, args.concurrency, args.rate, 2 * args.seconds,
-                    impl=impl, refresh=not args.no_refresh, threads=args.threads, start_from=args.start_from)
+                    impl=impl, refresh=not args.no_refresh, threads=args.threads, start_from=args.start_from,
+                    allocators=args.allocators)
             print(describe(r, f"sustained {args.rate:,.0f} spans/s for {args.seconds:g}s"), flush=True)
         else:
             r = run(args.requests * args.batch, args.batch, args.concurrency, impl=impl, refresh=not args.no_refresh,
-                    threads=args.threads, start_from=args.start_from)
+                    threads=args.threads, start_from=args.start_from, allocators=args.allocators)
             print(describe(r, f"burst {args.requests} x {args.batch} spans, {args.concurrency} clients"), flush=True)
         check(r)
 
