@@ -261,6 +261,46 @@ def test_a_grown_log_is_emptied_by_a_move_that_also_stores_what_was_staged_durin
         store.shutdown()
 
 
+def test_at_the_bound_staging_waits_for_a_slow_move_instead_of_refusing(tmp_path):
+    """A burst can outrun the mover (its INSERT waits for the windows): the writer then waits for
+    it, as it did when it moved the rows itself; only a failed move makes it refuse rows."""
+    db = str(tmp_path / "bound.duckdb")
+    store = SpanStore(db, staging=True, window_lag_rows=100, stage_move_rows=50, stage_move_s=60)
+    store.start()
+    store.open_windows()
+    inserting, proceed = threading.Event(), threading.Event()
+    append = store._append
+
+    def slow_append(table, **kwargs):
+        inserting.set()
+        assert proceed.wait(10)
+        return append(table, **kwargs)
+
+    try:
+        store.stage(_prepared(0, 60))
+        store._append = slow_append
+        mover = threading.Thread(target=store.move_staged)
+        mover.start()
+        assert inserting.wait(10)
+        store.stage(_prepared(1, 60))  # 120 staged: at the bound, the first 60 being stored
+        staged = threading.Thread(target=store.stage, args=(_prepared(2, 10),))
+        staged.start()
+        staged.join(1.5)
+        assert staged.is_alive() and store.staged_rows() == 120  # waiting, not refused
+        proceed.set()
+        mover.join(10)
+        staged.join(10)
+        assert not staged.is_alive() and store.staged_rows() == 70  # the move made room
+        store._append = append
+        assert store.move_staged() == 70
+        store.update_windows()
+        assert store.query("select count(*) from spans").rows == [(130,)]
+    finally:
+        proceed.set()
+        store._append = append
+        store.shutdown()
+
+
 @pytest.mark.parametrize("value", ["-1", "61"])
 def test_stage_seconds_out_of_range_is_refused_by_name(tmp_path, value):
     result = subprocess.run([MERITLENS, "serve", "--db", str(tmp_path / "x.duckdb"), "--stage-seconds", value],
