@@ -103,9 +103,9 @@ class StagingLog:
             raise RuntimeError("the staging log is not open")
         if self.broken:
             raise OSError(f"the staging log {self.path} refuses writes: {self.broken}")
-        # The record is an IPC stream put together from its messages: the schema's (serialized
-        # once: Arrow allocates it on its C++ default pool, mimalloc, whatever pool Python chose),
-        # each batch's (on the pool the collector chose) and the end-of-stream marker.
+        # The record is an IPC stream put together from its messages: the schema's (serialized once
+        # per schema), each batch's and the end-of-stream marker; the same bytes as Arrow's stream
+        # writer, which serialized every batch twice here (once to size the buffer).
         parts = [self._schema_message(table.schema), *(batch.serialize() for batch in table.to_batches()), _EOS]
         crc, length = 0, 0
         for part in parts:

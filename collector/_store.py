@@ -167,8 +167,8 @@ class SpanStore:
         """Rows acknowledged from the staging log and not yet committed in DuckDB (under ``_changed``)."""
         self._staged_since = 0.0
         self._move_retry_at = 0.0
-        self._move_failed = False
-        """The last move of staged rows failed: `stage` refuses rows beyond the bound instead of waiting."""
+        """When to try a failed move again; 0 while the last move succeeded (`stage` waits at its
+        bound for a working mover, and refuses rows beyond it after a failed one)."""
         self.on_move_demand = None
         """Called (from a reader's thread) when a query waits for staged rows: the stager should
         move them now (`IngestPipeline` wakes its mover)."""
@@ -404,7 +404,7 @@ class SpanStore:
             # At the bound, wait for the mover (it may itself wait for the windows in a burst); refuse
             # only when its last move failed, or the store is closing.
             while self._staged_rows >= self._window_lag_rows:
-                if self._move_failed or self._closing:
+                if self._move_retry_at or self._closing:
                     raise RuntimeError(f"{self._staged_rows} staged span rows are waiting to be stored in "
                                        f"{self.path}, the most allowed: storing them fails (see the log)")
                 self._changed.wait(1.0)
@@ -457,11 +457,10 @@ class SpanStore:
         except BaseException:
             with self._changed:
                 self._move_retry_at = time.monotonic() + 1.0
-                self._move_failed = True
                 self._changed.notify_all()  # a `stage` waiting at the bound refuses now
             raise
         with self._changed:
-            self._move_failed = False
+            self._move_retry_at = 0.0
         return result.received
 
     def _append(self, table: pa.Table, *, follow: bool, wait: bool, windows: bool = True,
