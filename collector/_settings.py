@@ -53,11 +53,21 @@ DEFAULT_WINDOW_LAG_ROWS = 50_000
 """Committed span rows that may wait for the window processor; appends wait beyond it (bounds memory)."""
 DEFAULT_WINDOW_GATHER_S = 1.0
 """How long the window thread lets committed batches gather before a pass (a waiting query ends it early)."""
-DEFAULT_STAGE_MOVE_ROWS = 10_000
-"""Staged span rows (acknowledged, durable in the staging log) that make the writer store them in DuckDB at once."""
-DEFAULT_STAGE_MOVE_S = 1.0
+ROW_GROUP_ROWS = 16_384
+"""Rows per row group of the DuckDB file the collector writes (DuckDB's own default: 122,880). An INSERT
+of at least a row group's rows is written to the file compressed at once (DuckDB's optimistic write);
+smaller ones wait in DuckDB's memory, uncompressed, until the next checkpoint: with 122,880-row groups
+a whole write-ahead log's rows did (~68 MiB at 64MiB). Staged moves of whole row groups
+(`DEFAULT_STAGE_MOVE_ROWS`) brought DuckDB's resident peak at 10k spans/s from ~135-140 to ~70-85 MiB and
+the insert CPU down, for a file ~1.2x as large (8192-row groups: ~1.6x). See bench/README.md
+"Nineteenth session"."""
+DEFAULT_STAGE_MOVE_ROWS = ROW_GROUP_ROWS
+"""Staged span rows (acknowledged, durable in the staging log) that make the writer store them in
+DuckDB at once; such a move stores whole row groups and leaves the rest staged (`ROW_GROUP_ROWS`)."""
+DEFAULT_STAGE_MOVE_S = 2.0
 """How long acknowledged rows wait in the staging log before the writer stores them in DuckDB in one
-INSERT (a query waiting for them ends it early); DuckDB's per-statement cost is shared by their requests."""
+INSERT (a query waiting for them ends it early); DuckDB's per-statement cost is shared by their requests.
+Long enough for 10k spans/s to fill a row group (`ROW_GROUP_ROWS`) first."""
 DEFAULT_QUERY_WAIT_S = 10.0
 """How long a query waits for the windows to include the spans committed before it."""
 REBUILD_POOL_BYTES_PER_ROW = 2048

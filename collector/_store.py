@@ -73,6 +73,7 @@ from meritlens.collector._settings import (
     DEFAULT_WINDOW_MEMORY_BYTES,
     MIN_REBUILD_ROWS_PER_PARTITION,
     REBUILD_POOL_BYTES_PER_ROW,
+    ROW_GROUP_ROWS,
 )
 from meritlens.collector._sqlguard import LOCKED_DOWN, check_read_only, lock_configuration, run_read_only
 from meritlens.collector._staging import StagingLog, read_staged, set_aside, staging_path
@@ -156,8 +157,10 @@ class SpanStore:
                  rebuild_rows_per_partition: int | None = None,
                  checkpoint_wal_bytes: int = DEFAULT_CHECKPOINT_WAL_BYTES, db_threads: int | None = None,
                  staging: bool = False, stage_move_rows: int = DEFAULT_STAGE_MOVE_ROWS,
-                 stage_move_s: float = DEFAULT_STAGE_MOVE_S):
+                 stage_move_s: float = DEFAULT_STAGE_MOVE_S, row_group_rows: int = ROW_GROUP_ROWS):
         self.path = path
+        self._row_group_rows = row_group_rows
+        """Rows per row group of a file the store writes; a multiple of 2048 (DuckDB's vector size)."""
         self._staging = staging and path != ":memory:" and not read_only
         self._stage_move_rows = stage_move_rows
         self._stage_move_s = stage_move_s
@@ -181,6 +184,8 @@ class SpanStore:
         self._db_memory_bytes = db_memory_bytes
         self.read_only = read_only
         self._con: duckdb.DuckDBPyConnection | None = None
+        self._catalog: str | None = None
+        """The quoted alias of the attached file, when `_connect` attached it (see `_cursor`)."""
         self._prepared: dict[str, str] = {}
         """Statement names on ``_con`` by SQL text (`_select_arrow`)."""
         self._span_lock = threading.Lock()
@@ -255,16 +260,16 @@ class SpanStore:
         config["checkpoint_threshold"] = f"{self._checkpoint_wal_bytes}B"
         if self._db_threads is not None:
             config["threads"] = self._db_threads
-        self._con = duckdb.connect(self.path, read_only=self.read_only, config=config)
+        self._con = self._connect(config)
         self._prepared = {}
         if not self.read_only:
             for statement in STORE_DDL:
                 self._con.execute(statement)
             self._drop_old_indexes()
         lock_configuration(self._con)
-        self._reader = self._con.cursor()
+        self._reader = self._cursor(self._con)
         if not self.read_only:
-            self._span_cursor = self._con.cursor()
+            self._span_cursor = self._cursor(self._con)
             last = self._con.execute(f"SELECT max(epoch_us(received_at)) FROM {SPANS_TABLE}").fetchall()[0][0]
             self._last_received_us = int(last or 0)
             self._fill_locator()
@@ -277,6 +282,45 @@ class SpanStore:
             if self._staging:
                 self._log = StagingLog(staging_path(self.path))
                 self._log.open()
+
+    def _connect(self, config: dict) -> duckdb.DuckDBPyConnection:
+        """The store's connection. A writable file is attached to an in-memory database with
+        `ROW_GROUP_SIZE` (which only `ATTACH` takes) and made the default catalog; its connections
+        are then made with `_cursor`. A file whose default alias is taken (``memory.duckdb``) is
+        opened directly, with DuckDB's row group size."""
+        self._catalog = None
+        if self.read_only or self.path == ":memory:":
+            return duckdb.connect(self.path, read_only=self.read_only, config=config)
+        locked = {key: config.pop(key) for key in LOCKED_DOWN if key in config}  # they forbid ATTACH
+        con = duckdb.connect(config=config)
+        try:
+            try:
+                quoted = "'" + self.path.replace("'", "''") + "'"
+                con.execute(f"ATTACH {quoted} (ROW_GROUP_SIZE {self._row_group_rows})")
+            except duckdb.BinderException:
+                con.close()  # the file's alias is "memory" (or another built-in name)
+                return duckdb.connect(self.path, config={**config, **locked})
+            alias = con.execute("SELECT database_name FROM duckdb_databases() WHERE NOT internal"
+                                " AND database_name <> 'memory'").fetchall()[0][0]
+            self._catalog = '"' + alias.replace('"', '""') + '"'
+            con.execute(f"USE {self._catalog}")
+            for key, value in locked.items():
+                con.execute(f"SET {key} = {str(value).lower() if isinstance(value, bool) else repr(value)}")
+        except BaseException:
+            con.close()
+            raise
+        return con
+
+    def _cursor(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+        """A new connection to the store's database, with its file as the default catalog."""
+        cursor = con.cursor()
+        if self._catalog is not None:
+            try:
+                cursor.execute(f"USE {self._catalog}")
+            except BaseException:
+                cursor.close()
+                raise
+        return cursor
 
     def _take_up_staged(self) -> None:
         """Commit what a previous process acknowledged into its staging log but did not move (it
@@ -429,8 +473,13 @@ class SpanStore:
             return max(0.0, self._staged_since + self._stage_move_s - now)
 
     def move_staged(self) -> int:
-        """Commit every staged row in one INSERT (see `append`), then empty the staging log.
+        """Commit the staged rows in one INSERT (see `append`), then empty the staging log.
         Returns the rows moved. On failure they stay staged, to be tried again a second later.
+
+        Every staged row is moved when a query waits for them, the store is closing, or the oldest
+        has waited ``stage_move_s``; otherwise only whole row groups of them (`ROW_GROUP_ROWS`), in
+        staging order, when there is one: DuckDB writes those to the file compressed at once, and the
+        rest, kept staged, would wait uncompressed in its memory until a checkpoint.
 
         `stage` may run meanwhile (in the writer, while this runs in a thread of its own). The log
         is emptied only when DuckDB holds every row it holds: when rows were staged during the
@@ -438,9 +487,13 @@ class SpanStore:
         `STAGING_LOG_KEEP_BYTES`; then those rows are stored too, with staging held, and it is emptied."""
         with self._changed:
             staged = list(self._staged)
+            whole = self._staged_rows // self._row_group_rows * self._row_group_rows
+            if (self._readers_waiting or self._closing or whole == self._staged_rows
+                    or time.monotonic() >= self._staged_since + self._stage_move_s):
+                whole = 0
         if not staged:
             return 0
-        moved = self._move(staged)
+        moved = self._move(staged, whole)
         with self._log_lock:
             with self._changed:
                 rest = list(self._staged)
@@ -451,9 +504,13 @@ class SpanStore:
             self._log.clear()
         return moved
 
-    def _move(self, staged: list[pa.Table]) -> int:
+    def _move(self, staged: list[pa.Table], rows: int = 0) -> int:
+        """Store ``staged`` (the first staged tables), or only their first ``rows`` rows if not 0."""
+        table, rest = _concat(staged), None
+        if rows:
+            table, rest = table.slice(0, rows), table.slice(rows)
         try:
-            result = self._append(_concat(staged), follow=True, wait=True, moved=len(staged))
+            result = self._append(table, follow=True, wait=True, moved=len(staged), rest=rest)
         except BaseException:
             with self._changed:
                 self._move_retry_at = time.monotonic() + 1.0
@@ -464,11 +521,12 @@ class SpanStore:
         return result.received
 
     def _append(self, table: pa.Table, *, follow: bool, wait: bool, windows: bool = True,
-                moved: int = 0) -> WriteResult:
+                moved: int = 0, rest: pa.Table | None = None) -> WriteResult:
         """`append`; ``windows=False`` does not queue the batch for the windows (spans committed
         before the windows are opened, which `open_windows` takes up); ``moved``: the first staged
         batches, which this batch commits (they stop counting as staged in the step where the batch
-        starts counting as committed, so a waiting query cannot miss them)."""
+        starts counting as committed, so a waiting query cannot miss them), but for ``rest``, their
+        last rows, which stay staged in their place."""
         if self._span_cursor is None:
             raise RuntimeError("the store is not started, or was opened read-only")
         received = table.num_rows
@@ -510,7 +568,10 @@ class SpanStore:
                     self._stored += 1
                 self._staged_rows -= sum(t.num_rows for t in self._staged[:moved])
                 del self._staged[:moved]
-                if moved and self._staged:  # staged during this move: their second starts about now
+                if rest is not None and rest.num_rows:
+                    self._staged.insert(0, rest)
+                    self._staged_rows += rest.num_rows
+                if moved and self._staged:  # the rest, or staged during this move: their second starts about now
                     self._staged_since = time.monotonic()
                 self._stored_rows += int(inserted)
                 self._changed.notify_all()
@@ -1288,7 +1349,7 @@ class SpanStore:
         ``query_wait_s``) until the windows include every span committed before the call."""
         behind = not self._wait_before_query()
         with self._reader_lock:
-            cursor = self._reader.cursor()
+            cursor = self._cursor(self._reader)
         try:
             result = run_read_only(cursor, sql, max_rows=max_rows, timeout_s=timeout_s)
             return QueryResult(result.columns, result.types, result.rows, result.truncated, behind)
@@ -1302,7 +1363,7 @@ class SpanStore:
         check_read_only(sql)
         self._wait_before_query()
         with self._reader_lock:
-            cursor = self._reader.cursor()
+            cursor = self._cursor(self._reader)
         try:
             cursor.execute("BEGIN TRANSACTION READ ONLY")  # one snapshot, and no writes, while it streams
             reader = cursor.sql(sql).to_arrow_reader(batch_rows)

@@ -1,8 +1,8 @@
 """The staging log: acknowledged spans are durable before DuckDB stores them, and are never lost.
 
 The collector answers an export once its rows are forced to `<db>.staged`, and stores staged rows in
-DuckDB in one INSERT about once a second (`--stage-seconds`), at once when a query waits for them,
-and at shutdown. A start takes up what a killed collector left staged.
+DuckDB in one INSERT once the oldest have waited `--stage-seconds`, at once when a query waits for
+them, and at shutdown; before that, whole row groups of them once there are some. A start takes up what a killed collector left staged.
 """
 
 from __future__ import annotations
@@ -194,6 +194,92 @@ def test_a_store_moves_staged_rows_in_one_insert_and_on_shutdown(tmp_path):
     finally:
         con.close()
     assert not os.path.exists(staging_path(db))
+
+
+def _persistent_row_groups(store: SpanStore) -> list[tuple[int, int, bool]]:
+    """(rows, persistent) of each row group of `spans`, from DuckDB's storage info: persistent
+    row groups are written to the file, the others wait in memory for a checkpoint."""
+    return store._con.execute(
+        "SELECT row_group_id, max(count), bool_and(persistent) FROM pragma_storage_info('spans')"
+        " WHERE column_name = 'span_id' GROUP BY ALL ORDER BY 1").fetchall()
+
+
+def test_a_move_stores_whole_row_groups_written_to_the_file_and_keeps_the_rest_staged(tmp_path):
+    """Before the staged rows are due, a move stores only whole row groups of them, in staging
+    order: DuckDB writes those to the file compressed at once; the rest would wait uncompressed in
+    its memory until a checkpoint. Once due, the rest is stored too, and nothing twice."""
+    db = str(tmp_path / "groups.duckdb")
+    store = SpanStore(db, staging=True, stage_move_rows=2048, stage_move_s=60, row_group_rows=2048)
+    store.start()
+    store.open_windows()
+    try:
+        batches = [_prepared(i, 1000) for i in range(3)]
+        for batch in batches:
+            store.stage(batch)
+        assert store.move_due() == 0.0  # 3000 rows: over the row bound
+        assert store.move_staged() == 2048
+        assert store.staged_rows() == 952 and _logged_rows(db) == 3000  # the log keeps every record
+        assert 59 < store.move_due() <= 60  # the rest is under the row bound: it waits
+        first = [span_id for b in batches for span_id in b.column("span_id").to_pylist()][:2048]
+        stored = store._con.execute("SELECT span_id FROM spans").fetchall()
+        assert sorted(r[0] for r in stored) == sorted(first)
+        assert _persistent_row_groups(store) == [(0, 2048, True)]  # in the file before any checkpoint
+
+        store._staged_since -= 61  # the rest is due: all of it moves, a row group smaller than a whole one
+        assert store.move_staged() == 952
+        assert store.staged_rows() == 0 and _logged_rows(db) == 0
+        groups = _persistent_row_groups(store)
+        assert groups[0] == (0, 2048, True) and groups[1][1:] == (952, False), groups
+        store.update_windows()
+        assert store.query("select count(*), count(DISTINCT span_id) from spans").rows == [(3000, 3000)]
+    finally:
+        store.shutdown()
+    con = duckdb.connect(db, read_only=True)
+    try:
+        assert con.execute("SELECT count(*), count(DISTINCT span_id) FROM spans").fetchall() == [(3000, 3000)]
+    finally:
+        con.close()
+
+
+def test_a_query_waiting_for_staged_rows_moves_them_all_not_only_whole_row_groups(tmp_path):
+    db = str(tmp_path / "reader.duckdb")
+    store = SpanStore(db, staging=True, stage_move_rows=2048, stage_move_s=60, row_group_rows=2048)
+    store.start()
+    store.open_windows()
+    try:
+        store.stage(_prepared(0, 2500))
+        store._readers_waiting += 1  # what `query` does while it waits for them
+        try:
+            assert store.move_staged() == 2500
+        finally:
+            store._readers_waiting -= 1
+        store.update_windows()
+        assert store.query("select count(*) from spans").rows == [(2500,)]
+    finally:
+        store.shutdown()
+
+
+@pytest.mark.parametrize("name", ["memory.duckdb", "it's.duckdb"])
+def test_files_whose_names_need_care_are_stored_and_queried(tmp_path, name):
+    """The store attaches its file to take a row group size; a file named like DuckDB's in-memory
+    database is opened directly instead, and a quote in the path is escaped."""
+    db = str(tmp_path / name)
+    store = SpanStore(db, staging=True, stage_move_rows=2048, stage_move_s=60, row_group_rows=2048)
+    store.start()
+    store.open_windows()
+    try:
+        store.stage(_prepared(0, 30))
+        assert store.move_staged() == 30
+        store.update_windows()
+        assert store.query("select count(*) from spans").rows == [(30,)]
+        assert store.query("select count(*) from windows where target_id is not null").rows[0][0] > 0
+    finally:
+        store.shutdown()
+    con = duckdb.connect(db, read_only=True)
+    try:
+        assert con.execute("SELECT count(*) FROM spans").fetchall() == [(30,)]
+    finally:
+        con.close()
 
 
 def _move_with_a_stage_during_its_insert(store: SpanStore, staged_meanwhile: pa.Table) -> list[int]:
