@@ -1,7 +1,7 @@
 """DuckDB's memory and CPU as the spans table fills, by checkpoint size and row group size (issue 7).
 
-Inserts N batches of 10,000 span rows (bench/_history.py's, with random trace and span ids) into the
-`spans` table of a temporary DuckDB file attached with ``ROW_GROUP_SIZE`` (0: DuckDB's 122,880), on one
+Inserts N batches of 10,000 span rows (bench/_history.py's, with random trace and span ids), in
+INSERTs of ``--insert-rows`` rows (default: one batch each), into the `spans` table of a temporary DuckDB file attached with ``ROW_GROUP_SIZE`` (0: DuckDB's 122,880), on one
 thread with the collector's memory limit and the given ``checkpoint_threshold``. Prints the process
 CPU per row, the peak of DuckDB's jemalloc ``stats.allocated`` (sampled every 2 ms through the
 ``duckdb_je_mallctl`` its module exports), the file's size, its row groups and one GROUP BY's time;
@@ -9,7 +9,8 @@ CPU per row, the peak of DuckDB's jemalloc ``stats.allocated`` (sampled every 2 
 
 Check: the table holds every row inserted, and the per-target counts match.
 
-usage: python bench/checkpoint_memory.py [--wal 64MiB] [--row-group-size 0] [--batches 60] [--each]
+usage: python bench/checkpoint_memory.py [--wal 64MiB] [--row-group-size 0] [--batches 60] [--insert-rows 10000]
+                                         [--each]
 """
 
 from __future__ import annotations
@@ -73,16 +74,20 @@ def main() -> None:
     parser.add_argument("--wal", default="64MiB", help="checkpoint_threshold (the collector's default: 64MiB)")
     parser.add_argument("--row-group-size", type=int, default=0, help="rows per row group (0: DuckDB's default)")
     parser.add_argument("--batches", type=int, default=60)
+    parser.add_argument("--insert-rows", type=int, default=BATCH,
+                        help="rows per INSERT (the collector's moves: whole row groups of 16384)")
     parser.add_argument("--each", action="store_true", help="print every insert")
     args = parser.parse_args()
-    if args.batches < 1 or args.row_group_size < 0:
-        parser.error("--batches must be at least 1 and --row-group-size not negative")
+    if args.batches < 1 or args.row_group_size < 0 or args.insert_rows < 1:
+        parser.error("--batches and --insert-rows must be at least 1 and --row-group-size not negative")
     try:
         parse_bytes(args.wal)
     except ValueError as exc:
         parser.error(f"--wal: {exc}")
     rng = np.random.default_rng(7)
     tables = [batch(i, rng) for i in range(args.batches)]
+    whole = pa.concat_tables(tables)
+    inserts = [whole.slice(offset, args.insert_rows) for offset in range(0, whole.num_rows, args.insert_rows)]
     peaks = AllocatedPeak()
     us = 1_780_000_000_000_000
     with tempfile.TemporaryDirectory(prefix="meritlens-ckpt-") as tmp:
@@ -94,7 +99,7 @@ def main() -> None:
         con.execute("USE s")
         con.execute(create_table_sql(SPANS_TABLE, SPAN_COLUMNS, None))
         cpu0, highest, slowest = time.process_time(), 0, 0.0
-        for i, table in enumerate(tables):
+        for i, table in enumerate(inserts):
             us += 1
             received = pa.array(np.full(table.num_rows, us, dtype=np.int64)).cast(pa.timestamp("us", tz="UTC"))
             con.register("_in", table.append_column("received_at", received).select(list(SPAN_COLUMN_NAMES)))
@@ -114,6 +119,8 @@ def main() -> None:
         peaks.stop()
         con.execute("CHECKPOINT")
         size = os.path.getsize(path)
+        used = con.execute("SELECT used_blocks * block_size FROM pragma_database_size()"
+                           " WHERE database_name = 's'").fetchall()[0][0]
         t0 = time.perf_counter()
         counts = dict(con.execute(f"SELECT target_id, count(*) FROM {SPANS_TABLE} GROUP BY ALL").fetchall())
         grouped = time.perf_counter() - t0
@@ -127,9 +134,10 @@ def main() -> None:
     rows = args.batches * BATCH
     if counts != expected or sum(counts.values()) != rows:
         raise SystemExit(f"checkpoint_memory: WRONG RESULT: stored {sum(counts.values())} of {rows} rows")
-    print(f"WAL {args.wal}, row groups of {args.row_group_size or 'DuckDB default'} rows: {rows:,} rows,"
+    print(f"WAL {args.wal}, row groups of {args.row_group_size or 'DuckDB default'} rows, INSERTs of"
+          f" {args.insert_rows:,} rows: {rows:,} rows,"
           f" CPU {cpu / rows * 1e6:.1f} µs/row, slowest insert {slowest * 1000:.0f} ms, DuckDB's allocated peak"
-          f" {highest // MIB} MiB, file {size // MIB} MiB, {groups} row groups, GROUP BY target"
+          f" {highest // MIB} MiB, file {size // MIB} MiB ({used / MIB:.1f} MiB in use), {groups} row groups, GROUP BY target"
           f" {grouped * 1000:.0f} ms; correctness checks passed")
 
 

@@ -59,7 +59,7 @@ def run(stored: int, repeats: int, targets: int) -> dict:
                 raise SystemExit(f"queries bench: windows of {target} wrong: {len(rows)} rows, "
                                  f"input_tokens {by_metric.get('input_tokens')}; expected {expected[target]}")
             # The same query as a prepared statement on a plain cursor: the floor without the read-only guard.
-            cursor = store._con.cursor()
+            cursor = store._cursor(store._con)  # a new connection, with the file as its default catalog
             raw_times = []
             for _ in range(repeats):
                 t = time.perf_counter()
