@@ -166,6 +166,13 @@ class SpanStore:
         self._stage_move_s = stage_move_s
         self._log: StagingLog | None = None
         self._staged: list[pa.Table] = []
+        self._staged_seq = 0
+        """Tables staged since start (under ``_changed``); each is numbered by its place in this count."""
+        self._staged_ends: list[int] = []
+        """For each entry of ``_staged``, the number of the last staged table whose rows it holds (an
+        entry left by a move of whole row groups holds the tail of several)."""
+        self._committed_seq = 0
+        """Every staged table up to this number is committed in DuckDB."""
         self._staged_rows = 0
         """Rows acknowledged from the staging log and not yet committed in DuckDB (under ``_changed``)."""
         self._staged_since = 0.0
@@ -458,6 +465,8 @@ class SpanStore:
                 if not self._staged:
                     self._staged_since = time.monotonic()
                 self._staged.append(table)
+                self._staged_seq += 1
+                self._staged_ends.append(self._staged_seq)
                 self._staged_rows += table.num_rows
 
     def move_due(self) -> float | None:
@@ -566,16 +575,33 @@ class SpanStore:
                     self._pending.append(_Stored(table.select(_WINDOW_INPUT), keys, received_us, follow))
                     self._pending_rows += table.num_rows
                     self._stored += 1
-                self._staged_rows -= sum(t.num_rows for t in self._staged[:moved])
-                del self._staged[:moved]
-                if rest is not None and rest.num_rows:
-                    self._staged.insert(0, rest)
-                    self._staged_rows += rest.num_rows
+                if moved:
+                    self._commit_staged(moved, rest)
                 if moved and self._staged:  # the rest, or staged during this move: their second starts about now
                     self._staged_since = time.monotonic()
                 self._stored_rows += int(inserted)
                 self._changed.notify_all()
         return WriteResult(received=received, inserted=int(inserted))
+
+    def _commit_staged(self, moved: int, rest: pa.Table | None) -> None:
+        """The first ``moved`` staged entries are committed, but for ``rest``, the last rows of
+        them, which stay staged in their place (under ``_changed``)."""
+        ends = self._staged_ends[:moved]
+        if rest is None or not rest.num_rows:
+            self._committed_seq = ends[-1]
+        else:
+            committed = sum(t.num_rows for t in self._staged[:moved]) - rest.num_rows
+            for table, end in zip(self._staged[:moved], ends):
+                committed -= table.num_rows
+                if committed < 0:
+                    break
+                self._committed_seq = end
+        self._staged_rows -= sum(t.num_rows for t in self._staged[:moved])
+        del self._staged[:moved], self._staged_ends[:moved]
+        if rest is not None and rest.num_rows:
+            self._staged.insert(0, rest)
+            self._staged_ends.insert(0, ends[-1])
+            self._staged_rows += rest.num_rows
 
     def update_windows(self) -> int:
         """Bring the windows up to date with every span committed so far: the queued batches are
@@ -614,18 +640,25 @@ class SpanStore:
                                           timeout) and bool(self._pending or self._replay_until_us is not None)
 
     def wait_for_windows(self, timeout: float | None = None) -> bool:
-        """Block until the windows include every span committed before this call; False on timeout."""
+        """Block until the windows include every span committed or staged (acknowledged) before this
+        call; False on timeout."""
         with self._changed:
-            # staged rows are acknowledged: they count as the batch that will commit them
-            target = self._stored + (1 if self._staged_rows else 0)
-            if self._windowed >= target:
+            staged = self._staged_seq
+            if self._committed_seq >= staged and self._windowed >= self._stored:
                 return True
-            self._readers_waiting += 1
+            self._readers_waiting += 1  # the mover moves every staged row; the windows stop gathering
             self._changed.notify_all()
             if self._staged_rows and self.on_move_demand is not None:
                 self.on_move_demand()
+            deadline = None if timeout is None else time.monotonic() + timeout
             try:
-                return self._changed.wait_for(lambda: self._windowed >= target, timeout)
+                # First every table staged before the call committed (a move under way may commit
+                # only some of them), then the windows up to the batch that did.
+                if not self._changed.wait_for(lambda: self._committed_seq >= staged, timeout):
+                    return False
+                target = self._stored
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                return self._changed.wait_for(lambda: self._windowed >= target, left)
             finally:
                 self._readers_waiting -= 1
 

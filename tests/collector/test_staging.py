@@ -209,7 +209,8 @@ def test_a_move_stores_whole_row_groups_written_to_the_file_and_keeps_the_rest_s
     order: DuckDB writes those to the file compressed at once; the rest would wait uncompressed in
     its memory until a checkpoint. Once due, the rest is stored too, and nothing twice."""
     db = str(tmp_path / "groups.duckdb")
-    store = SpanStore(db, staging=True, stage_move_rows=2048, stage_move_s=60, row_group_rows=2048)
+    # one DuckDB thread, as in `meritlens serve`: with more, an INSERT's row groups split between them
+    store = SpanStore(db, staging=True, stage_move_rows=2048, stage_move_s=60, row_group_rows=2048, db_threads=1)
     store.start()
     store.open_windows()
     try:
@@ -256,6 +257,49 @@ def test_a_query_waiting_for_staged_rows_moves_them_all_not_only_whole_row_group
         store.update_windows()
         assert store.query("select count(*) from spans").rows == [(2500,)]
     finally:
+        store.shutdown()
+
+
+def test_a_query_during_a_move_of_whole_row_groups_waits_for_the_rows_that_move_left_staged(tmp_path):
+    """A query waits for every span acknowledged before it: a move under way that commits only whole
+    row groups of them does not end its wait; its wait makes the next move take the rest."""
+    db = str(tmp_path / "race.duckdb")
+    store = SpanStore(db, staging=True, stage_move_rows=2048, stage_move_s=60, row_group_rows=2048)
+    store.start()
+    store.open_windows()
+    inserting, proceed, answers = threading.Event(), threading.Event(), []
+    append = store._append
+
+    def slow_append(table, **kwargs):
+        inserting.set()
+        assert proceed.wait(10)
+        return append(table, **kwargs)
+
+    try:
+        for i in range(3):
+            store.stage(_prepared(i, 1000))
+        store._append = slow_append
+        mover = threading.Thread(target=store.move_staged)
+        mover.start()
+        assert inserting.wait(10)  # storing the first 2048 of 3000
+        reader = threading.Thread(target=lambda: answers.append(store.wait_for_windows(10)))
+        reader.start()
+        proceed.set()
+        mover.join(10)
+        store._append = append
+        assert store.staged_rows() == 952
+        store.update_windows()  # the windows include the 2048 now
+        reader.join(1.0)
+        assert reader.is_alive() and not answers  # still waiting for the 952 staged before it
+        assert store.move_due() == 0.0
+        assert store.move_staged() == 952  # a query waits: every staged row moves
+        store.update_windows()
+        reader.join(10)
+        assert answers == [True]
+        assert store.query("select count(*) from spans").rows == [(3000,)]
+    finally:
+        proceed.set()
+        store._append = append
         store.shutdown()
 
 
