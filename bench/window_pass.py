@@ -3,7 +3,8 @@
 The sustained benchmark's spans (bench/loadgen.py) are decoded and normalized as the receiver does
 them, then written the way the collector's writer and window threads would handle one second of
 10k spans/s: `SpanStore.append` of 10 requests of 1000 spans, then one `update_windows` pass. The
-mean of each is printed, as wall time and as this process's CPU time; `--profile` adds cProfile's top
+mean of each is printed, as wall time and as this process's CPU time, with the median of how far
+DuckDB's jemalloc `stats.allocated` rose above its start during a pass (sampled every 2 ms); `--profile` adds cProfile's top
 functions of the window passes (or of the appends, with `--profile appends`). DuckDB runs on one
 thread, as in the collector. `--requests-per-pass` changes the spans of a pass (1000 each): a pass's
 cost is a fixed part plus a part per span, and two sizes separate them.
@@ -26,6 +27,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from checkpoint_memory import MIB, AllocatedPeak  # noqa: E402
 from ingest import TARGETS, expected_tokens  # noqa: E402
 from loadgen import build_bodies  # noqa: E402
 
@@ -52,6 +54,7 @@ def main() -> None:
     tables = [prepare(_otlp.decode_lean(body, _otlp.PROTOBUF), limits, NormalizeOptions())[1]
               for body in build_bodies(total, REQUEST_SPANS, TARGETS)]
     profile = cProfile.Profile() if args.profile else None
+    peaks, rises = AllocatedPeak(), []
     with tempfile.TemporaryDirectory(prefix="meritlens-bench-") as tmp:
         store = SpanStore(os.path.join(tmp, "bench.duckdb"), db_threads=1)
         store.start()
@@ -70,16 +73,21 @@ def main() -> None:
                     store.append(next(requests))
                 if args.profile == "appends":
                     profile.disable()
-                t1, c1 = time.perf_counter(), time.process_time()
+                appends += time.perf_counter() - t0
+                appends_cpu += time.process_time() - c0
+                time.sleep(0.005)  # the sampler's last look before the pass
+                peaks.take()
+                start = peaks.allocated()
                 if args.profile == "passes":
                     profile.enable()
+                t1, c1 = time.perf_counter(), time.process_time()
                 store.update_windows()
+                passes += time.perf_counter() - t1
+                passes_cpu += time.process_time() - c1
                 if args.profile == "passes":
                     profile.disable()
-                appends += t1 - t0
-                passes += time.perf_counter() - t1
-                appends_cpu += c1 - c0
-                passes_cpu += time.process_time() - c1
+                time.sleep(0.005)
+                rises.append(peaks.take() - start)
             stored = store.query("select count(*) from spans").rows[0][0]
             windows = dict(store.query("select target_id, value from windows"
                                        " where metric = 'input_tokens' and scope = 'all'").rows)
@@ -93,7 +101,8 @@ def main() -> None:
         return f"{1000 * seconds / args.passes:.1f} ms ({1e6 * seconds / (args.passes * spans):.1f} µs/span)"
 
     print(f"{args.passes} passes of {spans:,} spans: append {mean(appends)}, window pass {mean(passes)}; "
-          f"CPU: append {mean(appends_cpu)}, window pass {mean(passes_cpu)}; correctness checks passed")
+          f"CPU: append {mean(appends_cpu)}, window pass {mean(passes_cpu)}; DuckDB's allocated memory during a"
+          f" pass: +{sorted(rises)[len(rises) // 2] / MIB:.1f} MiB (median); correctness checks passed")
     if profile:
         pstats.Stats(profile).sort_stats("cumulative").print_stats(40)
 
