@@ -54,6 +54,7 @@ from meritlens.analytics._windows import (
     SCOPE_ALL,
     WINDOW_INPUT_COLUMNS,
     sample_rows_sql,
+    sql_string,
     window_definitions_digest,
 )
 from meritlens.collector._keyfilter import GrowingKeyFilter, KeyLocator
@@ -166,13 +167,9 @@ class SpanStore:
         self._stage_move_s = stage_move_s
         self._log: StagingLog | None = None
         self._staged: list[pa.Table] = []
-        self._staged_seq = 0
-        """Tables staged since start (under ``_changed``); each is numbered by its place in this count."""
-        self._staged_ends: list[int] = []
-        """For each entry of ``_staged``, the number of the last staged table whose rows it holds (an
-        entry left by a move of whole row groups holds the tail of several)."""
-        self._committed_seq = 0
-        """Every staged table up to this number is committed in DuckDB."""
+        self._staged_total = 0
+        """Rows staged since start (under ``_changed``). They move in staging order, so the first
+        ``_staged_total - _staged_rows`` of them are committed."""
         self._staged_rows = 0
         """Rows acknowledged from the staging log and not yet committed in DuckDB (under ``_changed``)."""
         self._staged_since = 0.0
@@ -302,8 +299,7 @@ class SpanStore:
         con = duckdb.connect(config=config)
         try:
             try:
-                quoted = "'" + self.path.replace("'", "''") + "'"
-                con.execute(f"ATTACH {quoted} (ROW_GROUP_SIZE {self._row_group_rows})")
+                con.execute(f"ATTACH {sql_string(self.path)} (ROW_GROUP_SIZE {self._row_group_rows})")
             except duckdb.BinderException:
                 con.close()  # the file's alias is "memory" (or another built-in name)
                 return duckdb.connect(self.path, config={**config, **locked})
@@ -312,7 +308,7 @@ class SpanStore:
             self._catalog = '"' + alias.replace('"', '""') + '"'
             con.execute(f"USE {self._catalog}")
             for key, value in locked.items():
-                con.execute(f"SET {key} = {str(value).lower() if isinstance(value, bool) else repr(value)}")
+                con.execute(f"SET {key} = {sql_string(str(value))}")
         except BaseException:
             con.close()
             raise
@@ -465,9 +461,8 @@ class SpanStore:
                 if not self._staged:
                     self._staged_since = time.monotonic()
                 self._staged.append(table)
-                self._staged_seq += 1
-                self._staged_ends.append(self._staged_seq)
                 self._staged_rows += table.num_rows
+                self._staged_total += table.num_rows
 
     def move_due(self) -> float | None:
         """Seconds until the staged rows should be moved (0: now), or None when none are staged."""
@@ -575,33 +570,14 @@ class SpanStore:
                     self._pending.append(_Stored(table.select(_WINDOW_INPUT), keys, received_us, follow))
                     self._pending_rows += table.num_rows
                     self._stored += 1
-                if moved:
-                    self._commit_staged(moved, rest)
+                if moved:  # ``received`` rows leave staging; the rest of the moved tables stays in their place
+                    self._staged[:moved] = [rest] if rest is not None and rest.num_rows else []
+                    self._staged_rows -= received
                 if moved and self._staged:  # the rest, or staged during this move: their second starts about now
                     self._staged_since = time.monotonic()
                 self._stored_rows += int(inserted)
                 self._changed.notify_all()
         return WriteResult(received=received, inserted=int(inserted))
-
-    def _commit_staged(self, moved: int, rest: pa.Table | None) -> None:
-        """The first ``moved`` staged entries are committed, but for ``rest``, the last rows of
-        them, which stay staged in their place (under ``_changed``)."""
-        ends = self._staged_ends[:moved]
-        if rest is None or not rest.num_rows:
-            self._committed_seq = ends[-1]
-        else:
-            committed = sum(t.num_rows for t in self._staged[:moved]) - rest.num_rows
-            for table, end in zip(self._staged[:moved], ends):
-                committed -= table.num_rows
-                if committed < 0:
-                    break
-                self._committed_seq = end
-        self._staged_rows -= sum(t.num_rows for t in self._staged[:moved])
-        del self._staged[:moved], self._staged_ends[:moved]
-        if rest is not None and rest.num_rows:
-            self._staged.insert(0, rest)
-            self._staged_ends.insert(0, ends[-1])
-            self._staged_rows += rest.num_rows
 
     def update_windows(self) -> int:
         """Bring the windows up to date with every span committed so far: the queued batches are
@@ -643,8 +619,12 @@ class SpanStore:
         """Block until the windows include every span committed or staged (acknowledged) before this
         call; False on timeout."""
         with self._changed:
-            staged = self._staged_seq
-            if self._committed_seq >= staged and self._windowed >= self._stored:
+            staged = self._staged_total
+
+            def committed() -> bool:
+                return self._staged_total - self._staged_rows >= staged
+
+            if committed() and self._windowed >= self._stored:
                 return True
             self._readers_waiting += 1  # the mover moves every staged row; the windows stop gathering
             self._changed.notify_all()
@@ -652,9 +632,9 @@ class SpanStore:
                 self.on_move_demand()
             deadline = None if timeout is None else time.monotonic() + timeout
             try:
-                # First every table staged before the call committed (a move under way may commit
+                # First every row staged before the call committed (a move under way may commit
                 # only some of them), then the windows up to the batch that did.
-                if not self._changed.wait_for(lambda: self._committed_seq >= staged, timeout):
+                if not self._changed.wait_for(committed, timeout):
                     return False
                 target = self._stored
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())

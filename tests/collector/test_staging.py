@@ -7,6 +7,7 @@ them, and at shutdown; before that, whole row groups of them once there are some
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import subprocess
@@ -165,12 +166,44 @@ def test_a_start_stores_whole_records_and_keeps_a_torn_tail_aside(tmp_path, capl
     assert not os.path.exists(staging_path(db))
 
 
-def _started_store(db: str) -> SpanStore:
-    """A started store with staging that moves at 100 staged rows or after 60 s, its windows open."""
-    store = SpanStore(db, staging=True, stage_move_rows=100, stage_move_s=60)
+def _started_store(db: str, **options) -> SpanStore:
+    """A started store with staging that moves at 100 staged rows or after 60 s (or as ``options``
+    say), its windows open."""
+    store = SpanStore(db, **{"staging": True, "stage_move_rows": 100, "stage_move_s": 60, **options})
     store.start()
     store.open_windows()
     return store
+
+
+_GROUPS_OF_2048 = {"stage_move_rows": 2048, "row_group_rows": 2048}
+"""Options of a store whose moves before the time is up store whole row groups of 2048 rows."""
+
+
+@contextlib.contextmanager
+def _a_move_held_in_its_insert(store: SpanStore):
+    """Run `move_staged` in a thread of its own, held at the start of its first INSERT while the
+    with-block runs; then let it finish. Yields the row counts of the INSERTs it makes."""
+    inserting, proceed, inserted = threading.Event(), threading.Event(), []
+    append = store._append
+
+    def held_append(table, **kwargs):
+        inserted.append(table.num_rows)
+        if len(inserted) == 1:
+            inserting.set()
+            assert proceed.wait(10)
+        return append(table, **kwargs)
+
+    store._append = held_append
+    mover = threading.Thread(target=store.move_staged)
+    mover.start()
+    try:
+        assert inserting.wait(10)
+        yield inserted
+    finally:
+        proceed.set()
+        mover.join(10)
+        store._append = append
+    assert not mover.is_alive()
 
 
 def test_a_store_moves_staged_rows_in_one_insert_and_on_shutdown(tmp_path):
@@ -210,9 +243,7 @@ def test_a_move_stores_whole_row_groups_written_to_the_file_and_keeps_the_rest_s
     its memory until a checkpoint. Once due, the rest is stored too, and nothing twice."""
     db = str(tmp_path / "groups.duckdb")
     # one DuckDB thread, as in `meritlens serve`: with more, an INSERT's row groups split between them
-    store = SpanStore(db, staging=True, stage_move_rows=2048, stage_move_s=60, row_group_rows=2048, db_threads=1)
-    store.start()
-    store.open_windows()
+    store = _started_store(db, **_GROUPS_OF_2048, db_threads=1)
     try:
         batches = [_prepared(i, 1000) for i in range(3)]
         for batch in batches:
@@ -244,9 +275,7 @@ def test_a_move_stores_whole_row_groups_written_to_the_file_and_keeps_the_rest_s
 
 def test_a_query_waiting_for_staged_rows_moves_them_all_not_only_whole_row_groups(tmp_path):
     db = str(tmp_path / "reader.duckdb")
-    store = SpanStore(db, staging=True, stage_move_rows=2048, stage_move_s=60, row_group_rows=2048)
-    store.start()
-    store.open_windows()
+    store = _started_store(db, **_GROUPS_OF_2048)
     try:
         store.stage(_prepared(0, 2500))
         store._readers_waiting += 1  # what `query` does while it waits for them
@@ -264,30 +293,15 @@ def test_a_query_during_a_move_of_whole_row_groups_waits_for_the_rows_that_move_
     """A query waits for every span acknowledged before it: a move under way that commits only whole
     row groups of them does not end its wait; its wait makes the next move take the rest."""
     db = str(tmp_path / "race.duckdb")
-    store = SpanStore(db, staging=True, stage_move_rows=2048, stage_move_s=60, row_group_rows=2048)
-    store.start()
-    store.open_windows()
-    inserting, proceed, answers = threading.Event(), threading.Event(), []
-    append = store._append
-
-    def slow_append(table, **kwargs):
-        inserting.set()
-        assert proceed.wait(10)
-        return append(table, **kwargs)
-
+    store = _started_store(db, **_GROUPS_OF_2048)
+    answers = []
     try:
         for i in range(3):
             store.stage(_prepared(i, 1000))
-        store._append = slow_append
-        mover = threading.Thread(target=store.move_staged)
-        mover.start()
-        assert inserting.wait(10)  # storing the first 2048 of 3000
-        reader = threading.Thread(target=lambda: answers.append(store.wait_for_windows(10)))
-        reader.start()
-        proceed.set()
-        mover.join(10)
-        store._append = append
-        assert store.staged_rows() == 952
+        with _a_move_held_in_its_insert(store) as inserted:  # storing the first 2048 of 3000
+            reader = threading.Thread(target=lambda: answers.append(store.wait_for_windows(10)))
+            reader.start()
+        assert inserted == [2048] and store.staged_rows() == 952
         store.update_windows()  # the windows include the 2048 now
         reader.join(1.0)
         assert reader.is_alive() and not answers  # still waiting for the 952 staged before it
@@ -298,8 +312,6 @@ def test_a_query_during_a_move_of_whole_row_groups_waits_for_the_rows_that_move_
         assert answers == [True]
         assert store.query("select count(*) from spans").rows == [(3000,)]
     finally:
-        proceed.set()
-        store._append = append
         store.shutdown()
 
 
@@ -308,9 +320,7 @@ def test_files_whose_names_need_care_are_stored_and_queried(tmp_path, name):
     """The store attaches its file to take a row group size; a file named like DuckDB's in-memory
     database is opened directly instead, and a quote in the path is escaped."""
     db = str(tmp_path / name)
-    store = SpanStore(db, staging=True, stage_move_rows=2048, stage_move_s=60, row_group_rows=2048)
-    store.start()
-    store.open_windows()
+    store = _started_store(db, **_GROUPS_OF_2048)
     try:
         store.stage(_prepared(0, 30))
         assert store.move_staged() == 30
@@ -329,28 +339,9 @@ def test_files_whose_names_need_care_are_stored_and_queried(tmp_path, name):
 def _move_with_a_stage_during_its_insert(store: SpanStore, staged_meanwhile: pa.Table) -> list[int]:
     """Run `move_staged` in a thread of its own and stage ``staged_meanwhile`` while its first
     INSERT is under way; returns the row counts of the INSERTs it made."""
-    inserting, proceed, inserted = threading.Event(), threading.Event(), []
-    append = store._append
-
-    def slow_append(table, **kwargs):
-        inserted.append(table.num_rows)
-        if len(inserted) == 1:
-            inserting.set()
-            assert proceed.wait(10)
-        return append(table, **kwargs)
-
-    store._append = slow_append
-    mover = threading.Thread(target=store.move_staged)
-    mover.start()
-    try:
-        assert inserting.wait(10)
+    with _a_move_held_in_its_insert(store) as inserted:
         store.stage(staged_meanwhile)  # not held up by the INSERT under way
         assert store.staged_rows() == sum(inserted) + staged_meanwhile.num_rows
-    finally:
-        proceed.set()
-        mover.join(10)
-        store._append = append
-    assert not mover.is_alive()
     return inserted
 
 
@@ -395,39 +386,21 @@ def test_at_the_bound_staging_waits_for_a_slow_move_instead_of_refusing(tmp_path
     """A burst can outrun the mover (its INSERT waits for the windows): the writer then waits for
     it, as it did when it moved the rows itself; only a failed move makes it refuse rows."""
     db = str(tmp_path / "bound.duckdb")
-    store = SpanStore(db, staging=True, window_lag_rows=100, stage_move_rows=50, stage_move_s=60)
-    store.start()
-    store.open_windows()
-    inserting, proceed = threading.Event(), threading.Event()
-    append = store._append
-
-    def slow_append(table, **kwargs):
-        inserting.set()
-        assert proceed.wait(10)
-        return append(table, **kwargs)
-
+    store = _started_store(db, window_lag_rows=100, stage_move_rows=50)
     try:
         store.stage(_prepared(0, 60))
-        store._append = slow_append
-        mover = threading.Thread(target=store.move_staged)
-        mover.start()
-        assert inserting.wait(10)
-        store.stage(_prepared(1, 60))  # 120 staged: at the bound, the first 60 being stored
-        staged = threading.Thread(target=store.stage, args=(_prepared(2, 10),))
-        staged.start()
-        staged.join(1.5)
-        assert staged.is_alive() and store.staged_rows() == 120  # waiting, not refused
-        proceed.set()
-        mover.join(10)
+        with _a_move_held_in_its_insert(store):
+            store.stage(_prepared(1, 60))  # 120 staged: at the bound, the first 60 being stored
+            staged = threading.Thread(target=store.stage, args=(_prepared(2, 10),))
+            staged.start()
+            staged.join(1.5)
+            assert staged.is_alive() and store.staged_rows() == 120  # waiting, not refused
         staged.join(10)
         assert not staged.is_alive() and store.staged_rows() == 70  # the move made room
-        store._append = append
         assert store.move_staged() == 70
         store.update_windows()
         assert store.query("select count(*) from spans").rows == [(130,)]
     finally:
-        proceed.set()
-        store._append = append
         store.shutdown()
 
 
