@@ -38,7 +38,7 @@ from meritlens.analytics._metric import (
 )
 from meritlens.analytics._schema import SPANS_TABLE
 from meritlens.analytics._sidecar import sidecar_path
-from meritlens.analytics._windows import evidence_uri, span_keys_digest
+from meritlens.analytics._windows import evidence_uri, span_keys_digest, sql_string
 from meritlens.analytics._windows import (
     EVALUATED_SUFFIX,
     EVIDENCE_MEDIA_TYPE,
@@ -98,10 +98,6 @@ class EvaluationStore(Protocol):
         """Store the judge's calls as orchestration spans."""
 
 
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 SpanPosition = tuple[int, str, str]
 """(start_unix_nano, trace_id, span_id): the order spans are read in, for keyset paging."""
 PAGE_SIZE = 5000
@@ -110,14 +106,14 @@ PAGE_SIZE = 5000
 def scope_spans_sql(target_id: str, scope: str, *, after: SpanPosition | None = None, limit: int | None = None) -> str:
     """The read-only query for the application spans of one target's scope, in a stable order,
     optionally only those after ``after`` and at most ``limit`` of them."""
-    where = [f"target_id = {_literal(target_id)}", f"role = {_literal(ROLE_APPLICATION)}"]
+    where = [f"target_id = {sql_string(target_id)}", f"role = {sql_string(ROLE_APPLICATION)}"]
     if scope != SCOPE_ALL:
-        where.append(f"assessment_id = {_literal(scope)}")
+        where.append(f"assessment_id = {sql_string(scope)}")
     if after is not None:
         start, trace, span = after
         where.append(
-            f"(start_unix_nano > {int(start)} OR (start_unix_nano = {int(start)} AND (trace_id > {_literal(trace)}"
-            f" OR (trace_id = {_literal(trace)} AND span_id > {_literal(span)}))))"
+            f"(start_unix_nano > {int(start)} OR (start_unix_nano = {int(start)} AND (trace_id > {sql_string(trace)}"
+            f" OR (trace_id = {sql_string(trace)} AND span_id > {sql_string(span)}))))"
         )
     sql = (
         f"SELECT {', '.join(SCOPE_SPAN_COLUMNS)} FROM {SPANS_TABLE} WHERE {' AND '.join(where)}"
