@@ -6,7 +6,9 @@ usage: python bench/_serve_variant.py [--obvious] [--no-refresh] serve --db ... 
   instead of `meritlens.collector._ingest.prepare`: the obvious-design baseline, same server otherwise;
 * --no-refresh: `SpanStore.write` commits spans without refreshing windows, so a run measures receiving
   and storing spans only. Not a product setting: `windows` stays stale, and bench/ingest.py checks the
-  stored spans instead of the windows in this mode.
+  stored spans instead of the windows in this mode;
+* --duckdb-setting=NAME=VALUE (repeatable): a DuckDB setting added to those the store opens its
+  database with (an experiment; settings the store sets itself are overridden).
 """
 
 from __future__ import annotations
@@ -43,8 +45,21 @@ def _skip_window_refresh() -> None:
     SpanStore.write = write_without_refresh
 
 
+def _add_duckdb_settings(settings: list[str]) -> None:
+    from meritlens.collector._settings import choose_arrow_memory_pool
+
+    choose_arrow_memory_pool()  # as `meritlens serve` does, before the store's modules import pyarrow
+    from meritlens.collector import _store
+
+    _store._CONFIG.update(setting.split("=", 1) for setting in settings)
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
+    settings = [a.split("=", 1)[1] for a in args if a.startswith("--duckdb-setting=")]
+    args = [a for a in args if not a.startswith("--duckdb-setting=")]
+    if settings:
+        _add_duckdb_settings(settings)
     if "--obvious" in args:
         args.remove("--obvious")
         _use_obvious_walk()

@@ -21,11 +21,16 @@ resume FILE` once so its windows are stored). Before the measured load it sends 
 every target and waits for the windows (the first batch of a target after a start rebuilds its
 window state from its spans); the checks then count what the measured load added.
 `--allocators` also reports which allocator held the collector's anonymous memory: DuckDB's jemalloc
-and glibc's heap, sampled inside the collector every 50 ms by bench/_allocators/sitecustomize.py.
+and glibc's heap, sampled inside the collector every 50 ms by bench/_allocators/sitecustomize.py, and
+DuckDB's own accounting (`duckdb_memory()` by tag); with it, `--malloc-trim S` and `--jemalloc-purge S`
+release the two allocators' free pages every S seconds (experiments: the collector does neither).
+`--duckdb-setting NAME=VALUE` (experiment, through bench/_serve_variant.py) adds a DuckDB setting to
+the collector's store.
 
 usage: python bench/ingest.py [--requests 60 --batch 1000 --concurrency 4] [--rate 10000 --seconds 60]
                               [--impl production|obvious|both] [--no-refresh] [--start-from FILE] [--threads]
-                              [--allocators]
+                              [--allocators [--malloc-trim S] [--jemalloc-purge S]]
+                              [--duckdb-setting NAME=VALUE ...]
 """
 
 from __future__ import annotations
@@ -150,7 +155,7 @@ def sql(base: str, query: str) -> list:
 
 def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s: float = 0.0, *,
         impl: str = "production", refresh: bool = True, threads: bool = False, start_from: str = "",
-        allocators: bool = False) -> dict:
+        allocators: bool = False, experiments: dict | None = None) -> dict:
     """Send `total` spans (paced at `rate` spans/s when given; no batch started after `deadline_s`),
     into an empty store or a copy of `start_from`."""
     planned = total
@@ -162,16 +167,22 @@ def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s:
             copy_store(start_from, db)
         port = free_port()
         base = f"http://127.0.0.1:{port}"
-        if impl == "production" and refresh:
+        experiments = experiments or {}
+        settings = [f"--duckdb-setting={setting}" for setting in experiments.get("duckdb_settings", ())]
+        if impl == "production" and refresh and not settings:
             command = [os.path.join(BIN, "meritlens")]
         else:
-            command = [sys.executable, os.path.join(HERE, "_serve_variant.py")]
+            command = [sys.executable, os.path.join(HERE, "_serve_variant.py"), *settings]
             command += ["--obvious"] if impl == "obvious" else []
             command += [] if refresh else ["--no-refresh"]
         env, allocator_file = dict(os.environ), os.path.join(tmp, "allocators.json")
         if allocators:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.join(HERE, "_allocators"), env.get("PYTHONPATH")]))
             env["MERITLENS_BENCH_ALLOCATORS"] = allocator_file
+            for key, variable in (("malloc_trim_s", "MERITLENS_BENCH_MALLOC_TRIM_S"),
+                                  ("jemalloc_purge_s", "MERITLENS_BENCH_JEMALLOC_PURGE_S")):
+                if experiments.get(key):
+                    env[variable] = str(experiments[key])
         server = subprocess.Popen(
             [*command, "serve", "--db", db,
              "--http-port", str(port), "--no-grpc"],
@@ -248,12 +259,19 @@ def allocator_report(path: str) -> str:
         return f"allocators: no samples ({exc})"
     at, peaks = found["at_anonymous_peak"], found["peaks"]
     other = at["anonymous"] - at["duckdb_resident"] - at["glibc_held"]
+    memory = found.get("duckdb_memory", {})
+    tags = ", ".join(f"{tag} {used:.0f} ({memory['peaks'].get(tag, used):.0f})"
+                     for tag, used in sorted(memory.get("last", {}).items(), key=lambda item: -item[1]) if used >= 0.5)
     duckdb = "" if found["duckdb_jemalloc"] else " (DuckDB's jemalloc statistics unavailable)"
     return (f"allocators at the sampled anonymous peak of {at['anonymous']:.0f} MiB: DuckDB's jemalloc "
-            f"{at['duckdb_resident']:.0f} resident ({at['duckdb_allocated']:.0f} allocated), glibc "
+            f"{at['duckdb_resident']:.0f} resident ({at['duckdb_allocated']:.0f} allocated, "
+            f"{at.get('duckdb_active', 0):.0f} in active pages, {at.get('duckdb_dirty', 0):.0f} dirty, "
+            f"{at.get('duckdb_muzzy', 0):.0f} muzzy, {at.get('duckdb_tcache', 0):.0f} thread-cached, "
+            f"{at.get('duckdb_metadata', 0):.0f} metadata), glibc "
             f"{at['glibc_held']:.0f} held ({at['glibc_in_use']:.0f} in use), the rest {other:.0f}; each one's own "
             f"peak: DuckDB {peaks['duckdb_resident']:.0f} ({peaks['duckdb_allocated']:.0f}), glibc "
-            f"{peaks['glibc_held']:.0f} ({peaks['glibc_in_use']:.0f}){duckdb}")
+            f"{peaks['glibc_held']:.0f} ({peaks['glibc_in_use']:.0f}){duckdb}\n  DuckDB's duckdb_memory() at the end "
+            f"of the load (its peak): {tags or 'no samples'}")
 
 
 def copy_store(source: str, target: str) -> None:
@@ -323,20 +341,34 @@ def main() -> None:
     parser.add_argument("--threads", action="store_true",
                         help="also report each collector thread's CPU over the sending period")
     parser.add_argument("--allocators", action="store_true",
-                        help="also report DuckDB's jemalloc and glibc's heap at the collector's memory peak")
+                        help="also report DuckDB's jemalloc and glibc's heap at the collector's memory peak, and "
+                             "DuckDB's duckdb_memory() by tag")
+    parser.add_argument("--malloc-trim", type=float, default=0.0, metavar="S",
+                        help="experiment (needs --allocators): glibc malloc_trim(0) in the collector every S s")
+    parser.add_argument("--jemalloc-purge", type=float, default=0.0, metavar="S",
+                        help="experiment (needs --allocators): purge DuckDB's jemalloc arenas every S s")
+    parser.add_argument("--duckdb-setting", action="append", default=[], metavar="NAME=VALUE",
+                        help="experiment: a DuckDB setting of the collector's store (repeatable)")
     args = parser.parse_args()
     if args.rate and not 0 < args.seconds <= 600:
         parser.error("sustained mode needs 0 < --seconds <= 600")
+    if (args.malloc_trim or args.jemalloc_purge) and not args.allocators:
+        parser.error("--malloc-trim and --jemalloc-purge run inside the collector with --allocators")
+    if any("=" not in setting for setting in args.duckdb_setting):
+        parser.error("--duckdb-setting takes NAME=VALUE")
+    experiments = {"malloc_trim_s": args.malloc_trim, "jemalloc_purge_s": args.jemalloc_purge,
+                   "duckdb_settings": args.duckdb_setting}
     for impl in ("obvious", "production") if args.impl == "both" else (args.impl,):
         if args.rate:
             # Bounded: no batch is started later than 2x the planned duration; what was not sent is reported.
             r = run(int(args.rate * args.seconds), args.batch, args.concurrency, args.rate, 2 * args.seconds,
                     impl=impl, refresh=not args.no_refresh, threads=args.threads, start_from=args.start_from,
-                    allocators=args.allocators)
+                    allocators=args.allocators, experiments=experiments)
             print(describe(r, f"sustained {args.rate:,.0f} spans/s for {args.seconds:g}s"), flush=True)
         else:
             r = run(args.requests * args.batch, args.batch, args.concurrency, impl=impl, refresh=not args.no_refresh,
-                    threads=args.threads, start_from=args.start_from, allocators=args.allocators)
+                    threads=args.threads, start_from=args.start_from, allocators=args.allocators,
+                    experiments=experiments)
             print(describe(r, f"burst {args.requests} x {args.batch} spans, {args.concurrency} clients"), flush=True)
         check(r)
 
