@@ -490,14 +490,13 @@ class SpanStore:
         INSERT, it keeps its records until a later move, unless it has grown past
         `STAGING_LOG_KEEP_BYTES`; then those rows are stored too, with staging held, and it is emptied."""
         with self._changed:
-            staged = list(self._staged)
-            whole = self._staged_rows // self._row_group_rows * self._row_group_rows
-            if (self._readers_waiting or self._closing or whole == self._staged_rows
+            staged, rows = list(self._staged), self._staged_rows
+            if not (self._readers_waiting or self._closing
                     or time.monotonic() >= self._staged_since + self._stage_move_s):
-                whole = 0
+                rows = rows // self._row_group_rows * self._row_group_rows or rows  # whole row groups, if any
         if not staged:
             return 0
-        moved = self._move(staged, whole)
+        moved = self._move(staged, rows)
         with self._log_lock:
             with self._changed:
                 rest = list(self._staged)
@@ -508,10 +507,10 @@ class SpanStore:
             self._log.clear()
         return moved
 
-    def _move(self, staged: list[pa.Table], rows: int = 0) -> int:
-        """Store ``staged`` (the first staged tables), or only their first ``rows`` rows if not 0."""
+    def _move(self, staged: list[pa.Table], rows: int | None = None) -> int:
+        """Store ``staged`` (the first staged tables), or only their first ``rows`` rows."""
         table, rest = _concat(staged), None
-        if rows:
+        if rows is not None and rows < table.num_rows:
             table, rest = table.slice(0, rows), table.slice(rows)
         try:
             result = self._append(table, follow=True, wait=True, moved=len(staged), rest=rest)
@@ -571,7 +570,7 @@ class SpanStore:
                     self._pending_rows += table.num_rows
                     self._stored += 1
                 if moved:  # ``received`` rows leave staging; the rest of the moved tables stays in their place
-                    self._staged[:moved] = [rest] if rest is not None and rest.num_rows else []
+                    self._staged[:moved] = [] if rest is None else [rest]
                     self._staged_rows -= received
                 if moved and self._staged:  # the rest, or staged during this move: their second starts about now
                     self._staged_since = time.monotonic()
