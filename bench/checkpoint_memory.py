@@ -16,8 +16,6 @@ usage: python bench/checkpoint_memory.py [--wal 64MiB] [--row-group-size 0] [--b
 from __future__ import annotations
 
 import argparse
-import ctypes
-import glob
 import os
 import sys
 import tempfile
@@ -29,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _allocators.duckdb_jemalloc import duckdb_mallctl, read_size, refresh  # noqa: E402
 from store_memory import BATCH, batch  # noqa: E402
 
 from meritlens.analytics._schema import SPAN_COLUMN_NAMES, SPAN_COLUMNS, SPANS_TABLE, create_table_sql  # noqa: E402
@@ -41,21 +40,15 @@ class AllocatedPeak:
     """The highest `stats.allocated` of DuckDB's jemalloc since the last `take`."""
 
     def __init__(self):
-        so = glob.glob(os.path.join(os.path.dirname(duckdb.__path__[0]), "_duckdb*.so"))
-        self._mallctl = getattr(ctypes.CDLL(so[0]), "duckdb_je_mallctl", None) if so else None
+        self._mallctl = duckdb_mallctl()
         if self._mallctl is None:
             raise SystemExit("checkpoint_memory: this DuckDB build exports no duckdb_je_mallctl")
-        self._mallctl.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
-                                  ctypes.c_void_p, ctypes.c_size_t]
         self.peak, self._stop = 0, threading.Event()
         threading.Thread(target=self._run, daemon=True).start()
 
     def allocated(self) -> int:
-        epoch, size = ctypes.c_uint64(1), ctypes.c_size_t(8)
-        self._mallctl(b"epoch", ctypes.byref(epoch), ctypes.byref(size), ctypes.byref(epoch), 8)
-        value, size = ctypes.c_size_t(0), ctypes.c_size_t(8)
-        self._mallctl(b"stats.allocated", ctypes.byref(value), ctypes.byref(size), None, 0)
-        return value.value
+        refresh(self._mallctl)
+        return read_size(self._mallctl, "stats.allocated") or 0
 
     def _run(self) -> None:
         while not self._stop.wait(0.002):

@@ -25,6 +25,8 @@ import sys
 import tempfile
 import time
 
+import pyarrow as pa
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from checkpoint_memory import MIB, AllocatedPeak  # noqa: E402
@@ -40,6 +42,13 @@ REQUEST_SPANS = 1000
 WARM_UP_REQUESTS = 20
 
 
+def loadgen_tables(spans: int) -> list[pa.Table]:
+    """bench/loadgen.py's requests of 1000 spans, checked and normalized as the receiver does them."""
+    limits = _otlp.SpanLimits(128, 65536)
+    return [prepare(_otlp.decode_lean(body, _otlp.PROTOBUF), limits, NormalizeOptions())[1]
+            for body in build_bodies(spans, REQUEST_SPANS, TARGETS)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--passes", type=int, default=20)
@@ -50,9 +59,7 @@ def main() -> None:
         parser.error("--passes and --requests-per-pass must be at least 1")
     per_pass = args.requests_per_pass
     total = (WARM_UP_REQUESTS + args.passes * per_pass) * REQUEST_SPANS
-    limits = _otlp.SpanLimits(128, 65536)
-    tables = [prepare(_otlp.decode_lean(body, _otlp.PROTOBUF), limits, NormalizeOptions())[1]
-              for body in build_bodies(total, REQUEST_SPANS, TARGETS)]
+    tables = loadgen_tables(total)
     profile = cProfile.Profile() if args.profile else None
     peaks, rises = AllocatedPeak(), []
     with tempfile.TemporaryDirectory(prefix="meritlens-bench-") as tmp:

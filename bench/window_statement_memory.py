@@ -32,13 +32,9 @@ import pyarrow as pa
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from checkpoint_memory import MIB, AllocatedPeak  # noqa: E402
-from ingest import TARGETS  # noqa: E402
-from loadgen import build_bodies  # noqa: E402
+from window_pass import loadgen_tables  # noqa: E402
 
 from meritlens.analytics._windows import sample_rows_sql  # noqa: E402
-from meritlens.collector import _otlp  # noqa: E402
-from meritlens.collector._ingest import prepare  # noqa: E402
-from meritlens.collector._normalize import NormalizeOptions  # noqa: E402
 from meritlens.collector._store import _WINDOW_INPUT, stamp_received_at  # noqa: E402
 
 SOURCE = "_after"
@@ -70,10 +66,7 @@ def main() -> None:
     args = parser.parse_args()
     if min(args.spans) < 1:
         parser.error("--spans must be at least 1")
-    limits = _otlp.SpanLimits(128, 65536)
-    tables = [prepare(_otlp.decode_lean(body, _otlp.PROTOBUF), limits, NormalizeOptions())[1]
-              for body in build_bodies(max(args.spans), 1000, TARGETS)]
-    spans = stamp_received_at(pa.concat_tables(tables), 1).select(_WINDOW_INPUT)
+    spans = stamp_received_at(pa.concat_tables(loadgen_tables(max(args.spans))), 1).select(_WINDOW_INPUT)
     con = duckdb.connect(config={"threads": 1})
     peaks = AllocatedPeak()
     shipped_rows: dict[int, list] = {}

@@ -22,27 +22,15 @@ _OUT = os.environ.get("MERITLENS_BENCH_ALLOCATORS")
 _TAGS: dict[str, dict[str, float]] = {"last": {}, "peaks": {}}
 
 
-def _duckdb_mallctl():
-    import ctypes
-    import glob
-
-    import duckdb
-
-    so = glob.glob(os.path.join(os.path.dirname(duckdb.__path__[0]), "_duckdb*.so"))
-    mallctl = getattr(ctypes.CDLL(so[0]), "duckdb_je_mallctl", None) if so else None
-    if mallctl is not None:
-        mallctl.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.c_void_p,
-                            ctypes.c_size_t]
-    return mallctl
-
-
 def _sample(out: str) -> None:
     import ctypes
     import json
     import time
 
+    from duckdb_jemalloc import duckdb_mallctl, read_size, refresh
+
     time.sleep(1.0)  # let the collector import DuckDB
-    mallctl = _duckdb_mallctl()
+    mallctl = duckdb_mallctl()
 
     class MallInfo2(ctypes.Structure):
         _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
@@ -52,10 +40,7 @@ def _sample(out: str) -> None:
     libc.mallinfo2.restype = MallInfo2
 
     def jemalloc(name: str) -> int | None:
-        if mallctl is None:
-            return None
-        value, size = ctypes.c_size_t(0), ctypes.c_size_t(8)
-        return value.value if mallctl(name.encode(), ctypes.byref(value), ctypes.byref(size), None, 0) == 0 else None
+        return None if mallctl is None else read_size(mallctl, name)
 
     def anon_kib() -> int:
         with open("/proc/self/status") as fh:
@@ -66,9 +51,8 @@ def _sample(out: str) -> None:
     at_peak: dict[str, float] = {}
     last_write = 0.0
     while True:
-        if mallctl is not None:  # refresh jemalloc's statistics
-            epoch, size = ctypes.c_uint64(1), ctypes.c_size_t(8)
-            mallctl(b"epoch", ctypes.byref(epoch), ctypes.byref(size), ctypes.byref(epoch), 8)
+        if mallctl is not None:
+            refresh(mallctl)
         info = libc.mallinfo2()
         now = {"anonymous": anon_kib() / 1024,
                "duckdb_resident": (jemalloc("stats.resident") or 0) / mib,
@@ -134,7 +118,9 @@ def _malloc_trim():
 
 
 def _jemalloc_purge():
-    mallctl = _duckdb_mallctl()
+    from duckdb_jemalloc import duckdb_mallctl
+
+    mallctl = duckdb_mallctl()
     return lambda: mallctl(b"arena.4096.purge", None, None, None, 0)
 
 
