@@ -48,6 +48,7 @@ from meritlens.collector._settings import (
     ENV_TOKEN,
     ENV_TOKEN_FILE,
     ENV_TARGET_FALLBACK,
+    ENV_RELEASE_STARTUP_PAGES,
     ENV_URL,
     DEFAULT_TARGET_FALLBACK,
     ServerSettings,
@@ -156,6 +157,10 @@ def _size(ctx, param, value):
 @click.option("--shutdown-timeout", "shutdown_timeout_s", type=float, default=None,
               help="Seconds SIGTERM waits for in-flight requests "
                    f"[env {ENV_SHUTDOWN_TIMEOUT}; default {DEFAULT_SHUTDOWN_TIMEOUT_S:g}].")
+@click.option("--keep-startup-pages", "release_startup_pages", flag_value=False, default=None,
+              help="Keep the library pages that only start-up used resident; by default the collector hands "
+                   "them back to the system once it listens (Linux: ~70 MiB of RSS at rest) "
+                   f"[env {ENV_RELEASE_STARTUP_PAGES}=0].")
 @click.option("--profile", "profiles", multiple=True, type=click.Path(exists=True),
               help="A task profile (TOML), or a directory of them; the dashboard at / shows each "
                    "profile's target's readiness. Repeatable.")

@@ -16,6 +16,7 @@ from meritlens.collector._dashboard import Dashboard
 from meritlens.collector._http import HttpReceiver
 from meritlens.collector._ingest import InflightBudget, Ingest
 from meritlens.collector._normalize import NATIVE_SCANNER, NormalizeOptions, check_target_fallback
+from meritlens.collector._ospages import release_library_pages
 from meritlens.collector._otlp import SpanLimits
 from meritlens.collector._pipeline import IngestPipeline
 from meritlens.instrumentation.pricing import price_call
@@ -212,6 +213,17 @@ class Collector:
         log.info("stopped; every acknowledged span is committed to %s", self.settings.db)
 
 
+def _release_startup_pages() -> None:
+    released = release_library_pages()
+    if released is None:
+        log.info("library pages only start-up used: kept (this system cannot hand them back)")
+        return
+    mib = 1024 * 1024
+    log.info("handed back library pages only start-up used: resident file-backed memory %.0f -> %.0f MiB"
+             " (%d read-only mappings)", released.file_bytes_before / mib, released.file_bytes_after / mib,
+             released.mappings)
+
+
 def serve(settings: ServerSettings) -> None:
     """Run a collector until SIGINT or SIGTERM, then drain and exit."""
 
@@ -222,6 +234,8 @@ def serve(settings: ServerSettings) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         await collector.start()
+        if settings.release_startup_pages:
+            _release_startup_pages()
         listening = f"OTLP/HTTP on {collector.url}"
         if collector.grpc_address:
             listening += f", OTLP/gRPC on {collector.grpc_address}"

@@ -38,6 +38,7 @@ ENV_URL = "MERITLENS_URL"
 ENV_ARROW_MEMORY_POOL = "ARROW_DEFAULT_MEMORY_POOL"
 """Arrow's own variable: its C++ default pool, read once, when pyarrow is imported."""
 ENV_TARGET_FALLBACK = "MERITLENS_TARGET_FALLBACK"
+ENV_RELEASE_STARTUP_PAGES = "MERITLENS_RELEASE_STARTUP_PAGES"
 
 DEFAULT_DB = "meritlens.duckdb"
 DEFAULT_HOST = "127.0.0.1"
@@ -214,6 +215,18 @@ def _env_float(name: str, default: float) -> float:
         raise SettingsError(f"{name}={raw!r} is not a number") from None
 
 
+def _env_flag(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise SettingsError(f"{name}={raw!r} is not one of 1/0, true/false, yes/no, on/off")
+
+
 def _env_str(name: str) -> str | None:
     return os.environ.get(name) or None
 
@@ -303,6 +316,9 @@ class ServerSettings:
     shutdown_timeout_s: float = field(
         default_factory=lambda: _env_float(ENV_SHUTDOWN_TIMEOUT, DEFAULT_SHUTDOWN_TIMEOUT_S)
     )
+    release_startup_pages: bool = field(default_factory=lambda: _env_flag(ENV_RELEASE_STARTUP_PAGES, True))
+    """Whether `meritlens serve`, once listening, hands back the library pages only its start-up used
+    (Linux; see `collector/_ospages.py`)."""
 
     profiles: tuple[str, ...] = ()
     """Task profiles (TOML files, or directories of them) the dashboard checks readiness against."""

@@ -1,0 +1,110 @@
+"""`meritlens serve` hands back the library pages only its start-up used (Linux, MADV_PAGEOUT);
+`--keep-startup-pages` (or MERITLENS_RELEASE_STARTUP_PAGES=0) keeps them; the collector works the
+same either way."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+
+import httpx
+import pytest
+
+from meritlens.collector import _ospages
+from tests.collector.collector_proc import MERITLENS, CollectorProcess, make_request
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MADV_PAGEOUT is Linux's")
+
+_RELEASED = re.compile(r"handed back library pages only start-up used: resident file-backed memory "
+                       r"(\d+) -> (\d+) MiB \((\d+) read-only mappings\)")
+
+
+def _rss_file_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("RssFile:"))
+
+
+@linux_only
+def test_a_read_only_file_mapping_the_process_alone_touched_is_reclaimed(tmp_path):
+    # A file of 32 MiB, on disk before it is mapped (dirty page-cache pages are not reclaimed), that
+    # only the child maps: the test process does not share its pages.
+    path = tmp_path / "code.bin"
+    with open(path, "wb") as fh:
+        fh.write(os.urandom(1 << 20) * 32)
+        fh.flush()
+        os.fsync(fh.fileno())
+    child = textwrap.dedent(f"""
+        import json, mmap
+        from meritlens.collector._ospages import release_library_pages, _resident_file_bytes
+        with open({str(path)!r}, "rb") as fh:
+            view = mmap.mmap(fh.fileno(), 0, prot=mmap.PROT_READ)
+        touched = sum(view[i] for i in range(0, len(view), 4096))  # every page resident
+        mapped = _resident_file_bytes()
+        released = release_library_pages()
+        after = _resident_file_bytes()
+        again = sum(view[i] for i in range(0, len(view), 4096))  # read back: same bytes
+        print(json.dumps({{"mapped": mapped, "before": released.file_bytes_before,
+                          "after": released.file_bytes_after, "now": after, "mappings": released.mappings,
+                          "same": touched == again}}))
+    """)
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["same"]  # pages faulted back in read the file's bytes again
+    assert result["mappings"] >= 1
+    assert result["before"] >= 32 << 20
+    # the 32 MiB the child touched are gone from its resident set
+    assert result["before"] - result["after"] >= 30 << 20, result
+    assert result["after"] == result["now"] or abs(result["after"] - result["now"]) < 4 << 20
+
+
+def test_where_the_platform_cannot_nothing_is_done_and_nothing_raises(monkeypatch):
+    monkeypatch.setattr(_ospages, "_libc", None)
+    assert _ospages.release_library_pages() is None
+
+
+@linux_only
+def test_serve_hands_back_startup_pages_and_still_stores_and_answers(tmp_path):
+    with CollectorProcess(tmp_path / "pages.duckdb", args=("--no-grpc",)) as collector:
+        match = _RELEASED.search(collector.log())
+        assert match, collector.log()
+        before, after, mappings = (int(g) for g in match.groups())
+        # How much goes depends on what other processes map: the kernel keeps pages that another
+        # process (another collector, this test run's workers) also has mapped.
+        assert mappings > 10 and after <= before
+        r = httpx.post(collector.url + "/v1/traces", content=make_request(3, 20).SerializeToString(),
+                       headers={"Content-Type": "application/x-protobuf"})
+        assert r.status_code == 200
+        assert collector.sql("SELECT count(*) FROM spans")["rows"] == [[20]]
+        sent = collector.sql("SELECT sum(input_tokens) FROM spans")["rows"]
+        assert sent[0][0] > 0
+        deadline = time.monotonic() + 30  # the window thread follows the stored spans
+        while collector.sql("SELECT sum(value) FROM windows WHERE metric = 'input_tokens'"
+                            " AND scope = 'all'")["rows"] != sent:
+            assert time.monotonic() < deadline, collector.sql("SELECT * FROM windows")
+            time.sleep(0.1)
+
+
+@linux_only
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_keep_startup_pages_keeps_them(tmp_path, how):
+    args = ("--no-grpc", "--keep-startup-pages") if how == "flag" else ("--no-grpc",)
+    env = {"MERITLENS_RELEASE_STARTUP_PAGES": "0"} if how == "env" else None
+    with CollectorProcess(tmp_path / "kept.duckdb", args=args, env=env) as collector:
+        assert "handed back library pages" not in collector.log()
+        # the libraries' code stays mapped: far more than the few MiB a released collector keeps
+        assert _rss_file_kib(collector.proc.pid) > 20 * 1024
+
+
+def test_a_flag_value_that_is_not_one_is_refused_by_name(tmp_path):
+    env = dict(os.environ, MERITLENS_RELEASE_STARTUP_PAGES="maybe")
+    out = subprocess.run([MERITLENS, "serve", "--db", str(tmp_path / "x.duckdb"), "--no-grpc", "--http-port", "0"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode != 0
+    assert "MERITLENS_RELEASE_STARTUP_PAGES='maybe'" in out.stderr
+    assert not (tmp_path / "x.duckdb").exists()  # refused before anything was opened
