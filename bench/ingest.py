@@ -139,6 +139,19 @@ class MemorySampler:
         self._thread.join()
 
 
+def wait_for_page_release(log_path: str, env: dict, timeout_s: float = 10.0) -> None:
+    """Until the collector has logged what it did with its start-up pages (it does so just after it
+    starts listening), so that the RSS at rest is measured after it; at once when they are kept."""
+    if env.get("MERITLENS_RELEASE_STARTUP_PAGES", "1").strip().lower() in ("0", "false", "no", "off"):
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with open(log_path) as fh:
+            if "library pages only start-up used" in fh.read():
+                return
+        time.sleep(0.05)
+
+
 def expected_tokens(total: int) -> dict[str, int]:
     """loadgen's span i has input tokens 100 + i % 50 and target bot-{i % TARGETS}."""
     sums = {f"bot-{t}": 0 for t in range(TARGETS)}
@@ -201,6 +214,7 @@ def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s:
                     raise SystemExit(f"collector did not start: {open(os.path.join(tmp, 'server.log')).read()}")
                 time.sleep(0.1)
             start_s = time.monotonic() - started
+            wait_for_page_release(os.path.join(tmp, "server.log"), env)
             rows_before, windows_before = 0, {}
             if start_from:
                 warm_up_s = warm_up(base)

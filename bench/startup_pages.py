@@ -27,7 +27,7 @@ import httpx
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from ingest import TARGETS, expected_tokens, free_port  # noqa: E402
+from ingest import TARGETS, expected_tokens, free_port, wait_for_page_release  # noqa: E402
 from loadgen import build_bodies  # noqa: E402
 
 MERITLENS = os.path.join(os.path.dirname(sys.executable), "meritlens")
@@ -66,7 +66,7 @@ def one(mode: str, body: bytes, expected: dict[str, int]) -> str:
                 if server.poll() is not None or time.monotonic() > deadline:
                     raise SystemExit(f"collector did not start: {open(os.path.join(tmp, 'server.log')).read()}")
                 time.sleep(0.05)
-            time.sleep(2)  # the release follows the listening socket
+            wait_for_page_release(os.path.join(tmp, "server.log"), env)
             anon, file_backed = rss_mib(server.pid)
             t0 = time.perf_counter()
             r = httpx.post(base + "/v1/traces", content=body, headers={"Content-Type": "application/x-protobuf"},
