@@ -71,8 +71,10 @@ def test_where_the_platform_cannot_nothing_is_done_and_nothing_raises(monkeypatc
 @linux_only
 def test_serve_hands_back_startup_pages_and_still_stores_and_answers(tmp_path):
     with CollectorProcess(tmp_path / "pages.duckdb", args=("--no-grpc",)) as collector:
-        match = _RELEASED.search(collector.log())
-        assert match, collector.log()
+        deadline = time.monotonic() + 30  # logged just after the collector starts listening
+        while not (match := _RELEASED.search(collector.log())):
+            assert time.monotonic() < deadline, collector.log()
+            time.sleep(0.05)
         before, after, mappings = (int(g) for g in match.groups())
         # How much goes depends on what other processes map (the kernel keeps pages that another
         # process, such as this test run's other collectors, also has mapped), and the collector's
@@ -98,6 +100,7 @@ def test_keep_startup_pages_keeps_them(tmp_path, how):
     args = ("--no-grpc", "--keep-startup-pages") if how == "flag" else ("--no-grpc",)
     env = {"MERITLENS_RELEASE_STARTUP_PAGES": "0"} if how == "env" else None
     with CollectorProcess(tmp_path / "kept.duckdb", args=args, env=env) as collector:
+        time.sleep(1)  # a release would be logged by now (~40 ms after listening)
         assert "handed back library pages" not in collector.log()
         # the libraries' code stays mapped: far more than the few MiB a released collector keeps
         assert _rss_file_kib(collector.proc.pid) > 20 * 1024
