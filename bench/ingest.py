@@ -139,11 +139,25 @@ class MemorySampler:
         self._thread.join()
 
 
-def wait_for_page_release(log_path: str, env: dict, timeout_s: float = 10.0) -> None:
+def wait_until_serving(base: str, server: subprocess.Popen, log_path: str, timeout_s: float) -> None:
+    """Until the collector at ``base`` answers /healthz; SystemExit with its log if it exits or the
+    time runs out first."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if server.poll() is not None or time.monotonic() > deadline:
+            with open(log_path) as fh:
+                raise SystemExit(f"collector did not start: {fh.read()}")
+        time.sleep(0.05)
+
+
+def wait_for_page_release(log_path: str, timeout_s: float = 10.0) -> None:
     """Until the collector has logged what it did with its start-up pages (it does so just after it
-    starts listening), so that the RSS at rest is measured after it; at once when they are kept."""
-    if env.get("MERITLENS_RELEASE_STARTUP_PAGES", "1").strip().lower() in ("0", "false", "no", "off"):
-        return
+    starts listening, released or kept), so that the RSS at rest is measured after it."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with open(log_path) as fh:
@@ -203,18 +217,9 @@ def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s:
         try:
             started = time.monotonic()
             # A copied store may rebuild its windows at start (minutes for millions of spans).
-            deadline = started + (3600 if start_from else 30)
-            while True:
-                try:
-                    if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"collector did not start: {open(os.path.join(tmp, 'server.log')).read()}")
-                time.sleep(0.1)
+            wait_until_serving(base, server, os.path.join(tmp, "server.log"), 3600 if start_from else 30)
             start_s = time.monotonic() - started
-            wait_for_page_release(os.path.join(tmp, "server.log"), env)
+            wait_for_page_release(os.path.join(tmp, "server.log"))
             rows_before, windows_before = 0, {}
             if start_from:
                 warm_up_s = warm_up(base)

@@ -27,23 +27,13 @@ import httpx
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from ingest import TARGETS, expected_tokens, free_port, wait_for_page_release  # noqa: E402
+from ingest import TARGETS, expected_tokens, free_port, status_kib, wait_for_page_release, wait_until_serving  # noqa: E402,E501
 from loadgen import build_bodies  # noqa: E402
 
 MERITLENS = os.path.join(os.path.dirname(sys.executable), "meritlens")
 SPANS = 1000
 QUERY = ("SELECT target_id, quantile_cont(duration_s, [0.5, 0.95]), sum(input_tokens), count(DISTINCT trace_id)"
          " FROM spans GROUP BY 1 ORDER BY 1")
-
-
-def rss_mib(pid: int) -> tuple[float, float]:
-    values = {}
-    with open(f"/proc/{pid}/status") as fh:
-        for line in fh:
-            if line.startswith(("RssAnon:", "RssFile:")):
-                key, value = line.split(":")
-                values[key] = int(value.split()[0]) / 1024
-    return values["RssAnon"], values["RssFile"]
 
 
 def one(mode: str, body: bytes, expected: dict[str, int]) -> str:
@@ -56,18 +46,9 @@ def one(mode: str, body: bytes, expected: dict[str, int]) -> str:
                                   stdout=subprocess.DEVNULL, stderr=log, env=env)
         base = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if httpx.get(base + "/healthz", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"collector did not start: {open(os.path.join(tmp, 'server.log')).read()}")
-                time.sleep(0.05)
-            wait_for_page_release(os.path.join(tmp, "server.log"), env)
-            anon, file_backed = rss_mib(server.pid)
+            wait_until_serving(base, server, os.path.join(tmp, "server.log"), 60)
+            wait_for_page_release(os.path.join(tmp, "server.log"))
+            anon, file_backed = (status_kib(server.pid, key) / 1024 for key in ("RssAnon", "RssFile"))
             t0 = time.perf_counter()
             r = httpx.post(base + "/v1/traces", content=body, headers={"Content-Type": "application/x-protobuf"},
                            timeout=60)

@@ -23,6 +23,7 @@ from meritlens.instrumentation.pricing import price_call
 from meritlens.collector._settings import (
     COLLECTOR_ARROW_MEMORY_POOL,
     ENV_ARROW_MEMORY_POOL,
+    ENV_RELEASE_STARTUP_PAGES,
     TARGET_FALLBACK_OFF,
     ServerSettings,
     address_file,
@@ -236,6 +237,9 @@ def serve(settings: ServerSettings) -> None:
         await collector.start()
         if settings.release_startup_pages:  # ~40 ms of madvise calls: off the event loop
             await loop.run_in_executor(None, _release_startup_pages)
+        else:
+            log.info("library pages only start-up used: kept (--keep-startup-pages or %s=0)",
+                     ENV_RELEASE_STARTUP_PAGES)
         listening = f"OTLP/HTTP on {collector.url}"
         if collector.grpc_address:
             listening += f", OTLP/gRPC on {collector.grpc_address}"

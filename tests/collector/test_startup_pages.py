@@ -1,6 +1,8 @@
 """`meritlens serve` hands back the library pages only its start-up used (Linux, MADV_PAGEOUT);
 `--keep-startup-pages` (or MERITLENS_RELEASE_STARTUP_PAGES=0) keeps them; the collector works the
-same either way."""
+same either way. Like the rest of the suite (which reads /proc), these run on Linux, where the
+collector's machines and CI run; elsewhere `release_library_pages` does nothing
+(`test_where_the_platform_cannot_nothing_is_done_and_nothing_raises`)."""
 
 from __future__ import annotations
 
@@ -18,10 +20,18 @@ import pytest
 from meritlens.collector import _ospages
 from tests.collector.collector_proc import MERITLENS, CollectorProcess, make_request
 
-linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MADV_PAGEOUT is Linux's")
-
 _RELEASED = re.compile(r"handed back library pages only start-up used: resident file-backed memory "
                        r"(\d+) -> (\d+) MiB \((\d+) read-only mappings\)")
+
+
+def _logged(collector: CollectorProcess, pattern: re.Pattern) -> re.Match:
+    """The match of ``pattern`` in the collector's log, waiting for it: the collector logs what it did
+    with its start-up pages just after it starts listening."""
+    deadline = time.monotonic() + 30
+    while not (match := pattern.search(collector.log())):
+        assert time.monotonic() < deadline, collector.log()
+        time.sleep(0.05)
+    return match
 
 
 def _rss_file_kib(pid: int) -> int:
@@ -29,7 +39,6 @@ def _rss_file_kib(pid: int) -> int:
         return next(int(line.split()[1]) for line in fh if line.startswith("RssFile:"))
 
 
-@linux_only
 def test_a_read_only_file_mapping_the_process_alone_touched_is_reclaimed(tmp_path):
     # A file of 32 MiB, on disk before it is mapped (dirty page-cache pages are not reclaimed), that
     # only the child maps: the test process does not share its pages.
@@ -68,13 +77,9 @@ def test_where_the_platform_cannot_nothing_is_done_and_nothing_raises(monkeypatc
     assert _ospages.release_library_pages() is None
 
 
-@linux_only
 def test_serve_hands_back_startup_pages_and_still_stores_and_answers(tmp_path):
     with CollectorProcess(tmp_path / "pages.duckdb", args=("--no-grpc",)) as collector:
-        deadline = time.monotonic() + 30  # logged just after the collector starts listening
-        while not (match := _RELEASED.search(collector.log())):
-            assert time.monotonic() < deadline, collector.log()
-            time.sleep(0.05)
+        match = _logged(collector, _RELEASED)
         before, after, mappings = (int(g) for g in match.groups())
         # How much goes depends on what other processes map (the kernel keeps pages that another
         # process, such as this test run's other collectors, also has mapped), and the collector's
@@ -94,13 +99,13 @@ def test_serve_hands_back_startup_pages_and_still_stores_and_answers(tmp_path):
             time.sleep(0.1)
 
 
-@linux_only
 @pytest.mark.parametrize("how", ["flag", "env"])
 def test_keep_startup_pages_keeps_them(tmp_path, how):
     args = ("--no-grpc", "--keep-startup-pages") if how == "flag" else ("--no-grpc",)
     env = {"MERITLENS_RELEASE_STARTUP_PAGES": "0"} if how == "env" else None
     with CollectorProcess(tmp_path / "kept.duckdb", args=args, env=env) as collector:
-        time.sleep(1)  # a release would be logged by now (~40 ms after listening)
+        _logged(collector, re.compile(re.escape(
+            "library pages only start-up used: kept (--keep-startup-pages or MERITLENS_RELEASE_STARTUP_PAGES=0)")))
         assert "handed back library pages" not in collector.log()
         # the libraries' code stays mapped: far more than the few MiB a released collector keeps
         assert _rss_file_kib(collector.proc.pid) > 20 * 1024
