@@ -13,6 +13,7 @@ from aiohttp import web
 
 from meritlens.collector._auth import BearerToken
 from meritlens.collector._dashboard import Dashboard
+from meritlens.collector._freedmemory import return_freed_memory
 from meritlens.collector._http import HttpReceiver
 from meritlens.collector._ingest import InflightBudget, Ingest
 from meritlens.collector._normalize import NATIVE_SCANNER, NormalizeOptions, check_target_fallback
@@ -24,6 +25,7 @@ from meritlens.collector._settings import (
     COLLECTOR_ARROW_MEMORY_POOL,
     ENV_ARROW_MEMORY_POOL,
     ENV_RELEASE_STARTUP_PAGES,
+    ENV_RETURN_FREED_MEMORY,
     TARGET_FALLBACK_OFF,
     ServerSettings,
     address_file,
@@ -225,6 +227,15 @@ def _release_startup_pages() -> None:
              released.mappings)
 
 
+def _return_freed_memory() -> None:
+    policy = return_freed_memory()
+    glibc = (f"glibc's mmap threshold fixed at {policy.glibc_mmap_threshold // 1024} KiB"
+             if policy.glibc_mmap_threshold is not None else "glibc's allocator unchanged (not available)")
+    duckdb = (f"DuckDB's jemalloc purges freed pages at once ({policy.duckdb_arenas} arenas now, new ones too)"
+              if policy.duckdb_arenas is not None else "DuckDB's allocator unchanged (not available)")
+    log.info("freed memory handed back at once: %s; %s", duckdb, glibc)
+
+
 def serve(settings: ServerSettings) -> None:
     """Run a collector until SIGINT or SIGTERM, then drain and exit."""
 
@@ -234,6 +245,11 @@ def serve(settings: ServerSettings) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        if settings.return_freed_memory:  # before the collector's threads allocate
+            _return_freed_memory()
+        else:
+            log.info("freed memory kept for reuse by the allocators (--keep-freed-memory or %s=0)",
+                     ENV_RETURN_FREED_MEMORY)
         await collector.start()
         if settings.release_startup_pages:  # ~40 ms of madvise calls: off the event loop
             await loop.run_in_executor(None, _release_startup_pages)

@@ -39,6 +39,7 @@ ENV_ARROW_MEMORY_POOL = "ARROW_DEFAULT_MEMORY_POOL"
 """Arrow's own variable: its C++ default pool, read once, when pyarrow is imported."""
 ENV_TARGET_FALLBACK = "MERITLENS_TARGET_FALLBACK"
 ENV_RELEASE_STARTUP_PAGES = "MERITLENS_RELEASE_STARTUP_PAGES"
+ENV_RETURN_FREED_MEMORY = "MERITLENS_RETURN_FREED_MEMORY"
 
 DEFAULT_DB = "meritlens.duckdb"
 DEFAULT_HOST = "127.0.0.1"
@@ -319,6 +320,9 @@ class ServerSettings:
     release_startup_pages: bool = field(default_factory=lambda: _env_flag(ENV_RELEASE_STARTUP_PAGES, True))
     """Whether `meritlens serve`, once listening, hands back the library pages only its start-up used
     (Linux; see `collector/_ospages.py`)."""
+    return_freed_memory: bool = field(default_factory=lambda: _env_flag(ENV_RETURN_FREED_MEMORY, True))
+    """Whether `meritlens serve` makes DuckDB's and glibc's allocators hand freed memory back to the
+    system at once instead of keeping it for reuse (Linux; see `collector/_freedmemory.py`)."""
 
     profiles: tuple[str, ...] = ()
     """Task profiles (TOML files, or directories of them) the dashboard checks readiness against."""

@@ -1,24 +1,12 @@
 """Reading DuckDB's jemalloc through the ``duckdb_je_mallctl`` its Python module exports (bench only).
 
-Imports duckdb only when called, so the collector's start-up (bench/_allocators/sitecustomize.py)
-does not import it earlier than the collector would.
+`duckdb_mallctl` imports duckdb only when called, so the collector's start-up
+(bench/_allocators/sitecustomize.py) does not import it earlier than the collector would.
 """
 
 import ctypes
-import glob
-import os
 
-
-def duckdb_mallctl():
-    """DuckDB's ``mallctl``, or None when this build exports none."""
-    import duckdb
-
-    so = glob.glob(os.path.join(os.path.dirname(duckdb.__path__[0]), "_duckdb*.so"))
-    mallctl = getattr(ctypes.CDLL(so[0]), "duckdb_je_mallctl", None) if so else None
-    if mallctl is not None:
-        mallctl.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.c_void_p,
-                            ctypes.c_size_t]
-    return mallctl
+from meritlens.collector._freedmemory import duckdb_mallctl  # noqa: F401 - re-exported for the bench scripts
 
 
 def refresh(mallctl) -> None:
