@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import signal
 import socket
 import ssl
@@ -138,6 +139,16 @@ class CollectorProcess:
         except OSError:
             return ""
 
+    def wait_for_log(self, pattern: str | re.Pattern, timeout: float = 30.0) -> re.Match:
+        """The first match of ``pattern`` (a regex, or plain text) in the collector's log, waiting
+        for it: some lines come just after the collector starts listening."""
+        regex = pattern if isinstance(pattern, re.Pattern) else re.compile(re.escape(pattern))
+        deadline = time.monotonic() + timeout
+        while not (match := regex.search(self.log())):
+            assert time.monotonic() < deadline, self.log()
+            time.sleep(0.05)
+        return match
+
     def stop(self, timeout: float = 30.0) -> int:
         """SIGTERM, then wait; returns the exit code."""
         if self.proc is None:
@@ -189,6 +200,13 @@ class CollectorProcess:
                 self.stop()
             finally:
                 self.kill9()
+
+
+def run_serve_refused(db: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`meritlens serve` on ``db`` with the environment variables ``env`` added, run to its exit: for
+    settings it must refuse before it opens anything."""
+    return subprocess.run([MERITLENS, "serve", "--db", str(db), "--no-grpc", "--http-port", "0"],
+                          capture_output=True, text=True, env=dict(os.environ, **env), timeout=60)
 
 
 def span_ids(batch: int, index: int) -> tuple[bytes, bytes]:

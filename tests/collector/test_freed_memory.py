@@ -6,18 +6,16 @@ once tuned and once not, so the assertion would fail if the tuning did nothing."
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
 import textwrap
-import time
 
 import httpx
 import pytest
 
 from meritlens.collector import _freedmemory
-from tests.collector.collector_proc import MERITLENS, CollectorProcess, make_request
+from tests.collector.collector_proc import CollectorProcess, make_request, run_serve_refused
 
 
 def _child(code: str) -> dict:
@@ -111,17 +109,9 @@ def test_where_an_allocator_cannot_be_tuned_it_is_reported_and_nothing_raises(mo
     assert _freedmemory.return_freed_memory().duckdb_arenas is None
 
 
-def _logged(collector: CollectorProcess, text: str) -> None:
-    deadline = time.monotonic() + 30
-    while text not in collector.log():
-        assert time.monotonic() < deadline, collector.log()
-        time.sleep(0.05)
-
-
 def test_serve_returns_freed_memory_and_still_stores_and_answers(tmp_path):
     with CollectorProcess(tmp_path / "freed.duckdb", args=("--no-grpc",)) as collector:
-        _logged(collector, "freed memory handed back at once:")
-        line = re.search(r"freed memory handed back at once: .*", collector.log()).group(0)
+        line = collector.wait_for_log(re.compile(r"freed memory handed back at once: .*")).group(0)
         assert "DuckDB's jemalloc purges freed pages at once" in line
         assert f"glibc's mmap threshold fixed at {_freedmemory.GLIBC_MMAP_THRESHOLD_BYTES // 1024} KiB" in line
         r = httpx.post(collector.url + "/v1/traces", content=make_request(3, 20).SerializeToString(),
@@ -135,15 +125,13 @@ def test_keep_freed_memory_leaves_the_allocators_alone(tmp_path, how):
     args = ("--no-grpc", "--keep-freed-memory") if how == "flag" else ("--no-grpc",)
     env = {"MERITLENS_RETURN_FREED_MEMORY": "0"} if how == "env" else None
     with CollectorProcess(tmp_path / "kept.duckdb", args=args, env=env) as collector:
-        _logged(collector, "freed memory kept for reuse by the allocators "
-                           "(--keep-freed-memory or MERITLENS_RETURN_FREED_MEMORY=0)")
+        collector.wait_for_log("freed memory kept for reuse by the allocators "
+                               "(--keep-freed-memory or MERITLENS_RETURN_FREED_MEMORY=0)")
         assert "freed memory handed back" not in collector.log()
 
 
 def test_a_freed_memory_value_that_is_not_a_flag_is_refused_by_name(tmp_path):
-    env = dict(os.environ, MERITLENS_RETURN_FREED_MEMORY="sometimes")
-    out = subprocess.run([MERITLENS, "serve", "--db", str(tmp_path / "x.duckdb"), "--no-grpc", "--http-port", "0"],
-                         capture_output=True, text=True, env=env, timeout=60)
+    out = run_serve_refused(tmp_path / "x.duckdb", {"MERITLENS_RETURN_FREED_MEMORY": "sometimes"})
     assert out.returncode != 0
     assert "MERITLENS_RETURN_FREED_MEMORY='sometimes'" in out.stderr
     assert not (tmp_path / "x.duckdb").exists()

@@ -18,20 +18,10 @@ import httpx
 import pytest
 
 from meritlens.collector import _ospages
-from tests.collector.collector_proc import MERITLENS, CollectorProcess, make_request
+from tests.collector.collector_proc import CollectorProcess, make_request, run_serve_refused
 
 _RELEASED = re.compile(r"handed back library pages only start-up used: resident file-backed memory "
                        r"(\d+) -> (\d+) MiB \((\d+) read-only mappings\)")
-
-
-def _logged(collector: CollectorProcess, pattern: re.Pattern) -> re.Match:
-    """The match of ``pattern`` in the collector's log, waiting for it: the collector logs what it did
-    with its start-up pages just after it starts listening."""
-    deadline = time.monotonic() + 30
-    while not (match := pattern.search(collector.log())):
-        assert time.monotonic() < deadline, collector.log()
-        time.sleep(0.05)
-    return match
 
 
 def _rss_file_kib(pid: int) -> int:
@@ -79,7 +69,7 @@ def test_where_the_platform_cannot_nothing_is_done_and_nothing_raises(monkeypatc
 
 def test_serve_hands_back_startup_pages_and_still_stores_and_answers(tmp_path):
     with CollectorProcess(tmp_path / "pages.duckdb", args=("--no-grpc",)) as collector:
-        match = _logged(collector, _RELEASED)
+        match = collector.wait_for_log(_RELEASED)
         before, after, mappings = (int(g) for g in match.groups())
         # How much goes depends on what other processes map (the kernel keeps pages that another
         # process, such as this test run's other collectors, also has mapped), and the collector's
@@ -104,17 +94,15 @@ def test_keep_startup_pages_keeps_them(tmp_path, how):
     args = ("--no-grpc", "--keep-startup-pages") if how == "flag" else ("--no-grpc",)
     env = {"MERITLENS_RELEASE_STARTUP_PAGES": "0"} if how == "env" else None
     with CollectorProcess(tmp_path / "kept.duckdb", args=args, env=env) as collector:
-        _logged(collector, re.compile(re.escape(
-            "library pages only start-up used: kept (--keep-startup-pages or MERITLENS_RELEASE_STARTUP_PAGES=0)")))
+        collector.wait_for_log(
+            "library pages only start-up used: kept (--keep-startup-pages or MERITLENS_RELEASE_STARTUP_PAGES=0)")
         assert "handed back library pages" not in collector.log()
         # the libraries' code stays mapped: far more than the few MiB a released collector keeps
         assert _rss_file_kib(collector.proc.pid) > 20 * 1024
 
 
 def test_a_flag_value_that_is_not_one_is_refused_by_name(tmp_path):
-    env = dict(os.environ, MERITLENS_RELEASE_STARTUP_PAGES="maybe")
-    out = subprocess.run([MERITLENS, "serve", "--db", str(tmp_path / "x.duckdb"), "--no-grpc", "--http-port", "0"],
-                         capture_output=True, text=True, env=env, timeout=60)
+    out = run_serve_refused(tmp_path / "x.duckdb", {"MERITLENS_RELEASE_STARTUP_PAGES": "maybe"})
     assert out.returncode != 0
     assert "MERITLENS_RELEASE_STARTUP_PAGES='maybe'" in out.stderr
     assert not (tmp_path / "x.duckdb").exists()  # refused before anything was opened
