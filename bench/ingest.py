@@ -25,17 +25,22 @@ and glibc's heap, sampled inside the collector every 50 ms by bench/_allocators/
 DuckDB's own accounting (`duckdb_memory()` by tag); with it, `--malloc-trim S` and `--jemalloc-purge S`
 release the two allocators' free pages every S seconds (experiments: the collector does neither).
 `--duckdb-setting NAME=VALUE` (experiment, through bench/_serve_variant.py) adds a DuckDB setting to
-the collector's store.
+the collector's store. `--timeline S` also prints the collector's peak RSS (anonymous + file-backed)
+in each S seconds of the load; `--release-pages-at T` (experiment) asks the kernel, T seconds into the
+load, to reclaim the collector's library pages from outside (`process_madvise(MADV_PAGEOUT)`, what
+`meritlens serve` does to itself once at start-up), so the timeline shows how many of them the load
+faults back in.
 
 usage: python bench/ingest.py [--requests 60 --batch 1000 --concurrency 4] [--rate 10000 --seconds 60]
                               [--impl production|obvious|both] [--no-refresh] [--start-from FILE] [--threads]
                               [--allocators [--malloc-trim S] [--jemalloc-purge S]]
-                              [--duckdb-setting NAME=VALUE ...]
+                              [--duckdb-setting NAME=VALUE ...] [--timeline S] [--release-pages-at T]
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import re
@@ -49,10 +54,14 @@ import time
 
 import httpx
 
+from meritlens.collector._ospages import read_only_file_mappings
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 BIN = os.path.dirname(sys.executable)
 TARGETS = 4
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+_SYS_PROCESS_MADVISE = 440  # x86_64 and arm64
+_MADV_PAGEOUT = 21
 
 
 def free_port() -> int:
@@ -115,20 +124,23 @@ def status_kib(pid: int, key: str) -> int:
 
 class MemorySampler:
     """The highest anonymous and file-backed resident memory of a process, sampled every 0.1 s:
-    VmHWM is their peak sum, this says which part it was (file-backed: mapped library code)."""
+    VmHWM is their peak sum, this says which part it was (file-backed: mapped library code). Keeps
+    every sample's time and parts for `timeline`."""
 
     def __init__(self, pid: int):
         self.pid, self.anon_kib, self.file_kib = pid, 0, 0
+        self.samples: list[tuple[float, int, int]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.wait(0.1):
             try:
-                self.anon_kib = max(self.anon_kib, status_kib(self.pid, "RssAnon"))
-                self.file_kib = max(self.file_kib, status_kib(self.pid, "RssFile"))
+                anon, file = status_kib(self.pid, "RssAnon"), status_kib(self.pid, "RssFile")
             except (OSError, KeyError):
                 return
+            self.anon_kib, self.file_kib = max(self.anon_kib, anon), max(self.file_kib, file)
+            self.samples.append((time.perf_counter(), anon, file))
 
     def start(self) -> "MemorySampler":
         self._thread.start()
@@ -137,6 +149,44 @@ class MemorySampler:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+
+    def timeline(self, start: float, end: float, step_s: float) -> str:
+        """Per ``step_s`` seconds from ``start`` to ``end`` (perf_counter times): the highest sampled
+        RSS as anonymous + file-backed MiB."""
+        cells = []
+        at = start
+        while at < end:
+            window = [(a + f, a, f) for t, a, f in self.samples if at <= t < min(at + step_s, end)]
+            if window:
+                _, anon, file = max(window)
+                cells.append(f"{at - start:.0f}s {(anon + file) / 1024:.0f} ({anon / 1024:.0f}+{file / 1024:.0f})")
+            at += step_s
+        return ", ".join(cells)
+
+
+def release_pages_of(pid: int) -> int:
+    """Experiment: ask the kernel to reclaim the resident pages of ``pid``'s read-only file mappings
+    from outside (``process_madvise(MADV_PAGEOUT)``, Linux 5.10+), as `meritlens serve` does to
+    itself once it listens. Returns the bytes of the mappings it advised."""
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    class IoVec(ctypes.Structure):
+        _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
+
+    mappings = read_only_file_mappings(pid)
+    vectors = (IoVec * len(mappings))(*[IoVec(start, length) for start, length in mappings])
+    pidfd, advised = os.pidfd_open(pid), 0
+    try:
+        for first in range(0, len(mappings), 512):  # IOV_MAX
+            count = min(512, len(mappings) - first)
+            done = libc.syscall(_SYS_PROCESS_MADVISE, pidfd, ctypes.byref(vectors, first * ctypes.sizeof(IoVec)),
+                                count, _MADV_PAGEOUT, 0)
+            if done < 0:
+                raise OSError(ctypes.get_errno(), "process_madvise")
+            advised += done
+    finally:
+        os.close(pidfd)
+    return advised
 
 
 def wait_until_serving(base: str, server: subprocess.Popen, log_path: str, timeout_s: float) -> None:
@@ -182,7 +232,7 @@ def sql(base: str, query: str) -> list:
 
 def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s: float = 0.0, *,
         impl: str = "production", refresh: bool = True, threads: bool = False, start_from: str = "",
-        allocators: bool = False, experiments: dict | None = None) -> dict:
+        allocators: bool = False, experiments: dict | None = None, timeline_s: float = 0.0) -> dict:
     """Send `total` spans (paced at `rate` spans/s when given; no batch started after `deadline_s`),
     into an empty store or a copy of `start_from`."""
     planned = total
@@ -236,6 +286,17 @@ def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s:
             threads0 = thread_cpu(server.pid) if threads else {}
             if first != "sending":
                 raise SystemExit(f"loadgen failed before sending: {first!r}")
+            released: list[str] = []
+            if experiments.get("release_pages_at_s"):
+                def release() -> None:
+                    before = status_kib(server.pid, "RssFile")
+                    advised = release_pages_of(server.pid)
+                    released.append(f"{advised >> 20} MiB of read-only file mappings released from outside at "
+                                    f"{experiments['release_pages_at_s']:g}s (file-backed {before >> 10} -> "
+                                    f"{status_kib(server.pid, 'RssFile') >> 10} MiB)")
+                timer = threading.Timer(experiments["release_pages_at_s"], release)
+                timer.daemon = True
+                timer.start()
             report = loadgen.stdout.read().strip()
             if loadgen.wait() != 0:
                 raise SystemExit(f"loadgen failed: {report}")
@@ -245,6 +306,9 @@ def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s:
                            if threads else "")
             rss_peak = status_kib(server.pid, "VmHWM")
             sampler.stop()
+            timeline = sampler.timeline(t0, t0 + wall, timeline_s) if timeline_s else ""
+            timeline = "; ".join(filter(None, [*released, timeline and f"peak RSS per {timeline_s:g}s of load, "
+                                               f"MiB (anonymous+file-backed): {timeline}"]))
             rows = sql(base, "select count(*) from spans")[0][0] - rows_before
             # What this load added, per target; a stored target it did not touch is left out.
             windows = {t: v - windows_before.get(t, 0.0) for t, v in stored_token_sums(base, refresh).items()
@@ -266,7 +330,7 @@ def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s:
                 "cpu_pct": 100 * cpu / wall, "rss_idle_mib": rss_idle / 1024, "rss_peak_mib": rss_peak / 1024,
                 "anon_peak_mib": sampler.anon_kib / 1024, "file_peak_mib": sampler.file_kib / 1024,
                 "correct": ok, "windows": windows, "expected": expected, "threads": thread_line,
-                "allocators": allocator_peaks}
+                "allocators": allocator_peaks, "timeline": timeline}
 
 
 def allocator_report(path: str) -> str:
@@ -334,7 +398,8 @@ def describe(r: dict, mode: str) -> str:
             f"= {r['cpu_pct']:.0f}% of one core ({1e6 * r['cpu_s'] / max(r['sent'], 1):.0f} µs/span); RSS idle {r['rss_idle_mib']:.0f} MiB, peak {r['rss_peak_mib']:.0f} MiB "
             f"(sampled peaks: anonymous {r['anon_peak_mib']:.0f}, file-backed {r['file_peak_mib']:.0f}); "
             f"correctness {'OK' if r['correct'] else 'FAILED'}" + (f"\n  {r['threads']}" if r.get("threads") else "")
-            + (f"\n  {r['allocators']}" if r.get("allocators") else ""))
+            + (f"\n  {r['allocators']}" if r.get("allocators") else "")
+            + (f"\n  {r['timeline']}" if r.get("timeline") else ""))
 
 
 def check(r: dict) -> None:
@@ -368,6 +433,10 @@ def main() -> None:
                         help="experiment (needs --allocators): purge DuckDB's jemalloc arenas every S s")
     parser.add_argument("--duckdb-setting", action="append", default=[], metavar="NAME=VALUE",
                         help="experiment: a DuckDB setting of the collector's store (repeatable)")
+    parser.add_argument("--timeline", type=float, default=0.0, metavar="S",
+                        help="also print the collector's peak RSS (anonymous+file-backed) per S seconds of load")
+    parser.add_argument("--release-pages-at", type=float, default=0.0, metavar="T",
+                        help="experiment: T seconds into the load, reclaim the collector's library pages from outside")
     args = parser.parse_args()
     if args.rate and not 0 < args.seconds <= 600:
         parser.error("sustained mode needs 0 < --seconds <= 600")
@@ -376,18 +445,18 @@ def main() -> None:
     if any("=" not in setting for setting in args.duckdb_setting):
         parser.error("--duckdb-setting takes NAME=VALUE")
     experiments = {"malloc_trim_s": args.malloc_trim, "jemalloc_purge_s": args.jemalloc_purge,
-                   "duckdb_settings": args.duckdb_setting}
+                   "duckdb_settings": args.duckdb_setting, "release_pages_at_s": args.release_pages_at}
     for impl in ("obvious", "production") if args.impl == "both" else (args.impl,):
         if args.rate:
             # Bounded: no batch is started later than 2x the planned duration; what was not sent is reported.
             r = run(int(args.rate * args.seconds), args.batch, args.concurrency, args.rate, 2 * args.seconds,
                     impl=impl, refresh=not args.no_refresh, threads=args.threads, start_from=args.start_from,
-                    allocators=args.allocators, experiments=experiments)
+                    allocators=args.allocators, experiments=experiments, timeline_s=args.timeline)
             print(describe(r, f"sustained {args.rate:,.0f} spans/s for {args.seconds:g}s"), flush=True)
         else:
             r = run(args.requests * args.batch, args.batch, args.concurrency, impl=impl, refresh=not args.no_refresh,
                     threads=args.threads, start_from=args.start_from, allocators=args.allocators,
-                    experiments=experiments)
+                    experiments=experiments, timeline_s=args.timeline)
             print(describe(r, f"burst {args.requests} x {args.batch} spans, {args.concurrency} clients"), flush=True)
         check(r)
 

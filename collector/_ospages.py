@@ -42,10 +42,10 @@ def _resident_file_bytes() -> int | None:
     return None
 
 
-def _read_only_file_mappings() -> list[tuple[int, int]]:
-    """(start, length) of each mapping of a file that this process cannot write through."""
+def read_only_file_mappings(pid: int | str = "self") -> list[tuple[int, int]]:
+    """(start, length) of each mapping of a file that the process ``pid`` cannot write through."""
     found = []
-    with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
+    with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as fh:
         for line in fh:
             parts = line.split(maxsplit=5)
             if len(parts) < 6 or not parts[5].startswith("/") or "w" in parts[1]:
@@ -65,7 +65,7 @@ def release_library_pages() -> PageRelease | None:
     if before is None:
         return None
     try:
-        mappings = _read_only_file_mappings()
+        mappings = read_only_file_mappings()
     except OSError:
         return None
     madvise = _libc.madvise
