@@ -23,6 +23,7 @@ from meritlens.collector._pipeline import IngestPipeline
 from meritlens.instrumentation.pricing import price_call
 from meritlens.collector._settings import (
     COLLECTOR_ARROW_MEMORY_POOL,
+    ENV_ARROW_JEMALLOC_CONF,
     ENV_ARROW_MEMORY_POOL,
     ENV_RELEASE_STARTUP_PAGES,
     ENV_RETURN_FREED_MEMORY,
@@ -233,7 +234,9 @@ def _return_freed_memory() -> None:
              if policy.glibc_mmap_threshold is not None else "glibc's allocator unchanged (not available)")
     duckdb = (f"DuckDB's jemalloc purges freed pages at once ({policy.duckdb_arenas} arenas now, new ones too)"
               if policy.duckdb_arenas is not None else "DuckDB's allocator unchanged (not available)")
-    log.info("freed memory handed back at once: %s; %s", duckdb, glibc)
+    arrow = ("Arrow's jemalloc purges freed pages at once" if policy.arrow_jemalloc else
+             f"Arrow's allocator unchanged (not on jemalloc, pyarrow imported first, or {ENV_ARROW_JEMALLOC_CONF} set)")
+    log.info("freed memory handed back at once: %s; %s; %s", duckdb, arrow, glibc)
 
 
 def serve(settings: ServerSettings) -> None:

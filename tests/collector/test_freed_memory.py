@@ -1,11 +1,12 @@
-"""`meritlens serve` makes DuckDB's jemalloc purge freed pages at once and fixes glibc's mmap
-threshold (`collector/_freedmemory.py`); `--keep-freed-memory` (or MERITLENS_RETURN_FREED_MEMORY=0)
-leaves both allocators as they were. Each allocator's behaviour is checked in a fresh interpreter,
+"""`meritlens serve` makes DuckDB's and Arrow's jemalloc purge freed pages at once and fixes glibc's
+mmap threshold (`collector/_freedmemory.py`); `--keep-freed-memory` (or MERITLENS_RETURN_FREED_MEMORY=0)
+leaves the allocators as they were. Each allocator's behaviour is checked in a fresh interpreter,
 once tuned and once not, so the assertion would fail if the tuning did nothing."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -96,6 +97,49 @@ def test_glibc_serves_large_blocks_from_their_own_mapping_after_one_was_freed():
     assert kept["mapped"] == 0, kept  # from the heap, where a free leaves a hole the process keeps
 
 
+_ARROW_CHILD = """
+    import json, os
+    from meritlens.collector._freedmemory import prepare_arrow_allocator, return_freed_memory
+    os.environ["ARROW_DEFAULT_MEMORY_POOL"] = "jemalloc"
+    prepared = prepare_arrow_allocator() if {tune} else False
+    import numpy as np
+    import pyarrow as pa
+    def anonymous_mib():
+        with open("/proc/self/status") as fh:
+            return next(int(line.split()[1]) / 1024 for line in fh if line.startswith("RssAnon:"))
+    pool = pa.default_memory_pool()
+    assert pool.backend_name == "jemalloc", pool.backend_name
+    before = anonymous_mib()
+    buffers = [pa.allocate_buffer(256 * 1024, memory_pool=pool) for _ in range(200)]  # 50 MiB, like staged rows
+    for buffer in buffers:
+        np.frombuffer(buffer, dtype=np.uint8)[:] = 1
+    held = anonymous_mib() - before
+    del buffers
+    after_free = anonymous_mib() - before
+    print(json.dumps({{"prepared": prepared, "reported": return_freed_memory().arrow_jemalloc,
+                      "held": held, "after_free": after_free,
+                      "again": prepare_arrow_allocator()}}))
+"""
+
+
+def test_arrow_purges_the_buffers_it_frees_at_once_when_prepared_before_import():
+    tuned = _child(_ARROW_CHILD.format(tune=True))
+    kept = _child(_ARROW_CHILD.format(tune=False))
+    assert tuned["prepared"] is True and tuned["reported"] is True, tuned
+    assert tuned["again"] is False  # pyarrow is imported now: too late to configure its allocator
+    assert kept["reported"] is None, kept
+    assert tuned["held"] > 40 and kept["held"] > 40  # the 50 MiB were touched in both
+    assert tuned["after_free"] < 8, tuned  # handed back when freed
+    assert kept["after_free"] > 25, kept  # Arrow's default keeps freed pages for reuse
+
+
+def test_arrow_allocator_configured_by_the_environment_is_left_alone(monkeypatch):
+    monkeypatch.setenv("JE_ARROW_MALLOC_CONF", "narenas:2")
+    monkeypatch.delitem(sys.modules, "pyarrow", raising=False)
+    assert _freedmemory.prepare_arrow_allocator() is False
+    assert os.environ["JE_ARROW_MALLOC_CONF"] == "narenas:2"
+
+
 def test_where_an_allocator_cannot_be_tuned_it_is_reported_and_nothing_raises(monkeypatch):
     monkeypatch.setattr(_freedmemory, "_libc", None)
     monkeypatch.setattr(_freedmemory, "duckdb_mallctl", lambda: None)
@@ -113,6 +157,7 @@ def test_serve_returns_freed_memory_and_still_stores_and_answers(tmp_path):
     with CollectorProcess(tmp_path / "freed.duckdb", args=("--no-grpc",)) as collector:
         line = collector.wait_for_log(re.compile(r"freed memory handed back at once: .*")).group(0)
         assert "DuckDB's jemalloc purges freed pages at once" in line
+        assert "Arrow's jemalloc purges freed pages at once" in line
         assert f"glibc's mmap threshold fixed at {_freedmemory.GLIBC_MMAP_THRESHOLD_BYTES // 1024} KiB" in line
         r = httpx.post(collector.url + "/v1/traces", content=make_request(3, 20).SerializeToString(),
                        headers={"Content-Type": "application/x-protobuf"})
