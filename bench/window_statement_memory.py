@@ -3,7 +3,8 @@
 `sample_rows_sql` (analytics/_windows.py) is what a window pass runs over its new spans. This
 registers N of bench/loadgen.py's spans (normalized as the receiver does), runs the statement and
 variants of it on one DuckDB thread, and prints the median, over three runs, of how far DuckDB's
-jemalloc `stats.allocated` rose above its level before the statement (sampled every 2 ms):
+jemalloc `stats.allocated` rose above its level before the statement (sampled every 2 ms) and of its
+wall time (DuckDB plans a `PREPARE`d statement again at each `EXECUTE`: ~10 ms of it at any size):
 
 * as shipped;
 * `count(DISTINCT trace_id)` for the task's trace count instead of `len(list_distinct(list(trace_id)))`;
@@ -77,15 +78,17 @@ def main() -> None:
             cells = []
             for n in args.spans:
                 con.register(SOURCE, spans.slice(0, n))
-                rises = []
+                rises, seconds = [], []
                 for _ in range(3):
                     before = peaks.allocated()
                     time.sleep(0.005)
                     peaks.take()
+                    started = time.perf_counter()
                     result = con.sql("EXECUTE q").to_arrow_table()
+                    seconds.append(time.perf_counter() - started)
                     time.sleep(0.005)
                     rises.append((peaks.take() - before) / MIB)
-                cells.append(f"{n:,} spans +{sorted(rises)[1]:.1f} MiB")
+                cells.append(f"{n:,} spans +{sorted(rises)[1]:.1f} MiB {1000 * sorted(seconds)[1]:.0f} ms")
                 rows = sorted(result.to_pylist(), key=repr)
                 if name == "as shipped":
                     shipped_rows[n] = rows
