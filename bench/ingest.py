@@ -54,14 +54,13 @@ import time
 
 import httpx
 
-from meritlens.collector._ospages import read_only_file_mappings
+from meritlens.collector._ospages import MADV_PAGEOUT, read_only_file_mappings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BIN = os.path.dirname(sys.executable)
 TARGETS = 4
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 _SYS_PROCESS_MADVISE = 440  # x86_64 and arm64
-_MADV_PAGEOUT = 21
 
 
 def free_port() -> int:
@@ -180,7 +179,7 @@ def release_pages_of(pid: int) -> int:
         for first in range(0, len(mappings), 512):  # IOV_MAX
             count = min(512, len(mappings) - first)
             done = libc.syscall(_SYS_PROCESS_MADVISE, pidfd, ctypes.byref(vectors, first * ctypes.sizeof(IoVec)),
-                                count, _MADV_PAGEOUT, 0)
+                                count, MADV_PAGEOUT, 0)
             if done < 0:
                 raise OSError(ctypes.get_errno(), "process_madvise")
             advised += done
@@ -287,6 +286,7 @@ def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s:
             if first != "sending":
                 raise SystemExit(f"loadgen failed before sending: {first!r}")
             released: list[str] = []
+            timer = None
             if experiments.get("release_pages_at_s"):
                 def release() -> None:
                     before = status_kib(server.pid, "RssFile")
@@ -298,6 +298,8 @@ def run(total: int, batch: int, concurrency: int, rate: float = 0.0, deadline_s:
                 timer.daemon = True
                 timer.start()
             report = loadgen.stdout.read().strip()
+            if timer is not None:
+                timer.cancel()  # a load shorter than T: nothing to release
             if loadgen.wait() != 0:
                 raise SystemExit(f"loadgen failed: {report}")
             wall = time.perf_counter() - t0

@@ -31,7 +31,6 @@ _M_MMAP_THRESHOLD = -3  # <malloc.h>
 _EFAULT = 14  # jemalloc's answer for an arena slot not created yet
 ARROW_JEMALLOC_CONF = "dirty_decay_ms:0,muzzy_decay_ms:0"
 """What `prepare_arrow_allocator` puts in JE_ARROW_MALLOC_CONF: freed pages purged at once."""
-_arrow_prepared = False
 
 
 @dataclass(frozen=True)
@@ -42,10 +41,10 @@ class FreedMemoryPolicy:
     """glibc's fixed threshold for blocks served from their own mapping, in bytes."""
     duckdb_arenas: int | None
     """DuckDB's jemalloc arenas set to purge freed pages at once (new arenas also do)."""
-    arrow_jemalloc: bool | None = None
-    """True when Arrow's buffers are on its bundled jemalloc, set by `prepare_arrow_allocator` before
-    pyarrow was imported to purge freed pages at once; None otherwise (another pool, pyarrow imported
-    first, or JE_ARROW_MALLOC_CONF chosen by the environment)."""
+    arrow_jemalloc: bool = False
+    """Whether Arrow's buffers are on its bundled jemalloc configured to purge freed pages at once
+    (`prepare_arrow_allocator` ran before pyarrow was imported); False for another pool, or when
+    pyarrow was imported first or the environment configured that allocator otherwise."""
 
 
 def duckdb_mallctl():
@@ -107,20 +106,18 @@ def prepare_arrow_allocator() -> bool:
     (``JE_ARROW_MALLOC_CONF``, which that allocator reads once, when Arrow first allocates). Returns
     whether it did: not once pyarrow is imported, nor when the environment already configures it.
     Child processes inherit the variable."""
-    global _arrow_prepared
     if "pyarrow" in sys.modules or os.environ.get(ENV_ARROW_JEMALLOC_CONF):
         return False
     os.environ[ENV_ARROW_JEMALLOC_CONF] = ARROW_JEMALLOC_CONF
-    _arrow_prepared = True
     return True
 
 
-def _arrow_purges_at_once() -> bool | None:
-    if not _arrow_prepared or os.environ.get(ENV_ARROW_JEMALLOC_CONF) != ARROW_JEMALLOC_CONF:
-        return None
+def _arrow_purges_at_once() -> bool:
+    if os.environ.get(ENV_ARROW_JEMALLOC_CONF) != ARROW_JEMALLOC_CONF:
+        return False
     import pyarrow
 
-    return True if pyarrow.default_memory_pool().backend_name == "jemalloc" else None
+    return pyarrow.default_memory_pool().backend_name == "jemalloc"
 
 
 def return_freed_memory() -> FreedMemoryPolicy:
@@ -134,6 +131,6 @@ def return_freed_memory() -> FreedMemoryPolicy:
     try:
         arrow = _arrow_purges_at_once()
     except Exception:  # noqa: BLE001 - pyarrow missing or broken: nothing to report
-        arrow = None
+        arrow = False
     return FreedMemoryPolicy(glibc_mmap_threshold=_fix_glibc_threshold(), duckdb_arenas=duckdb_arenas,
                              arrow_jemalloc=arrow)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from meritlens.collector._osthread import _libc
 
-_MADV_PAGEOUT = 21  # <linux/mman.h>
+MADV_PAGEOUT = 21  # <linux/mman.h>
 _EINVAL = 22
 
 
@@ -73,7 +73,7 @@ def release_library_pages() -> PageRelease | None:
     madvise.restype = ctypes.c_int
     asked = 0
     for start, length in mappings:
-        if madvise(start, length, _MADV_PAGEOUT) == 0:
+        if madvise(start, length, MADV_PAGEOUT) == 0:
             asked += 1
         elif ctypes.get_errno() == _EINVAL and asked == 0:
             return None  # a kernel without MADV_PAGEOUT
