@@ -11,6 +11,7 @@ import click
 from meritlens.collector._freedmemory import prepare_arrow_allocator
 from meritlens.collector._settings import (
     DEFAULT_DB,
+    DEFAULT_DB_CACHE_BYTES,
     DEFAULT_DB_MEMORY_BYTES,
     DEFAULT_DB_THREADS,
     DEFAULT_STAGE_MOVE_S,
@@ -35,6 +36,7 @@ from meritlens.collector._settings import (
     ENV_MAX_INFLIGHT_BYTES,
     ENV_WINDOW_MEMORY_BYTES,
     ENV_CHECKPOINT_WAL_BYTES,
+    ENV_DB_CACHE_BYTES,
     ENV_DB_THREADS,
     ENV_STAGE_SECONDS,
     ENV_DB_MEMORY_BYTES,
@@ -127,6 +129,10 @@ def _size(ctx, param, value):
 @click.option("--checkpoint-wal-bytes", callback=_size, default=None,
               help="Write-ahead log size at which DuckDB checkpoints the file; larger: less CPU per span, a "
                    f"larger WAL to replay after a crash [env {ENV_CHECKPOINT_WAL_BYTES}; default 64MiB].")
+@click.option("--db-cache-bytes", callback=_size, default=None,
+              help="When DuckDB's cache of the file's blocks passes this size, the database is reopened "
+                   "between two window passes (~50 ms, inserts held) to drop it; 0 keeps it up to the memory "
+                   f"limit [env {ENV_DB_CACHE_BYTES}; default {DEFAULT_DB_CACHE_BYTES >> 20}MiB].")
 @click.option("--db-threads", type=int, default=None,
               help="DuckDB's worker threads; more make large SQL queries and the start-up rebuild faster and "
                    f"cost the collector's small statements CPU [env {ENV_DB_THREADS}; default {DEFAULT_DB_THREADS}].")

@@ -6,13 +6,18 @@ The kernel keeps those pages of the libraries' code mapped and counted in the pr
 memory (RSS) until memory runs short, and it protects mapped executable pages longer than other
 cached file pages. `release_library_pages` asks it to reclaim the resident pages of every read-only
 file mapping now (``madvise(MADV_PAGEOUT)``, Linux 5.4+); what the collector runs afterwards faults
-its pages back in from the page cache or the disk, once.
+its pages back in from the page cache or the disk, once. `resident_library_pages` and
+`release_library_pages_since` do the same for what one step faulted in (the store's reopen of its
+database, which runs DuckDB's start-up code again).
 """
 
 from __future__ import annotations
 
 import ctypes
+import mmap
 from dataclasses import dataclass
+
+import numpy as np
 
 from meritlens.collector._osthread import _libc
 
@@ -79,3 +84,48 @@ def release_library_pages() -> PageRelease | None:
             return None  # a kernel without MADV_PAGEOUT
     after = _resident_file_bytes()
     return PageRelease(asked, before, before if after is None else after)
+
+
+_PAGE = mmap.PAGESIZE
+_PRESENT = 1 << 63  # /proc/PID/pagemap: the page is in RAM (readable without privileges)
+
+
+def resident_library_pages() -> dict[tuple[int, int], np.ndarray] | None:
+    """Which pages of each read-only file mapping are resident in this process (one bool a page),
+    for `release_library_pages_since`; None where /proc/self/pagemap cannot tell."""
+    try:
+        mappings = read_only_file_mappings()
+        found = {}
+        with open("/proc/self/pagemap", "rb", buffering=0) as fh:
+            for start, length in mappings:
+                fh.seek(start // _PAGE * 8)
+                entries = np.frombuffer(fh.read(length // _PAGE * 8), dtype="<u8")
+                found[(start, length)] = (entries & np.uint64(_PRESENT)) != 0
+    except (OSError, ValueError):
+        return None
+    return found
+
+
+def release_library_pages_since(before: dict[tuple[int, int], np.ndarray] | None) -> int:
+    """Ask the kernel to reclaim the pages of read-only file mappings that became resident since
+    ``before`` (`resident_library_pages`): code that ran in between (e.g. opening a database) and
+    that the running collector does not need again. Returns how many pages it asked for; never raises."""
+    if before is None or _libc is None:
+        return 0
+    after = resident_library_pages()
+    if after is None:
+        return 0
+    madvise = _libc.madvise
+    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    madvise.restype = ctypes.c_int
+    asked = 0
+    for (start, length), now in after.items():
+        was = before.get((start, length))
+        new = now if was is None or len(was) != len(now) else now & ~was
+        if not new.any():
+            continue
+        edges = np.flatnonzero(np.diff(np.concatenate(([0], new.view(np.int8), [0]))))
+        for first, end in zip(edges[::2], edges[1::2]):
+            if madvise(start + int(first) * _PAGE, int(end - first) * _PAGE, MADV_PAGEOUT) == 0:
+                asked += int(end - first)
+    return asked

@@ -82,6 +82,10 @@ class WindowUpdater:
             except Exception:  # noqa: BLE001 - keep following; the next pass retries
                 log.exception("updating the windows failed")
                 self._stop.wait(1.0)
+            try:  # also when idle (a large query's blocks), and after a failed pass (a failed reopen is retried)
+                self._store.drop_block_cache_if_due()
+            except Exception:  # noqa: BLE001 - the store logged it; inserts fail meanwhile
+                self._stop.wait(1.0)
 
 
 class IngestPipeline:

@@ -83,7 +83,9 @@ class Collector:
                                window_memory_bytes=settings.window_memory_bytes,
                                db_memory_bytes=settings.db_memory_bytes,
                                checkpoint_wal_bytes=settings.checkpoint_wal_bytes,
-                               db_threads=settings.db_threads, staging=settings.stage_s > 0,
+                               db_threads=settings.db_threads, db_cache_bytes=settings.db_cache_bytes,
+                               release_reopen_pages=settings.release_startup_pages,
+                               staging=settings.stage_s > 0,
                                stage_move_s=settings.stage_s)
         self.pipeline = IngestPipeline(self.store, max_pending_batches=settings.max_pending_batches)
         self.budget = InflightBudget(settings.max_inflight_bytes)

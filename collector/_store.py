@@ -64,6 +64,7 @@ from meritlens.collector._partitions import partition_spans
 from meritlens.collector._results import QueryResult
 from meritlens.collector._settings import (
     DEFAULT_CHECKPOINT_WAL_BYTES,
+    DEFAULT_DB_CACHE_BYTES,
     DEFAULT_DB_MEMORY_BYTES,
     DEFAULT_KEY_FILTER_BYTES,
     DEFAULT_QUERY_WAIT_S,
@@ -77,6 +78,7 @@ from meritlens.collector._settings import (
     ROW_GROUP_ROWS,
 )
 from meritlens.collector._sqlguard import LOCKED_DOWN, check_read_only, lock_configuration, run_read_only
+from meritlens.collector._ospages import release_library_pages_since, resident_library_pages
 from meritlens.collector._staging import StagingLog, read_staged, set_aside, staging_path
 from meritlens.instrumentation.conventions import ROLE_APPLICATION
 
@@ -134,6 +136,9 @@ class SpanStore:
     ``db_memory_bytes`` caps DuckDB's buffer pool (None: DuckDB's default, 80% of RAM).
     ``checkpoint_wal_bytes``: the write-ahead log size at which DuckDB checkpoints the file.
     ``db_threads``: DuckDB's worker threads (None: DuckDB's default, one per core).
+    ``db_cache_bytes``: the size of DuckDB's cache of the file's blocks at which
+    `drop_block_cache_if_due` reopens the database (0: never); with ``release_reopen_pages`` the
+    library pages that the reopen alone faulted in are handed back after it (`_ospages`).
     ``span_index_bytes`` bounds the size of the `KeyLocator` that finds stored keys.
     ``key_filter_bytes`` and ``window_memory_bytes`` bound the memory of the window processor:
     the filter of seen trace/task keys grows with its keys up to that size (more keys then only
@@ -157,6 +162,7 @@ class SpanStore:
                  window_lag_rows: int = DEFAULT_WINDOW_LAG_ROWS, query_wait_s: float = DEFAULT_QUERY_WAIT_S,
                  rebuild_rows_per_partition: int | None = None,
                  checkpoint_wal_bytes: int = DEFAULT_CHECKPOINT_WAL_BYTES, db_threads: int | None = None,
+                 db_cache_bytes: int = DEFAULT_DB_CACHE_BYTES, release_reopen_pages: bool = False,
                  staging: bool = False, stage_move_rows: int = DEFAULT_STAGE_MOVE_ROWS,
                  stage_move_s: float = DEFAULT_STAGE_MOVE_S, row_group_rows: int = ROW_GROUP_ROWS):
         self.path = path
@@ -181,6 +187,8 @@ class SpanStore:
         move them now (`IngestPipeline` wakes its mover)."""
         self._checkpoint_wal_bytes = checkpoint_wal_bytes
         self._db_threads = db_threads
+        self._db_cache_bytes = db_cache_bytes
+        self._release_reopen_pages = release_reopen_pages
         if rebuild_rows_per_partition is None:
             pool = db_memory_bytes if db_memory_bytes is not None else DEFAULT_DB_MEMORY_BYTES
             rebuild_rows_per_partition = max(MIN_REBUILD_ROWS_PER_PARTITION, pool // REBUILD_POOL_BYTES_PER_ROW)
@@ -217,6 +225,13 @@ class SpanStore:
         self._readers_waiting = 0
         self._reader: duckdb.DuckDBPyConnection | None = None
         self._reader_lock = threading.Lock()
+        self._open_readers = 0
+        """Cursors of `query` and `query_arrow` not closed yet (under ``_reader_lock``): the database
+        is not reopened under them."""
+        self._reopen_error: Exception | None = None
+        """Why the last reopen of the database (`drop_block_cache_if_due`) failed, until one succeeds."""
+        self._cached_after_reopen = 0
+        """DuckDB's cached block bytes right after the last reopen (see `_cache_due_bytes`)."""
         self._keys = GrowingKeyFilter(key_filter_bytes)
         self._locator = KeyLocator(span_index_bytes)
         self._locator_lock = threading.Lock()
@@ -250,7 +265,8 @@ class SpanStore:
         start on a file that held spans, until the windows are opened."""
         self.stats = {"closure_lookups": 0, "closure_keys": 0, "closure_ranges": 0, "rebuilds": 0,
                       "duplicate_checks": 0, "rebuild_partitions": 0, "label_rounds": 0, "resumes": 0,
-                      "state_keys_saved": 0, "state_keys_taken_up": 0, "state_saves": 0, "state_replayed_spans": 0}
+                      "state_keys_saved": 0, "state_keys_taken_up": 0, "state_saves": 0, "state_replayed_spans": 0,
+                      "reopens": 0, "reopen_pages_released": 0}
         """Counters; ``rebuild_partitions`` and ``label_rounds`` describe the last rebuild."""
 
     @property
@@ -258,13 +274,7 @@ class SpanStore:
         return os.path.basename(self.path)
 
     def start(self) -> None:
-        config = dict(_CONFIG)
-        if self._db_memory_bytes is not None:
-            config["memory_limit"] = f"{self._db_memory_bytes // (1024 * 1024)}MiB"
-        config["checkpoint_threshold"] = f"{self._checkpoint_wal_bytes}B"
-        if self._db_threads is not None:
-            config["threads"] = self._db_threads
-        self._con = self._connect(config)
+        self._con = self._connect(self._config())
         self._prepared = {}
         if not self.read_only:
             for statement in STORE_DDL:
@@ -286,6 +296,86 @@ class SpanStore:
             if self._staging:
                 self._log = StagingLog(staging_path(self.path))
                 self._log.open()
+
+    def _config(self) -> dict:
+        config = dict(_CONFIG)
+        if self._db_memory_bytes is not None:
+            config["memory_limit"] = f"{self._db_memory_bytes // (1024 * 1024)}MiB"
+        config["checkpoint_threshold"] = f"{self._checkpoint_wal_bytes}B"
+        if self._db_threads is not None:
+            config["threads"] = self._db_threads
+        return config
+
+    def cached_block_bytes(self) -> int:
+        """The size of DuckDB's cache of the file's blocks (`duckdb_memory()` tag ``BASE_TABLE``)."""
+        with self._window_lock:
+            return int(self._con.execute("SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory()"
+                                         " WHERE tag = 'BASE_TABLE'").fetchall()[0][0])
+
+    def drop_block_cache_if_due(self) -> bool:
+        """Reopen the database when DuckDB's cache of the file's blocks has passed ``db_cache_bytes``;
+        return whether it was reopened.
+
+        DuckDB keeps every block it writes or reads cached until its memory limit, and offers no
+        statement that drops them, so a collector's RSS would grow by the size of what it stores
+        (~0.6 MiB/s at 10k spans/s) up to that limit. Closing the database (which checkpoints
+        it) and opening it again frees them. The reopen waits for a moment when no query cursor is
+        open and no insert is running, and holds the window processor and the inserts meanwhile
+        (~50 ms); a store in memory or opened read-only is never reopened."""
+        if not self._db_cache_bytes or self.read_only or self.path == ":memory:":
+            return False
+        with self._window_lock:
+            if self._con is None and self._reopen_error is None:
+                return False  # not started, or shut down
+            if self._closing or (self._con is not None and self.cached_block_bytes() < self._cache_due_bytes()):
+                return False
+            # not blocking: an insert holds the span lock while it waits for this thread's window pass
+            if not self._span_lock.acquire(blocking=False):
+                return False
+            try:
+                with self._reader_lock:
+                    if self._open_readers:
+                        return False
+                    before = resident_library_pages() if self._release_reopen_pages else None
+                    self._reopen()
+                    if before is not None:  # DuckDB's start-up code: ~6.5 MiB, not run again until the next reopen
+                        self.stats["reopen_pages_released"] += release_library_pages_since(before)
+            finally:
+                self._span_lock.release()
+        return True
+
+    def _reopen(self) -> None:
+        """Close the database and open it again, with the same settings and cursors (under every
+        lock). When the opening fails (the file became unreadable), inserts fail naming the error
+        and the next call tries again."""
+        if self._con is not None:
+            self._span_cursor.close()
+            self._reader.close()
+            self._con.close()
+            self._con = self._span_cursor = self._reader = None
+            self._prepared = {}
+        try:
+            con = self._connect(self._config())
+            try:
+                lock_configuration(con)
+                reader, span_cursor = self._cursor(con), self._cursor(con)
+            except BaseException:
+                con.close()
+                raise
+        except Exception as exc:
+            self._reopen_error = exc
+            log.exception("reopening %s failed; inserts fail until it opens again", self.path)
+            raise
+        self._con, self._reader, self._span_cursor = con, reader, span_cursor
+        self._reopen_error = None
+        self.stats["reopens"] += 1
+        self._cached_after_reopen = self.cached_block_bytes()
+
+    def _cache_due_bytes(self) -> int:
+        """The cache size that is due for a reopen: the budget, and at least twice what a reopen
+        left cached (the file's metadata: one 256 KiB block for a small file), so a budget below
+        what an open database holds cannot make every window pass reopen it."""
+        return max(self._db_cache_bytes, 2 * self._cached_after_reopen)
 
     def _connect(self, config: dict) -> duckdb.DuckDBPyConnection:
         """The store's connection. A writable file is attached to an in-memory database with
@@ -531,6 +621,8 @@ class SpanStore:
         starts counting as committed, so a waiting query cannot miss them), but for ``rest``, their
         last rows, which stay staged in their place."""
         if self._span_cursor is None:
+            if self._reopen_error is not None:
+                raise RuntimeError(f"the store's database could not be reopened: {self._reopen_error}")
             raise RuntimeError("the store is not started, or was opened read-only")
         received = table.num_rows
         with self._span_lock:
@@ -1360,13 +1452,12 @@ class SpanStore:
         QueryTimeout when it ran past ``timeout_s``; keep at most ``max_rows`` rows. Waits (up to
         ``query_wait_s``) until the windows include every span committed before the call."""
         behind = not self._wait_before_query()
-        with self._reader_lock:
-            cursor = self._cursor(self._reader)
+        cursor = self._open_reader()
         try:
             result = run_read_only(cursor, sql, max_rows=max_rows, timeout_s=timeout_s)
             return QueryResult(result.columns, result.types, result.rows, result.truncated, behind)
         finally:
-            cursor.close()
+            self._close_reader(cursor)
 
     def query_arrow(self, sql: str, *, batch_rows: int = 65_536) -> "ArrowQuery":
         """Run one read-only statement and stream its result as Arrow record batches.
@@ -1374,15 +1465,30 @@ class SpanStore:
         Use as a context manager; the reader's batches hold at most ``batch_rows`` rows."""
         check_read_only(sql)
         self._wait_before_query()
-        with self._reader_lock:
-            cursor = self._cursor(self._reader)
+        cursor = self._open_reader()
         try:
             cursor.execute("BEGIN TRANSACTION READ ONLY")  # one snapshot, and no writes, while it streams
             reader = cursor.sql(sql).to_arrow_reader(batch_rows)
         except BaseException:
-            cursor.close()
+            self._close_reader(cursor)
             raise
-        return ArrowQuery(reader, cursor)
+        return ArrowQuery(reader, cursor, self._close_reader)
+
+    def _open_reader(self) -> duckdb.DuckDBPyConnection:
+        with self._reader_lock:
+            if self._reader is None:
+                raise RuntimeError(f"the store's database could not be reopened: {self._reopen_error}"
+                                   if self._reopen_error is not None else "the store is not started")
+            cursor = self._cursor(self._reader)
+            self._open_readers += 1
+        return cursor
+
+    def _close_reader(self, cursor: duckdb.DuckDBPyConnection) -> None:
+        try:
+            cursor.close()
+        finally:
+            with self._reader_lock:
+                self._open_readers -= 1
 
 
     def _wait_before_query(self) -> bool:
@@ -1396,16 +1502,20 @@ class SpanStore:
 class ArrowQuery:
     """A streaming read-only result: ``.reader`` is a pyarrow RecordBatchReader."""
 
-    def __init__(self, reader: pa.RecordBatchReader, cursor: duckdb.DuckDBPyConnection):
+    def __init__(self, reader: pa.RecordBatchReader, cursor: duckdb.DuckDBPyConnection, close_cursor):
         self.reader = reader
         self._cursor = cursor
+        self._close_cursor = close_cursor
 
     def close(self) -> None:
+        if self._cursor is None:
+            return
+        cursor, self._cursor = self._cursor, None
         try:
-            self._cursor.execute("ROLLBACK")
+            cursor.execute("ROLLBACK")
         except duckdb.Error:
             pass
-        self._cursor.close()
+        self._close_cursor(cursor)
 
     def __enter__(self) -> "ArrowQuery":
         return self

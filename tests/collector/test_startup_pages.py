@@ -106,3 +106,41 @@ def test_a_flag_value_that_is_not_one_is_refused_by_name(tmp_path):
     assert out.returncode != 0
     assert "MERITLENS_RELEASE_STARTUP_PAGES='maybe'" in out.stderr
     assert not (tmp_path / "x.duckdb").exists()  # refused before anything was opened
+
+
+def test_only_the_pages_faulted_in_since_a_snapshot_are_reclaimed(tmp_path):
+    """What a store's reopen of its database does (`SpanStore.drop_block_cache_if_due`): the pages
+    that became resident between `resident_library_pages` and `release_library_pages_since` go,
+    those resident before stay."""
+    path = tmp_path / "code.bin"
+    with open(path, "wb") as fh:
+        fh.write(os.urandom(1 << 20) * 8)
+        fh.flush()
+        os.fsync(fh.fileno())
+    child = textwrap.dedent(f"""
+        import json, mmap
+        from meritlens.collector._ospages import release_library_pages_since, resident_library_pages
+        with open({str(path)!r}, "rb") as fh:
+            view = mmap.mmap(fh.fileno(), 0, prot=mmap.PROT_READ)
+        pages = len(view) // 4096
+        early = sum(view[i * 4096] for i in range(pages // 2))  # the first half: resident before
+        before = resident_library_pages()
+        late = sum(view[i * 4096] for i in range(pages // 2, pages))  # the second half: faulted in since
+        asked = release_library_pages_since(before)
+        now = next(v for (start, length), v in resident_library_pages().items() if length == len(view))
+        print(json.dumps({{"pages": pages, "asked": asked, "first_half": int(now[:pages // 2].sum()),
+                          "second_half": int(now[pages // 2:].sum()), "same": late == sum(view[i * 4096]
+                          for i in range(pages // 2, pages))}}))
+    """)
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    half = result["pages"] // 2
+    assert result["asked"] >= half  # the second half (and whatever else the child faulted in meanwhile)
+    assert result["first_half"] == half
+    assert result["second_half"] < half // 4
+    assert result["same"]
+
+
+def test_without_a_snapshot_nothing_is_reclaimed():
+    assert _ospages.release_library_pages_since(None) == 0
