@@ -46,7 +46,11 @@ def test_a_reopen_drops_the_cached_blocks_and_the_store_goes_on_as_before(tmp_pa
         store._con.execute("CHECKPOINT")  # the blocks written are now cached
         cached = store.cached_block_bytes()
         assert cached > 64 * 1024
+        old = (store._con, store._span_cursor, store._reader)
         assert store.drop_block_cache_if_due()
+        for handle in old:  # every handle on the old database is closed, so DuckDB has freed it
+            with pytest.raises(duckdb.ConnectionException, match="closed"):
+                handle.execute("SELECT 1")
         assert store.stats["reopens"] == 1
         assert store.cached_block_bytes() < cached / 4
         assert not store.drop_block_cache_if_due()  # under the budget now
