@@ -107,7 +107,7 @@ DEFAULT_DB_CACHE_BYTES = 4 * 1024 * 1024
 the store reopens its database between two window passes, which is the only way to drop that cache
 before the memory limit (DuckDB 2.0.1 has no SQL for it and the collector's settings are locked);
 0 never reopens, and the cache grows towards `DEFAULT_DB_MEMORY_BYTES`. At 10k spans/s the cache
-grows ~0.6 MiB/s, so 4MiB reopens every ~5-7 s, ~50 ms each with inserts held (their exports are
+grows ~0.6 MiB/s, so 4MiB reopens every ~5 s, ~50 ms each with inserts held (their exports are
 already acknowledged from the staging log): peak RSS over 60 s 194-203 MiB (mean 198, 10 runs) against
 233-241 MiB without, at 23-27% of a core; 2MiB was no lower and cost more CPU. A reopen also
 checkpoints the file. See bench/README.md "Twenty-fourth session"."""
