@@ -327,19 +327,26 @@ class SpanStore:
         with self._window_lock:
             if self._con is None and self._reopen_error is None:
                 return False  # not started, or shut down
-            if self._closing or (self._con is not None and self.cached_block_bytes() < self._cache_due_bytes()):
+            cached = self.cached_block_bytes() if self._con is not None else 0
+            if self._closing or (self._con is not None and cached < self._cache_due_bytes()):
                 return False
-            # not blocking: an insert holds the span lock while it waits for this thread's window pass
-            if not self._span_lock.acquire(blocking=False):
+            # a bounded wait: an insert holds the span lock while it waits for this thread's window pass
+            if not self._span_lock.acquire(timeout=_REOPEN_LOCK_WAIT_S):
                 return False
             try:
                 with self._reader_lock:
                     if self._open_readers:
                         return False
+                    began = time.perf_counter()
                     before = resident_library_pages() if self._release_reopen_pages else None
                     self._reopen()
+                    released = 0
                     if before is not None:  # DuckDB's start-up code: ~6.5 MiB, not run again until the next reopen
-                        self.stats["reopen_pages_released"] += release_library_pages_since(before)
+                        released = release_library_pages_since(before)
+                        self.stats["reopen_pages_released"] += released
+                    log.debug("reopened %s to drop DuckDB's cached blocks (%.1f -> %.1f MiB) in %.0f ms;"
+                              " %d library pages handed back", self.path, cached / 2**20,
+                              self._cached_after_reopen / 2**20, (time.perf_counter() - began) * 1e3, released)
             finally:
                 self._span_lock.release()
         return True
@@ -1524,6 +1531,9 @@ class ArrowQuery:
         self.close()
 
 
+_REOPEN_LOCK_WAIT_S = 0.25
+"""How long a reopen waits for the running insert (a 16,384-row move takes ~50-100 ms). Without a
+wait, inserts under a burst held the span lock at every try and the database was never reopened."""
 _UNFINISHED_STATE_US = -1
 """The watermark of saved window state rows until the last of them is written (no watermark is negative)."""
 _STATE_FLUSH_BYTES = STATE_PART_BYTES
