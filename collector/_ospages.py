@@ -60,6 +60,13 @@ def read_only_file_mappings(pid: int | str = "self") -> list[tuple[int, int]]:
     return found
 
 
+def _madvise():
+    madvise = _libc.madvise
+    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    madvise.restype = ctypes.c_int
+    return madvise
+
+
 def release_library_pages() -> PageRelease | None:
     """Ask the kernel to reclaim the resident pages of this process's read-only file mappings (its
     libraries' code and constant data); None where the platform cannot (not Linux, a kernel before
@@ -73,9 +80,7 @@ def release_library_pages() -> PageRelease | None:
         mappings = read_only_file_mappings()
     except OSError:
         return None
-    madvise = _libc.madvise
-    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    madvise.restype = ctypes.c_int
+    madvise = _madvise()
     asked = 0
     for start, length in mappings:
         if madvise(start, length, MADV_PAGEOUT) == 0:
@@ -115,9 +120,7 @@ def release_library_pages_since(before: dict[tuple[int, int], np.ndarray] | None
     after = resident_library_pages()
     if after is None:
         return 0
-    madvise = _libc.madvise
-    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    madvise.restype = ctypes.c_int
+    madvise = _madvise()
     asked = 0
     for (start, length), now in after.items():
         was = before.get((start, length))

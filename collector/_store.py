@@ -280,10 +280,8 @@ class SpanStore:
             for statement in STORE_DDL:
                 self._con.execute(statement)
             self._drop_old_indexes()
-        lock_configuration(self._con)
-        self._reader = self._cursor(self._con)
+        self._reader, self._span_cursor = self._lock_and_open_cursors(self._con)
         if not self.read_only:
-            self._span_cursor = self._cursor(self._con)
             last = self._con.execute(f"SELECT max(epoch_us(received_at)) FROM {SPANS_TABLE}").fetchall()[0][0]
             self._last_received_us = int(last or 0)
             self._fill_locator()
@@ -321,14 +319,15 @@ class SpanStore:
         (~0.6 MiB/s at 10k spans/s) up to that limit. Closing the database (which checkpoints
         it) and opening it again frees them. The reopen waits for a moment when no query cursor is
         open and no insert is running, and holds the window processor and the inserts meanwhile
-        (~50 ms); a store in memory or opened read-only is never reopened."""
+        (~50 ms); a store in memory or opened read-only is never reopened. After a failed reopen
+        every call tries again."""
         if not self._db_cache_bytes or self.read_only or self.path == ":memory:":
             return False
         with self._window_lock:
-            if self._con is None and self._reopen_error is None:
-                return False  # not started, or shut down
+            if self._closing or (self._con is None and self._reopen_error is None):  # not started, or shut down
+                return False
             cached = self.cached_block_bytes() if self._con is not None else 0
-            if self._closing or (self._con is not None and cached < self._cache_due_bytes()):
+            if self._con is not None and cached < self._cache_due_bytes():
                 return False
             # a bounded wait: an insert holds the span lock while it waits for this thread's window pass
             if not self._span_lock.acquire(timeout=_REOPEN_LOCK_WAIT_S):
@@ -337,46 +336,56 @@ class SpanStore:
                 with self._reader_lock:
                     if self._open_readers:
                         return False
-                    began = time.perf_counter()
-                    before = resident_library_pages() if self._release_reopen_pages else None
-                    self._reopen()
-                    released = 0
-                    if before is not None:  # DuckDB's start-up code: ~6.5 MiB, not run again until the next reopen
-                        released = release_library_pages_since(before)
-                        self.stats["reopen_pages_released"] += released
-                    log.debug("reopened %s to drop DuckDB's cached blocks (%.1f -> %.1f MiB) in %.0f ms;"
-                              " %d library pages handed back", self.path, cached / 2**20,
-                              self._cached_after_reopen / 2**20, (time.perf_counter() - began) * 1e3, released)
+                    self._reopen(cached)
             finally:
                 self._span_lock.release()
         return True
 
-    def _reopen(self) -> None:
+    def _reopen(self, cached: int) -> None:
         """Close the database and open it again, with the same settings and cursors (under every
-        lock). When the opening fails (the file became unreadable), inserts fail naming the error
-        and the next call tries again."""
+        lock); with ``release_reopen_pages``, hand back the library pages only the opening faulted
+        in. When the opening fails (the file became unreadable), inserts and queries fail naming the
+        error until a later call succeeds."""
+        began = time.perf_counter()
         if self._con is not None:
-            self._span_cursor.close()
-            self._reader.close()
-            self._con.close()
+            for handle in (self._span_cursor, self._reader, self._con):
+                handle.close()
             self._con = self._span_cursor = self._reader = None
             self._prepared = {}
+        before = resident_library_pages() if self._release_reopen_pages else None
         try:
             con = self._connect(self._config())
             try:
-                lock_configuration(con)
-                reader, span_cursor = self._cursor(con), self._cursor(con)
+                reader, span_cursor = self._lock_and_open_cursors(con)
             except BaseException:
                 con.close()
                 raise
         except Exception as exc:
             self._reopen_error = exc
-            log.exception("reopening %s failed; inserts fail until it opens again", self.path)
+            log.exception("reopening %s failed; inserts and queries fail until it opens again", self.path)
             raise
         self._con, self._reader, self._span_cursor = con, reader, span_cursor
         self._reopen_error = None
-        self.stats["reopens"] += 1
+        released = release_library_pages_since(before)  # DuckDB's start-up code: ~6.5 MiB, run again only at the next reopen
         self._cached_after_reopen = self.cached_block_bytes()
+        self.stats["reopens"] += 1
+        self.stats["reopen_pages_released"] += released
+        log.debug("reopened %s to drop DuckDB's cached blocks (%.1f -> %.1f MiB) in %.0f ms; %d library pages"
+                  " handed back", self.path, cached / 2**20, self._cached_after_reopen / 2**20,
+                  (time.perf_counter() - began) * 1e3, released)
+
+    def _lock_and_open_cursors(self, con: duckdb.DuckDBPyConnection):
+        """Lock ``con``'s configuration; return the reader's cursor and the span writer's (None
+        when read-only)."""
+        lock_configuration(con)
+        reader = self._cursor(con)
+        return reader, None if self.read_only else self._cursor(con)
+
+    def _unavailable(self, otherwise: str) -> RuntimeError:
+        """The error of a call that needs the database while it is not open."""
+        if self._reopen_error is not None:
+            return RuntimeError(f"the store's database could not be reopened: {self._reopen_error}")
+        return RuntimeError(otherwise)
 
     def _cache_due_bytes(self) -> int:
         """The cache size that is due for a reopen: the budget, and at least twice what a reopen
@@ -628,9 +637,7 @@ class SpanStore:
         starts counting as committed, so a waiting query cannot miss them), but for ``rest``, their
         last rows, which stay staged in their place."""
         if self._span_cursor is None:
-            if self._reopen_error is not None:
-                raise RuntimeError(f"the store's database could not be reopened: {self._reopen_error}")
-            raise RuntimeError("the store is not started, or was opened read-only")
+            raise self._unavailable("the store is not started, or was opened read-only")
         received = table.num_rows
         with self._span_lock:
             if wait:
@@ -1484,8 +1491,7 @@ class SpanStore:
     def _open_reader(self) -> duckdb.DuckDBPyConnection:
         with self._reader_lock:
             if self._reader is None:
-                raise RuntimeError(f"the store's database could not be reopened: {self._reopen_error}"
-                                   if self._reopen_error is not None else "the store is not started")
+                raise self._unavailable("the store is not started")
             cursor = self._cursor(self._reader)
             self._open_readers += 1
         return cursor

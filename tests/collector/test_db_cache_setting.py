@@ -27,6 +27,15 @@ def _expected_tokens(count: int) -> list[tuple[str, float]]:
     return [(f"bot-{k}", float(sum(i + 1 for i in range(count) if i % 3 == k))) for k in range(3)]
 
 
+def _checkpointed_store(path, ids: Ids, spans: int, budget: int) -> SpanStore:
+    """A started store holding ``spans`` spans, checkpointed so that their blocks are cached."""
+    store = SpanStore(str(path), db_cache_bytes=budget)
+    store.start()
+    store.write(span_rows(_spans(ids, spans)))
+    store._con.execute("CHECKPOINT")
+    return store
+
+
 def test_the_setting_defaults_to_4mib_reads_the_environment_and_refuses_a_negative_size(monkeypatch):
     assert ServerSettings().db_cache_bytes == DEFAULT_DB_CACHE_BYTES == 4 * 1024 * 1024
     monkeypatch.setenv(ENV_DB_CACHE_BYTES, "0")
@@ -77,11 +86,8 @@ def test_a_reopen_drops_the_cached_blocks_and_the_store_goes_on_as_before(tmp_pa
 
 def test_no_reopen_under_an_open_query_in_memory_or_with_the_budget_at_zero(tmp_path):
     ids = Ids(8)
-    store = SpanStore(str(tmp_path / "spans.duckdb"), db_cache_bytes=1)
-    store.start()
+    store = _checkpointed_store(tmp_path / "spans.duckdb", ids, 3000, budget=1)
     try:
-        store.write(span_rows(_spans(ids, 3000)))
-        store._con.execute("CHECKPOINT")
         assert store.cached_block_bytes() > 0
         with store.query_arrow("SELECT span_id FROM spans", batch_rows=100) as streaming:
             first = streaming.reader.read_next_batch()
@@ -94,11 +100,8 @@ def test_no_reopen_under_an_open_query_in_memory_or_with_the_budget_at_zero(tmp_
         store.shutdown()
 
     for path, budget in ((":memory:", 1), (str(tmp_path / "never.duckdb"), 0)):
-        other = SpanStore(path, db_cache_bytes=budget)
-        other.start()
+        other = _checkpointed_store(path, ids, 2000, budget)
         try:
-            other.write(span_rows(_spans(ids, 2000)))
-            other._con.execute("CHECKPOINT")
             assert other.cached_block_bytes() > 0 or path == ":memory:"
             assert not other.drop_block_cache_if_due()
             assert other.stats["reopens"] == 0
@@ -165,11 +168,8 @@ def _wait_for_cache(collector: CollectorProcess, below: int | None, timeout_s: f
 
 def test_a_failed_reopen_fails_inserts_with_its_reason_and_the_next_one_recovers(tmp_path, monkeypatch):
     ids = Ids(9)
-    store = SpanStore(str(tmp_path / "spans.duckdb"), db_cache_bytes=1)
-    store.start()
+    store = _checkpointed_store(tmp_path / "spans.duckdb", ids, 3000, budget=1)
     try:
-        store.write(span_rows(_spans(ids, 3000)))
-        store._con.execute("CHECKPOINT")
         connect = store._connect
 
         def unreadable(config):

@@ -29,14 +29,18 @@ def _rss_file_kib(pid: int) -> int:
         return next(int(line.split()[1]) for line in fh if line.startswith("RssFile:"))
 
 
-def test_a_read_only_file_mapping_the_process_alone_touched_is_reclaimed(tmp_path):
-    # A file of 32 MiB, on disk before it is mapped (dirty page-cache pages are not reclaimed), that
-    # only the child maps: the test process does not share its pages.
-    path = tmp_path / "code.bin"
+def _file_on_disk(path, mib: int):
+    """A file of ``mib`` MiB, on disk before it is mapped (dirty page-cache pages are not reclaimed),
+    that only the test's child maps: the test process does not share its pages."""
     with open(path, "wb") as fh:
-        fh.write(os.urandom(1 << 20) * 32)
+        fh.write(os.urandom(1 << 20) * mib)
         fh.flush()
         os.fsync(fh.fileno())
+    return path
+
+
+def test_a_read_only_file_mapping_the_process_alone_touched_is_reclaimed(tmp_path):
+    path = _file_on_disk(tmp_path / "code.bin", 32)
     child = textwrap.dedent(f"""
         import json, mmap
         from meritlens.collector._ospages import release_library_pages, _resident_file_bytes
@@ -112,11 +116,7 @@ def test_only_the_pages_faulted_in_since_a_snapshot_are_reclaimed(tmp_path):
     """What a store's reopen of its database does (`SpanStore.drop_block_cache_if_due`): the pages
     that became resident between `resident_library_pages` and `release_library_pages_since` go,
     those resident before stay."""
-    path = tmp_path / "code.bin"
-    with open(path, "wb") as fh:
-        fh.write(os.urandom(1 << 20) * 8)
-        fh.flush()
-        os.fsync(fh.fileno())
+    path = _file_on_disk(tmp_path / "code.bin", 8)
     child = textwrap.dedent(f"""
         import json, mmap
         from meritlens.collector._ospages import release_library_pages_since, resident_library_pages
