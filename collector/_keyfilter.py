@@ -87,24 +87,35 @@ class GrowingKeyFilter:
     """A Bloom filter whose memory follows the keys it holds, never more than ``size_bytes``.
 
     A fixed filter touches every page of its bits after a few hundred thousand keys, because
-    probes fall at random; this one is a chain of filters of doubling size (the first of
-    ``first_bytes``), each filled until ``fill`` of its bits are set, and a key may be stored
-    when any of them says so. With 10 probes and a fill of 0.27 (~32 bits a key) each full
-    filter answers ~0.0002% wrong "maybe"s. The chain ends where the next filter would pass
-    ``size_bytes``; the last one then takes every further key and its wrong "maybe"s grow as in
-    a fixed filter (for the 32 MiB default: past ~8M keys; ~0.004% at 10M keys, as the fixed one).
+    probes fall at random; this one is a chain of filters (the first two of ``first_bytes``,
+    each further pair twice the size of the one before), each filled until ``fill`` of its bits
+    are set, and a key may be stored when any of them says so. A new filter is resident at once
+    (its first keys touch all its pages), so the chain holds up to ~1.5 times the bits its keys
+    need; filters doubling one by one would hold up to 2 times. The chain ends where the next
+    filter would pass ``size_bytes``; the last one then takes every further key and its wrong
+    "maybe"s grow as in a fixed filter (for the 32 MiB default: past ~8M keys).
+
+    With the default 10 probes and a fill of 0.27 (~32 bits a key) each full filter answers
+    ~0.0002% wrong "maybe"s; 8 probes and a fill of 0.5 (~11.5 bits a key) answer ~0.4%, for
+    a filter whose wrong "maybe"s cost little.
     """
 
     PROBES = 10
     FILL = 0.27
 
-    def __init__(self, size_bytes: int, *, first_bytes: int = 256 * 1024):
+    def __init__(self, size_bytes: int, *, first_bytes: int = 256 * 1024, probes: int = PROBES,
+                 fill: float = FILL):
         size = 1 << max(7, int(first_bytes).bit_length() - 1)
         while size > 128 and size > size_bytes:
             size //= 2
         self._sizes = [size]
-        while sum(self._sizes) + 2 * self._sizes[-1] <= size_bytes:
-            self._sizes.append(2 * self._sizes[-1])
+        while True:
+            following = self._sizes[-1] * (2 if len(self._sizes) % 2 == 0 else 1)
+            if sum(self._sizes) + following > size_bytes:
+                break
+            self._sizes.append(following)
+        self._probes = probes
+        self._fill = fill
         self._layers: list[KeyFilter] = []
         self._set_bits = 0  # of the last layer
         self.clear()
@@ -122,7 +133,7 @@ class GrowingKeyFilter:
         return len(self._layers)
 
     def clear(self) -> None:
-        self._layers = [KeyFilter(self._sizes[0], self.PROBES)]
+        self._layers = [KeyFilter(self._sizes[0], self._probes)]
         self._set_bits = 0
 
     def add(self, hashes: np.ndarray) -> None:
@@ -132,12 +143,12 @@ class GrowingKeyFilter:
             if len(self._layers) == len(self._sizes):  # the last filter takes every further key
                 self._set_bits += layer.add(hashes[start:])
                 return
-            if self._set_bits >= self.FILL * layer.bits:
-                layer = KeyFilter(self._sizes[len(self._layers)], self.PROBES)
+            if self._set_bits >= self._fill * layer.bits:
+                layer = KeyFilter(self._sizes[len(self._layers)], self._probes)
                 self._layers.append(layer)
                 self._set_bits = 0
             # few enough keys not to fill the layer far past its fill (a key sets <= PROBES bits)
-            part = hashes[start:start + int(self.FILL * layer.bits - self._set_bits) // self.PROBES + 1]
+            part = hashes[start:start + int(self._fill * layer.bits - self._set_bits) // self._probes + 1]
             self._set_bits += layer.add(part)
             start += part.size
 
@@ -169,7 +180,8 @@ class KeyLocator:
     "stored anywhere?" first. The spans table is
     kept in commit order, so a range is read through DuckDB's min/max pruning. Its memory grows
     with the keys up to ``size_bytes``, whatever the load: a quarter for the overall filter (a
-    `GrowingKeyFilter`), the rest for the blocks;
+    `GrowingKeyFilter` of ~11.5 bits a key: its ~1% wrong "maybe"s cost a probe of the blocks,
+    ~3 µs a block, not a read), the rest for the blocks;
     when the blocks fill it, the two adjacent blocks with the fewest keys are merged (their
     filters OR'ed), so older ranges get coarser and a wrong "maybe" costs a larger read — never
     a wrong answer. A block holds 24 bits a key with 16 probes: ~0.001% wrong "maybe"s, so that
@@ -180,7 +192,7 @@ class KeyLocator:
     _BLOCK_BITS_PER_KEY = 24
 
     def __init__(self, size_bytes: int, *, block_bytes: int = 256 * 1024, block_keys: int | None = None):
-        self._all = GrowingKeyFilter(size_bytes // 4)
+        self._all = GrowingKeyFilter(size_bytes // 4, probes=8, fill=0.5)
         self._block_bytes = min(block_bytes, max(1024, size_bytes // 8))
         self._block_keys = block_keys or self._block_bytes * 8 // self._BLOCK_BITS_PER_KEY
         self._max_blocks = max(2, (size_bytes - self._all.max_nbytes) // self._block_bytes)

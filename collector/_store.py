@@ -232,6 +232,8 @@ class SpanStore:
         """Why the last reopen of the database (`drop_block_cache_if_due`) failed, until one succeeds."""
         self._cached_after_reopen = 0
         """DuckDB's cached block bytes right after the last reopen (see `_cache_due_bytes`)."""
+        # ~32 bits a key (the default): a wrong "maybe" here costs a read, since the locator's
+        # blocks hold the batch's own keys by the time the window pass asks
         self._keys = GrowingKeyFilter(key_filter_bytes)
         self._locator = KeyLocator(span_index_bytes)
         self._locator_lock = threading.Lock()
