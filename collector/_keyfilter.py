@@ -88,12 +88,13 @@ class GrowingKeyFilter:
 
     A fixed filter touches every page of its bits after a few hundred thousand keys, because
     probes fall at random; this one is a chain of filters (the first two of ``first_bytes``,
-    each further pair twice the size of the one before), each filled until ``fill`` of its bits
-    are set, and a key may be stored when any of them says so. A new filter is resident at once
-    (its first keys touch all its pages), so the chain holds up to ~1.5 times the bits its keys
-    need; filters doubling one by one would hold up to 2 times. The chain ends where the next
-    filter would pass ``size_bytes``; the last one then takes every further key and its wrong
-    "maybe"s grow as in a fixed filter (for the 32 MiB default: past ~8M keys).
+    each further pair twice the size of the one before, within half of ``size_bytes``), each
+    filled until ``fill`` of its bits are set, and a key may be stored when any of them says so.
+    A new filter is resident at once (its first keys touch all its pages), so the chain holds up
+    to ~1.5 times the bits its keys need; filters doubling one by one would hold up to 2 times.
+    The last filter is the largest that fits in the rest of ``size_bytes`` (16 MiB of the 32 MiB
+    default); it takes every key past its fill (for the 32 MiB default: past ~8M keys), and its
+    wrong "maybe"s then grow as in a fixed filter of its size.
 
     With the default 10 probes and a fill of 0.27 (~32 bits a key) each full filter answers
     ~0.0002% wrong "maybe"s; 8 probes and a fill of 0.5 (~11.5 bits a key) answer ~0.4%, for
@@ -109,11 +110,16 @@ class GrowingKeyFilter:
         while size > 128 and size > size_bytes:
             size //= 2
         self._sizes = [size]
-        while True:
+        while True:  # the growing part, within half the bound
             following = self._sizes[-1] * (2 if len(self._sizes) % 2 == 0 else 1)
-            if sum(self._sizes) + following > size_bytes:
+            if sum(self._sizes) + following > size_bytes // 2:
                 break
             self._sizes.append(following)
+        # the last filter takes every key past the others' fill: as large as the bound allows, so
+        # that its wrong "maybe"s grow slowly once it does
+        last = 1 << max(0, (size_bytes - sum(self._sizes)).bit_length() - 1)
+        if last > self._sizes[-1]:
+            self._sizes.append(last)
         self._probes = probes
         self._fill = fill
         self._layers: list[KeyFilter] = []
