@@ -153,7 +153,7 @@ class GrowingKeyFilter:
                 layer = KeyFilter(self._sizes[len(self._layers)], self._probes)
                 self._layers.append(layer)
                 self._set_bits = 0
-            # few enough keys not to fill the layer far past its fill (a key sets <= PROBES bits)
+            # few enough keys not to fill the layer far past its fill (a key sets <= probes bits)
             part = hashes[start:start + int(self._fill * layer.bits - self._set_bits) // self._probes + 1]
             self._set_bits += layer.add(part)
             start += part.size
@@ -196,9 +196,10 @@ class KeyLocator:
 
     _BLOCK_PROBES = 16
     _BLOCK_BITS_PER_KEY = 24
+    _OVERALL_PROBES, _OVERALL_FILL = 8, 0.5  # ~11.5 bits a key: its wrong "maybe"s cost a probe of the blocks
 
     def __init__(self, size_bytes: int, *, block_bytes: int = 256 * 1024, block_keys: int | None = None):
-        self._all = GrowingKeyFilter(size_bytes // 4, probes=8, fill=0.5)
+        self._all = GrowingKeyFilter(size_bytes // 4, probes=self._OVERALL_PROBES, fill=self._OVERALL_FILL)
         self._block_bytes = min(block_bytes, max(1024, size_bytes // 8))
         self._block_keys = block_keys or self._block_bytes * 8 // self._BLOCK_BITS_PER_KEY
         self._max_blocks = max(2, (size_bytes - self._all.max_nbytes) // self._block_bytes)

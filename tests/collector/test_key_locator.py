@@ -146,7 +146,7 @@ def test_a_growing_filter_answers_few_wrong_maybes_while_it_grows():
     assert f.may_contain(keys).all()
     assert f.may_contain(others).sum() < 50  # each full layer: ~2 in a million
     # fewer bits a key, for a filter whose wrong "maybe"s cost little: a third of the memory
-    loose = GrowingKeyFilter(32 * 1024 * 1024, probes=8, fill=0.5)
+    loose = GrowingKeyFilter(32 * 1024 * 1024, probes=KeyLocator._OVERALL_PROBES, fill=KeyLocator._OVERALL_FILL)
     for start in range(0, keys.size, 1000):
         loose.add(keys[start:start + 1000])
     assert loose.nbytes <= f.nbytes // 2 and loose.may_contain(keys).all()
