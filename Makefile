@@ -6,8 +6,8 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: run test install bench clean browser bytecode
 
-# setup.py builds the native span scanner (collector/_spanscan.c): a change to it reinstalls.
-$(STAMP): pyproject.toml setup.py collector/_spanscan.c
+# setup.py builds the native span scanner (collector/process/_spanscan.c): a change to it reinstalls.
+$(STAMP): pyproject.toml setup.py collector/process/_spanscan.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[server,test]'
@@ -44,5 +44,5 @@ bench: bytecode
 	$(BIN)/python bench/run_all.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info collector/_spanscan.*.so
+	rm -rf $(VENV) build *.egg-info collector/process/_spanscan.*.so
 	find collector analytics instrumentation -name __pycache__ -prune -exec rm -rf {} +

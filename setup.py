@@ -4,7 +4,7 @@ from setuptools import Extension, setup
 
 setup(
     ext_modules=[
-        # The receive path's per-span scanner (collector/_spanscan.c); _normalize holds the reference walk.
-        Extension("meritlens.collector._spanscan", ["collector/_spanscan.c"], extra_compile_args=["-O2", "-Wall"]),
+        # The receive path's per-span scanner (collector/process/_spanscan.c); _normalize holds the reference walk.
+        Extension("meritlens.collector.process._spanscan", ["collector/process/_spanscan.c"], extra_compile_args=["-O2", "-Wall"]),
     ],
 )

@@ -171,7 +171,7 @@ def create_table_sql(table: str, columns: tuple[Column, ...], primary_key: tuple
     return f"CREATE TABLE IF NOT EXISTS {table} (\n  {body}{key}\n)"
 
 
-# No primary key: (trace_id, span_id) is unique by the store's own check (collector/_store.py says
+# No primary key: (trace_id, span_id) is unique by the store's own check (collector/store/_store.py says
 # why a B-tree index is not kept), and the table stays in commit order.
 SPANS_DDL = create_table_sql(SPANS_TABLE, SPAN_COLUMNS)
 WINDOW_KEY_COLUMNS: tuple[str, ...] = ("target_id", "metric", "scope")

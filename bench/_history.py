@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from meritlens.collector._normalize import _ARROW_TYPES, _ROW_COLUMNS
+from meritlens.collector.process._normalize import _ARROW_TYPES, _ROW_COLUMNS
 
 BASE_NS = 1_780_000_000_000_000_000  # a fixed start time (2026) so runs are reproducible
 

@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _history import expected_input_tokens, load  # noqa: E402
 
 from meritlens.analytics._windows import SPAN_WINDOW_METRICS  # noqa: E402
-from meritlens.collector._store import SpanStore  # noqa: E402
+from meritlens.collector.store._store import SpanStore  # noqa: E402
 
 TYPED = "select sum(input_tokens) from spans"
 JSON = "select sum((attributes->>'bench_input_tokens')::BIGINT) from spans"

@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _history import check_input_tokens_windows, load, span_table  # noqa: E402
 
-from meritlens.collector._store import SpanStore  # noqa: E402
+from meritlens.collector.store._store import SpanStore  # noqa: E402
 
 
 def join_stored_traces(table: pa.Table, stored: int, fraction: float, rng: np.random.Generator) -> pa.Table:

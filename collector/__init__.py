@@ -4,10 +4,10 @@ __all__: list[str] = ["finish_arm", "reader", "save_experiment", "start_arm"]
 
 # Experiments from Python, imported on first use so that the CLI starts without the web server.
 _LAZY = {
-    "save_experiment": ("meritlens.collector._experiment_io", "save_experiment"),
-    "reader": ("meritlens.collector._experiment_io", "reader"),
-    "start_arm": ("meritlens.collector._experiment_io", "start"),
-    "finish_arm": ("meritlens.collector._experiment_io", "finish"),
+    "save_experiment": ("meritlens.collector.cli._experiment_io", "save_experiment"),
+    "reader": ("meritlens.collector.cli._experiment_io", "reader"),
+    "start_arm": ("meritlens.collector.cli._experiment_io", "start"),
+    "finish_arm": ("meritlens.collector.cli._experiment_io", "finish"),
 }
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 
 ENV_DB = "MERITLENS_DB"
@@ -21,7 +20,6 @@ ENV_SPAN_INDEX_BYTES = "MERITLENS_SPAN_INDEX_BYTES"
 ENV_DB_MEMORY_BYTES = "MERITLENS_DB_MEMORY_BYTES"
 ENV_CHECKPOINT_WAL_BYTES = "MERITLENS_CHECKPOINT_WAL_BYTES"
 ENV_DB_THREADS = "MERITLENS_DB_THREADS"
-ENV_DB_CACHE_BYTES = "MERITLENS_DB_CACHE_BYTES"
 ENV_STAGE_SECONDS = "MERITLENS_STAGE_SECONDS"
 ENV_MAX_SPANS_PER_REQUEST = "MERITLENS_MAX_SPANS_PER_REQUEST"
 ENV_MAX_ATTRIBUTES = "MERITLENS_MAX_ATTRIBUTES"
@@ -36,13 +34,7 @@ ENV_SQL_TIMEOUT = "MERITLENS_SQL_TIMEOUT"
 ENV_SQL_MAX_ROWS = "MERITLENS_SQL_MAX_ROWS"
 ENV_SHUTDOWN_TIMEOUT = "MERITLENS_SHUTDOWN_TIMEOUT"
 ENV_URL = "MERITLENS_URL"
-ENV_ARROW_MEMORY_POOL = "ARROW_DEFAULT_MEMORY_POOL"
-"""Arrow's own variable: its C++ default pool, read once, when pyarrow is imported."""
-ENV_ARROW_JEMALLOC_CONF = "JE_ARROW_MALLOC_CONF"
-"""The configuration of the jemalloc bundled in pyarrow's wheels, read once when Arrow first allocates."""
 ENV_TARGET_FALLBACK = "MERITLENS_TARGET_FALLBACK"
-ENV_RELEASE_STARTUP_PAGES = "MERITLENS_RELEASE_STARTUP_PAGES"
-ENV_RETURN_FREED_MEMORY = "MERITLENS_RETURN_FREED_MEMORY"
 
 DEFAULT_DB = "meritlens.duckdb"
 DEFAULT_HOST = "127.0.0.1"
@@ -102,15 +94,6 @@ DEFAULT_CHECKPOINT_WAL_BYTES = 64 * 1024 * 1024
 checkpoint compresses the row group still being filled again, so checkpointing less often costs less
 CPU per stored span (1000-span inserts: ~11 µs a span at 16MiB, ~8 at 64MiB, ~6.6 at 256MiB); the WAL
 on disk and its replay after a crash grow with it. See bench/README.md "Seventh session"."""
-DEFAULT_DB_CACHE_BYTES = 4 * 1024 * 1024
-"""When DuckDB's cache of the file's blocks (`duckdb_memory()` tag ``BASE_TABLE``) passes this size,
-the store reopens its database between two window passes, which is the only way to drop that cache
-before the memory limit (DuckDB 2.0.1 has no SQL for it and the collector's settings are locked);
-0 never reopens, and the cache grows towards `DEFAULT_DB_MEMORY_BYTES`. At 10k spans/s the cache
-grows ~0.6 MiB/s, so 4MiB reopens every ~5 s, ~50 ms each with inserts held (their exports are
-already acknowledged from the staging log): peak RSS over 60 s 194-203 MiB (mean 198, 10 runs) against
-233-241 MiB without, at 23-27% of a core; 2MiB was no lower and cost more CPU. A reopen also
-checkpoints the file. See bench/README.md "Twenty-fourth session"."""
 DEFAULT_DB_THREADS = 1
 """DuckDB's worker threads in `meritlens serve` (DuckDB's own default: one per core). The collector's
 statements are small (a 1000-span insert, a window pass), and handing them to a second thread cost
@@ -148,7 +131,7 @@ class SettingsError(ValueError):
     """A setting is invalid; the message names it and says why."""
 
 # The dashboard page, the read-only JSON endpoints it reads, and the Arrow export endpoint
-# (collector/_dashboard.py).
+# (collector/serve/_dashboard.py).
 DASHBOARD_PATH = "/"
 STATIC_PATH_PREFIX = "/static/"
 """The page and its static files carry no data: they are served without the bearer token."""
@@ -164,21 +147,6 @@ ARROW_ROW_COUNT_HEADER = "X-Meritlens-Row-Count"
 def address_file(db: str) -> str:
     """Where a running collector writes its URL, so that commands given only --db can find it."""
     return db + ".collector"
-
-
-COLLECTOR_ARROW_MEMORY_POOL = "jemalloc"
-"""The pool of a collector's Arrow buffers when the environment chooses none (see `choose_arrow_memory_pool`)."""
-
-
-def choose_arrow_memory_pool() -> None:
-    """Make `COLLECTOR_ARROW_MEMORY_POOL` Arrow's C++ default pool, unless the environment chose one;
-    only effective before pyarrow is imported, and only on Linux, where pyarrow's wheels have jemalloc.
-    Setting Python's pool afterwards (`pyarrow.set_memory_pool`) leaves the C++ default to what
-    Arrow allocates itself: an IPC message, an exported schema. On its default, mimalloc, those
-    small blocks held 10-40 MiB of transparent huge pages at 10k spans/s (bench/README.md
-    "Eighteenth session")."""
-    if "pyarrow" not in sys.modules and sys.platform == "linux" and not os.environ.get(ENV_ARROW_MEMORY_POOL):
-        os.environ[ENV_ARROW_MEMORY_POOL] = COLLECTOR_ARROW_MEMORY_POOL
 
 
 def staging_path(db: str) -> str:
@@ -226,18 +194,6 @@ def _env_float(name: str, default: float) -> float:
         return float(raw)
     except ValueError:
         raise SettingsError(f"{name}={raw!r} is not a number") from None
-
-
-def _env_flag(name: str, default: bool) -> bool:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    value = raw.strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise SettingsError(f"{name}={raw!r} is not one of 1/0, true/false, yes/no, on/off")
 
 
 def _env_str(name: str) -> str | None:
@@ -311,8 +267,6 @@ class ServerSettings:
         default_factory=lambda: _env_bytes(ENV_CHECKPOINT_WAL_BYTES, DEFAULT_CHECKPOINT_WAL_BYTES)
     )
     db_threads: int = field(default_factory=lambda: _env_int(ENV_DB_THREADS, DEFAULT_DB_THREADS))
-    db_cache_bytes: int = field(default_factory=lambda: _env_bytes(ENV_DB_CACHE_BYTES, DEFAULT_DB_CACHE_BYTES))
-    """See `DEFAULT_DB_CACHE_BYTES`; 0 keeps DuckDB's block cache until its memory limit."""
     stage_s: float = field(default_factory=lambda: _env_float(ENV_STAGE_SECONDS, DEFAULT_STAGE_MOVE_S))
     """How long acknowledged spans may wait in the staging log before they are stored in DuckDB;
     0 stores every export in DuckDB before answering it."""
@@ -331,13 +285,6 @@ class ServerSettings:
     shutdown_timeout_s: float = field(
         default_factory=lambda: _env_float(ENV_SHUTDOWN_TIMEOUT, DEFAULT_SHUTDOWN_TIMEOUT_S)
     )
-    release_startup_pages: bool = field(default_factory=lambda: _env_flag(ENV_RELEASE_STARTUP_PAGES, True))
-    """Whether `meritlens serve`, once listening, hands back the library pages only its start-up used,
-    and after each reopen of its database (`db_cache_bytes`) those the reopen alone faulted in
-    (Linux; see `collector/_ospages.py`)."""
-    return_freed_memory: bool = field(default_factory=lambda: _env_flag(ENV_RETURN_FREED_MEMORY, True))
-    """Whether `meritlens serve` makes DuckDB's and glibc's allocators hand freed memory back to the
-    system at once instead of keeping it for reuse (Linux; see `collector/_freedmemory.py`)."""
 
     profiles: tuple[str, ...] = ()
     """Task profiles (TOML files, or directories of them) the dashboard checks readiness against."""
@@ -378,8 +325,6 @@ class ServerSettings:
         if self.db_memory_bytes < MIN_DB_MEMORY_BYTES:
             raise SettingsError(f"DuckDB memory bytes must be at least {MIN_DB_MEMORY_BYTES // (1024 * 1024)}MiB"
                                 f" (DuckDB can fail a commit below it), got {self.db_memory_bytes}")
-        if self.db_cache_bytes < 0:
-            raise SettingsError(f"DuckDB cache bytes must be 0 (never reopen) or positive, got {self.db_cache_bytes}")
         if not 0 <= self.stage_s <= 60:
             raise SettingsError(f"stage seconds must be between 0 and 60, got {self.stage_s}")
         if self.sql_timeout_s <= 0 or self.shutdown_timeout_s < 0:

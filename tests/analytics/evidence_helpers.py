@@ -85,8 +85,8 @@ def meritlens(*args: str) -> subprocess.CompletedProcess:
 # --- writing straight into a store (for the property test) ---------------------------------------
 def span_rows(spans: list[Span]):
     """``spans`` decoded and normalized exactly as the receiver does: an Arrow table of span rows."""
-    from meritlens.collector._normalize import normalize
-    from meritlens.collector._otlp import PROTOBUF, decode
+    from meritlens.collector.process._normalize import normalize
+    from meritlens.collector.process._otlp import PROTOBUF, decode
 
     batch = normalize(decode(export_body(spans), PROTOBUF).request)
     assert not batch.refused, batch.refused

@@ -10,7 +10,7 @@ from meritlens.analytics import CATALOGUE, METRIC_IDS, METRICS, Aggregation, Met
 from meritlens.analytics._catalogue import MetricKind, SampleUnit, Source
 from meritlens.analytics._docs import BEGIN, END, catalogue_block
 from meritlens.analytics._windows import PLUGIN_ONLY_METRICS, SPAN_WINDOW_METRICS, WINDOW_DEFINITIONS
-from meritlens.collector._store import SpanStore
+from meritlens.collector.store._store import SpanStore
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "evidence.md"
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from meritlens.analytics import METRICS, SPAN_WINDOW_METRICS, Window
 from meritlens.analytics._schema import WINDOW_COLUMN_NAMES
-from meritlens.collector._store import SpanStore
+from meritlens.collector.store._store import SpanStore
 from meritlens.instrumentation import conventions as c
 from tests.analytics.evidence_helpers import S, T0, Ids, Span, store_spans
 

@@ -13,7 +13,7 @@ import pytest
 from meritlens.analytics import CATALOGUE, METRICS, SPAN_WINDOW_METRICS, WindowState
 from meritlens.analytics._catalogue import REPEATED_RUN_AGGREGATIONS
 from meritlens.analytics._windows import list_windows_sql
-from meritlens.collector._query import run_query
+from meritlens.collector.cli._query import run_query
 from tests.analytics.evidence_helpers import (
     S,
     CallSpec,

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from meritlens.analytics._accumulate import Multiset, StateMismatch, _kth_of_two, exact_sum, SUM_SCALE
-from meritlens.collector._keyfilter import KeyFilter
-from meritlens.collector._store import SpanStore
+from meritlens.collector.store._keyfilter import KeyFilter
+from meritlens.collector.store._store import SpanStore
 from meritlens.instrumentation import conventions as c
 from tests.analytics.evidence_helpers import Ids, S, Span, T0, span_rows, store_spans
 
@@ -298,7 +298,7 @@ def test_calls_of_other_targets_arriving_last_keep_every_targets_windows_exact(t
 
 
 def test_a_batch_keeps_the_first_copy_of_each_span():
-    from meritlens.collector._store import _first_of_each_span
+    from meritlens.collector.store._store import _first_of_each_span
     import pyarrow as pa
 
     table = pa.table({"trace_id": ["t1", "t2", "t1", "t3", "t2"], "span_id": ["a", "b", "a", "c", "b"],
@@ -340,7 +340,7 @@ def test_a_retried_batch_stores_only_its_new_spans_and_keeps_the_first_copies(tm
 
 
 def test_windows_follow_in_their_own_thread_and_queries_see_every_committed_span(tmp_path):
-    from meritlens.collector._pipeline import WindowUpdater
+    from meritlens.collector.serve._pipeline import WindowUpdater
 
     store = SpanStore(str(tmp_path / "s.duckdb"))
     store.start()

@@ -7,7 +7,7 @@ import datetime as _dt
 from meritlens.analytics import Window, check_readiness, profile_from_dict
 from meritlens.analytics._schema import WINDOW_COLUMN_NAMES
 from meritlens.analytics._windows import EVALUATED_SUFFIX
-from meritlens.collector._store import SpanStore
+from meritlens.collector.store._store import SpanStore
 
 NOW = _dt.datetime(2026, 11, 30, tzinfo=_dt.timezone.utc)
 PROFILE = profile_from_dict({

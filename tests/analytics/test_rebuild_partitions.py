@@ -1,7 +1,7 @@
 """A window rebuild read in partitions equals the rebuild in one statement.
 
 The rebuild (at start-up, and for a target whose state was dropped) reads the stored spans in
-partitions that are unions of trace/task components (`meritlens.collector._partitions`). Random
+partitions that are unions of trace/task components (`meritlens.collector.store._partitions`). Random
 stores with tasks over several traces, chains of tasks and traces that need several rounds of
 label propagation, a wrapper in one task whose LLM child is in another task of the same trace,
 a task id equal to another trace's id, retried duplicates, several targets and assessments: the
@@ -18,9 +18,9 @@ import pytest
 
 from meritlens.analytics._schema import SPANS_DDL
 from meritlens.analytics._windows import WINDOW_INPUT_COLUMNS
-from meritlens.collector import _store as store_module
-from meritlens.collector._partitions import partition_spans
-from meritlens.collector._store import SpanStore
+from meritlens.collector.store import _store as store_module
+from meritlens.collector.store._partitions import partition_spans
+from meritlens.collector.store._store import SpanStore
 from meritlens.instrumentation import conventions as c
 from tests.analytics.evidence_helpers import Ids, S, Span, T0, span_rows
 

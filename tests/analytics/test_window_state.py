@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 
 from meritlens.analytics._accumulate import SMALL_DISTINCT, Multiset, WindowBook
 from meritlens.analytics._windows import WINDOW_DEFINITIONS
-from meritlens.collector import _store as store_module
-from meritlens.collector._pipeline import WindowUpdater
-from meritlens.collector._store import SpanStore
+from meritlens.collector.store import _store as store_module
+from meritlens.collector.serve._pipeline import WindowUpdater
+from meritlens.collector.store._store import SpanStore
 from meritlens.instrumentation.conventions import TARGET_ID
 from tests.analytics.evidence_helpers import span_rows, store_spans
 from tests.analytics.test_incremental_windows import _random_spans

@@ -16,8 +16,8 @@ import pytest
 
 from meritlens.analytics import JudgeCall
 from meritlens.instrumentation.conventions import TARGET_ID
-from meritlens.collector._evaluation import FileEvaluationStore
-from meritlens.collector._store import SpanStore
+from meritlens.collector.cli._evaluation import FileEvaluationStore
+from meritlens.collector.store._store import SpanStore
 from tests.analytics.evidence_helpers import span_rows, store_spans
 from tests.analytics.test_incremental_windows import _random_spans
 from tests.analytics.test_rebuild_partitions import _random_store_spans

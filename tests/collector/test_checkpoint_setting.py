@@ -5,7 +5,7 @@ from __future__ import annotations
 import duckdb
 
 from meritlens.collector._settings import DEFAULT_CHECKPOINT_WAL_BYTES, ENV_CHECKPOINT_WAL_BYTES, ServerSettings
-from meritlens.collector._store import SpanStore
+from meritlens.collector.store._store import SpanStore
 from meritlens.instrumentation import conventions as c
 from tests.analytics.evidence_helpers import Ids, S, Span, T0, span_rows
 

@@ -6,7 +6,7 @@ import duckdb
 import pytest
 
 from meritlens.collector._settings import DEFAULT_DB_THREADS, ENV_DB_THREADS, ServerSettings, SettingsError
-from meritlens.collector._store import SpanStore
+from meritlens.collector.store._store import SpanStore
 from tests.collector.collector_proc import CollectorProcess
 
 

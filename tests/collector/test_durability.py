@@ -15,7 +15,7 @@ import pytest
 
 from tests.collector.collector_proc import CollectorProcess, assert_same_windows, make_request
 from meritlens.analytics._schema import SPANS_DDL, WINDOW_COLUMN_NAMES, WINDOWS_DDL
-from meritlens.collector._store import SpanStore
+from meritlens.collector.store._store import SpanStore
 
 BATCHES = 100
 SPANS_PER_BATCH = 1000

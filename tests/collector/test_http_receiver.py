@@ -13,7 +13,7 @@ from google.protobuf import json_format
 from google.rpc import code_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from meritlens.collector import _otlp
+from meritlens.collector.process import _otlp
 from meritlens.instrumentation import conventions as c
 from tests.otlp_builders import json_request, json_span, make_request, make_span
 

@@ -1,4 +1,4 @@
-"""The store's key hashes (collector/_keyhash.py): native and DuckDB-backed, each consistent."""
+"""The store's key hashes (collector/store/_keyhash.py): native and DuckDB-backed, each consistent."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from meritlens.collector import _keyhash
-from meritlens.collector._keyhash import KEY_HASH_COLUMNS, key_hashes, string_hashes
+from meritlens.collector.store import _keyhash
+from meritlens.collector.store._keyhash import KEY_HASH_COLUMNS, key_hashes, string_hashes
 
 IDS = [f"{i:032x}" for i in range(20_000)]
 

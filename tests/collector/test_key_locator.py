@@ -7,8 +7,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from meritlens.collector._keyfilter import GrowingKeyFilter, KeyFilter, KeyLocator
-from meritlens.collector._store import SpanStore
+from meritlens.collector.store._keyfilter import GrowingKeyFilter, KeyFilter, KeyLocator
+from meritlens.collector.store._store import SpanStore
 from meritlens.instrumentation import conventions as c
 from tests.analytics.evidence_helpers import Ids, S, Span, T0, span_rows
 
@@ -57,8 +57,7 @@ def test_a_filter_sets_every_bit_of_keys_that_share_words(size):
 
 
 def test_native_probes_set_and_test_the_same_bits_as_the_numpy_probes(monkeypatch):
-    from meritlens.collector import _keyfilter
-
+    from meritlens.collector.store import _keyfilter
     assert _keyfilter._native is not None, "the native extension is built by `make`/`pip install`"
     rng = np.random.default_rng(5)
     hashes = rng.integers(0, 2**63, 50_000, dtype=np.int64).astype(np.uint64) * np.uint64(3)
@@ -97,8 +96,7 @@ def _popcount(words: np.ndarray) -> int:
 
 @pytest.mark.parametrize("native", [True, False])
 def test_add_counts_the_bits_it_sets(native, monkeypatch):
-    from meritlens.collector import _keyfilter
-
+    from meritlens.collector.store import _keyfilter
     if not native:
         monkeypatch.setattr(_keyfilter, "_native", None)
     rng = np.random.default_rng(8)
@@ -194,7 +192,7 @@ def test_a_growing_filter_no_larger_than_its_first_layer_stays_one_filter():
 
 
 def test_native_probes_refuse_buffers_they_cannot_use():
-    from meritlens.collector._keyfilter import _native
+    from meritlens.collector.store._keyfilter import _native
 
     hashes = np.arange(4, dtype=np.uint64)
     with pytest.raises(ValueError, match="power of two"):

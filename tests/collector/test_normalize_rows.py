@@ -16,8 +16,10 @@ from google.protobuf import json_format
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from meritlens.collector import _ingest, _normalize, _otlp
-from meritlens.collector._normalize import NormalizeOptions
+from meritlens.collector.receive import _ingest
+from meritlens.collector.process import _normalize
+from meritlens.collector.process import _otlp
+from meritlens.collector.process._normalize import NormalizeOptions
 from meritlens.instrumentation import conventions as c
 from tests.otlp_builders import make_request, make_span, wire_field
 

@@ -1,4 +1,4 @@
-"""The native span scanner (`collector/_spanscan.c`) against the Python walk it stands in for.
+"""The native span scanner (`collector/process/_spanscan.c`) against the Python walk it stands in for.
 
 The receive path normalizes a protobuf body with the scanner; the Python walk (`_normalize._normalize`)
 is the reference. Every case here normalizes one body both ways and requires the same Arrow table,
@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from meritlens.collector import _normalize, _otlp
-from meritlens.collector._normalize import FIRST_CHUNK_EVENTS, PROMOTED, NormalizeOptions
+from meritlens.collector.process import _normalize
+from meritlens.collector.process import _otlp
+from meritlens.collector.process._normalize import FIRST_CHUNK_EVENTS, PROMOTED, NormalizeOptions
 from meritlens.instrumentation import conventions as c
 from tests.otlp_builders import make_request, make_span, wire_field, wire_tag, wire_varint
 
@@ -68,7 +69,7 @@ def assert_same(body: bytes, limits: _otlp.SpanLimits = WIDE, options: Normalize
 
 def test_the_native_scanner_is_built_and_takes_ordinary_spans():
     """`pip install` builds the extension; an ordinary request leaves no span to the Python walk."""
-    assert _normalize._spanscan is not None, "collector/_spanscan.c was not built (pip install -e .)"
+    assert _normalize._spanscan is not None, "collector/process/_spanscan.c was not built (pip install -e .)"
     spans = [make_span({c.TARGET_ID: "t", c.GEN_AI_REQUEST_MODEL: "m", c.GEN_AI_USAGE_INPUT_TOKENS: 3}) for _ in range(5)]
     body = make_request(spans).SerializeToString()
     lean = _otlp.LeanRequest.FromString(body)

@@ -36,12 +36,12 @@ def test_query_goes_through_the_collector_while_it_holds_the_file(collector):
 
 _LOADED_AFTER_A_QUERY = """
 import contextlib, io, json, sys
-from meritlens.collector._cli import main
+from meritlens.collector.cli._cli import main
 sys.argv = ["meritlens", "sql", "select count(*) as n from spans", "--db", sys.argv[1], "--format", "json"]
 out = io.StringIO()
 with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
     main()
-heavy = ("pyarrow", "numpy", "aiohttp", "opentelemetry.sdk", "meritlens.collector._store")
+heavy = ("pyarrow", "numpy", "aiohttp", "opentelemetry.sdk", "meritlens.collector.store._store")
 print(json.dumps({"rows": json.loads(out.getvalue()),
                   "loaded": sorted(m for m in sys.modules if m.startswith(heavy))}))
 """

@@ -21,11 +21,11 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from meritlens.collector import _otlp
-from meritlens.collector._ingest import prepare
-from meritlens.collector._normalize import NormalizeOptions
-from meritlens.collector._staging import StagingLog, read_staged, staging_path
-from meritlens.collector._store import SpanStore
+from meritlens.collector.process import _otlp
+from meritlens.collector.receive._ingest import prepare
+from meritlens.collector.process._normalize import NormalizeOptions
+from meritlens.collector.store._staging import StagingLog, read_staged, staging_path
+from meritlens.collector.store._store import SpanStore
 from meritlens.instrumentation import conventions as c
 from tests.collector.collector_proc import make_request
 from tests.conftest import MERITLENS, CollectorProcess
@@ -494,7 +494,7 @@ def test_staged_rows_are_bounded_while_storing_them_fails(tmp_path, monkeypatch)
 
 
 def test_waiting_queries_wake_the_mover_and_take_no_export_slots(tmp_path):
-    from meritlens.collector._pipeline import IngestPipeline
+    from meritlens.collector.serve._pipeline import IngestPipeline
 
     store = SpanStore(str(tmp_path / "wake.duckdb"), staging=True)
     store.start()

@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from meritlens.collector._normalize import normalize
-from meritlens.collector._store import SpanStore
+from meritlens.collector.process._normalize import normalize
+from meritlens.collector.store._store import SpanStore
 from meritlens.instrumentation import conventions as c
 from tests.conftest import CollectorProcess
 from tests.conftest import run_cli as _run_cli

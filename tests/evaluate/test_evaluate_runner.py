@@ -10,7 +10,7 @@ from evaluate_support import TARGET, scenario_spans, store_spans
 from meritlens.analytics import Measurement, Metric, evaluate
 from meritlens.analytics._builtin_metrics import ToolUsePerformance
 from meritlens.analytics._evaluate import QueryPage, load_evidence, window_metric_name as W
-from meritlens.collector._evaluation import FileEvaluationStore
+from meritlens.collector.cli._evaluation import FileEvaluationStore
 
 
 @pytest.fixture

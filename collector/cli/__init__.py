@@ -1,0 +1,1 @@
+"""The `meritlens` command line, grouped as the README groups it."""

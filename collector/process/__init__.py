@@ -1,0 +1,1 @@
+"""Processing: OTLP decoding, validation and normalization into span rows (the native scanner and its Python twin)."""

@@ -1,0 +1,1 @@
+"""Receiving: OTLP over HTTP and gRPC, bearer-token auth and request limits (transports only)."""

@@ -1,0 +1,218 @@
+"""What both OTLP receivers do with a request: decode, check, normalize, submit, answer.
+
+The HTTP and gRPC receivers differ only in transport. Each hands the (decompressed) body to
+`Ingest.export` and maps an `IngestError` to its own status: HTTP status plus a
+`google.rpc.Status` body, or a gRPC status with the same code and message.
+
+Memory is bounded by an `InflightBudget`: a request holds a `Reservation` of its decompressed
+body bytes (taken while the body streams in) plus an estimate per decoded span, until it is
+answered. When the budget cannot cover a request, it is refused at once as overloaded
+(HTTP 503 + Retry-After, gRPC UNAVAILABLE + RetryInfo) instead of waiting in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+import uuid
+from dataclasses import dataclass
+
+import pyarrow as pa
+from google.rpc import code_pb2
+
+from meritlens.collector.process import _otlp
+from meritlens.collector.process._normalize import NormalizeOptions, SpanBatch, normalize
+from meritlens.collector.serve._pipeline import IngestPipeline, Overloaded
+from meritlens.collector._settings import RETRY_AFTER_SECONDS, SPAN_MEMORY_ESTIMATE_BYTES
+
+_DECODE_THREAD = "meritlens-decode"
+
+log = logging.getLogger("meritlens.collector.ingest")
+
+_MAX_REASONS_IN_MESSAGE = 20
+
+
+class IngestError(Exception):
+    """A request that is answered with an error: HTTP status, RPC code, message, maybe a retry delay."""
+
+    def __init__(self, http_status: int, rpc_code: int, message: str, *, retry_after_s: float | None = None):
+        super().__init__(message)
+        self.http_status = http_status
+        self.rpc_code = rpc_code
+        self.message = message
+        self.retry_after_s = retry_after_s
+
+
+def bad_request(message: str) -> IngestError:
+    return IngestError(400, code_pb2.INVALID_ARGUMENT, message)
+
+
+def too_large(message: str) -> IngestError:
+    return IngestError(413, code_pb2.RESOURCE_EXHAUSTED, message)
+
+
+def overloaded(message: str) -> IngestError:
+    return IngestError(
+        503, code_pb2.UNAVAILABLE, f"{message}; retry after {RETRY_AFTER_SECONDS}s",
+        retry_after_s=RETRY_AFTER_SECONDS,
+    )
+
+
+class InflightBudget:
+    """A byte budget shared by every request being processed, on both receivers."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self._used = 0
+        self._peak = 0
+        self._lock = threading.Lock()
+
+    @property
+    def used(self) -> int:
+        return self._used
+
+    @property
+    def peak(self) -> int:
+        return self._peak
+
+    def try_take(self, n: int) -> bool:
+        with self._lock:
+            if self._used + n > self.limit:
+                return False
+            self._used += n
+            self._peak = max(self._peak, self._used)
+            return True
+
+    def give_back(self, n: int) -> None:
+        with self._lock:
+            self._used -= n
+
+
+class Reservation:
+    """The bytes one request holds in the budget; `release()` (or leaving `with`) gives them back."""
+
+    def __init__(self, budget: InflightBudget):
+        self._budget = budget
+        self.held = 0
+
+    def ensure(self, total: int) -> None:
+        """Hold at least ``total`` bytes; raise an overloaded IngestError when the budget is spent."""
+        extra = total - self.held
+        if extra <= 0:
+            return
+        if not self._budget.try_take(extra):
+            raise overloaded(
+                f"the collector is holding {self._budget.used} of its {self._budget.limit} in-flight bytes"
+            )
+        self.held = total
+
+    def add(self, n: int) -> None:
+        self.ensure(self.held + n)
+
+    def release(self) -> None:
+        if self.held:
+            self._budget.give_back(self.held)
+            self.held = 0
+
+    def __enter__(self) -> "Reservation":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+@dataclass(frozen=True)
+class ExportOutcome:
+    """A request that was answered OK: how many spans were stored or already held, how many refused."""
+
+    accepted: int
+    rejected: int
+    message: str
+
+
+class Ingest:
+    """The shared receive path. One instance serves both receivers of a collector."""
+
+    def __init__(
+        self, pipeline: IngestPipeline, budget: InflightBudget, *, max_spans_per_request: int,
+        limits: _otlp.SpanLimits, normalize_options: NormalizeOptions = NormalizeOptions(), decode_threads: int = 2,
+    ):
+        self._pipeline = pipeline
+        self.budget = budget
+        self._max_spans = max_spans_per_request
+        self._limits = limits
+        self._normalize_options = normalize_options
+        # Decoding and normalizing are CPU work; doing them off the event loop keeps health checks,
+        # SQL and the other receiver answering. Two threads bound the transient memory they use.
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            decode_threads, thread_name_prefix=_DECODE_THREAD)
+
+    def reservation(self) -> Reservation:
+        return Reservation(self.budget)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+
+    async def export(self, body: bytes, media_type: str, reservation: Reservation) -> ExportOutcome:
+        """Store the spans of one decompressed OTLP body; returns once they are committed.
+
+        ``reservation`` must already hold the body's bytes; this adds the per-span estimate.
+        Raises IngestError for anything that is not a (possibly partial) success.
+        """
+        loop = asyncio.get_running_loop()
+        try:
+            decoded = await loop.run_in_executor(self._executor, _otlp.decode_lean, body, media_type)
+        except _otlp.BadRequest as exc:
+            raise bad_request(str(exc)) from None
+        except Exception:  # a decoder bug must not take the server down; the client gets a Status
+            raise _internal("decoding the request failed") from None
+        spans = _otlp.count_spans(decoded.lean)
+        if spans > self._max_spans:
+            raise IngestError(
+                413, code_pb2.INVALID_ARGUMENT,
+                f"the request carries {spans} spans; the limit is {self._max_spans} per request; send smaller batches",
+            )
+        reservation.add(spans * SPAN_MEMORY_ESTIMATE_BYTES)
+        try:
+            batch, table = await loop.run_in_executor(self._executor, self._prepare, decoded)
+        except _otlp.BadRequest as exc:  # a part of the body only parsed while normalizing
+            raise bad_request(str(exc)) from None
+        except Exception:
+            raise _internal("normalizing the spans failed") from None
+        del decoded
+        if table is not None:
+            try:
+                await self._pipeline.submit(table)
+            except Overloaded as exc:
+                raise overloaded(str(exc)) from None
+            except Exception:
+                # Nothing of this request was acknowledged; the client may retry (idempotent).
+                incident = uuid.uuid4().hex[:12]
+                log.exception("storing spans failed (incident %s)", incident)
+                raise overloaded(f"storing spans failed (incident {incident})") from None
+        refused = batch.refused
+        message = "; ".join(refused[:_MAX_REASONS_IN_MESSAGE])
+        if len(refused) > _MAX_REASONS_IN_MESSAGE:
+            message += f"; and {len(refused) - _MAX_REASONS_IN_MESSAGE} more"
+        return ExportOutcome(accepted=batch.size, rejected=len(refused), message=message)
+
+    def _prepare(self, decoded: _otlp.DecodedRequest):
+        return prepare(decoded, self._limits, self._normalize_options)
+
+
+def prepare(decoded: _otlp.DecodedRequest, limits: _otlp.SpanLimits,
+            options: NormalizeOptions) -> tuple[SpanBatch, pa.Table | None]:
+    """Check and normalize a decoded request: its SpanBatch, and its rows as an Arrow table (None if none)."""
+    body = decoded.body
+    lean = decoded.lean_view()
+    checks = _otlp.SpanChecks(lean, limits, None if body is None else len(body))
+    batch = normalize(lean, decoded.refusals, options, checks=checks, body=body)
+    return batch, (batch.to_arrow() if batch.size else None)
+
+
+def _internal(what: str) -> IngestError:
+    incident = uuid.uuid4().hex[:12]
+    log.exception("%s (incident %s)", what, incident)
+    return IngestError(500, code_pb2.INTERNAL, f"{what}: an internal error (incident {incident}); this is a bug")

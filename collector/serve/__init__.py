@@ -1,0 +1,1 @@
+"""Serving: the collector process, its write pipeline, API handlers and the dashboard."""

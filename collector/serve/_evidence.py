@@ -1,0 +1,77 @@
+"""Readiness checks that are recorded: inside the collector (POST /api/readiness) or on a free file.
+
+A check computes the coverage report with the analytics code over the store's read-only query,
+then appends it to `coverage_checks`, so that the `coverage` view shows the latest check of each
+target. When a collector holds the DuckDB file, the check runs inside it; otherwise the command
+opens the file itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from meritlens.analytics._profiles import ProfileError, TaskProfile, profile_from_dict
+from meritlens.analytics._readiness import CoverageReport, check_readiness
+from meritlens.analytics._windows import SCOPE_ALL
+from meritlens.collector.cli._query import on_file_or_collector, post_json
+from meritlens.collector._settings import READINESS_PATH
+from meritlens.collector.store._store import SpanStore
+
+
+def check_and_record(store: SpanStore, profile: TaskProfile, *, target: str | None, scope: str) -> CoverageReport:
+    """Compute the coverage report over ``store`` and record it."""
+    report = check_readiness(profile, store.query, target=target, scope=scope)
+    store.record_coverage(report)
+    return report
+
+
+# --- inside the collector -------------------------------------------------------------------------
+def readiness_handler(store: SpanStore):
+    """The handler of POST /api/readiness {"profile": {...}, "target": null, "scope": "all"} -> the
+    coverage report."""
+
+    async def readiness(request: web.Request) -> web.Response:
+        if request.method != "POST":
+            return web.json_response({"error": f"use POST with {{\"profile\": ...}} on {READINESS_PATH}"}, status=405)
+        try:
+            payload = await request.json()
+            if not isinstance(payload, dict):
+                raise TypeError
+        except (ValueError, TypeError):
+            return web.json_response(
+                {"error": 'body must be a JSON object {"profile": {...}, "target": ..., "scope": ...}'}, status=400
+            )
+        target, scope = payload.get("target"), payload.get("scope", SCOPE_ALL)
+        if not (target is None or isinstance(target, str) and target) or not (isinstance(scope, str) and scope):
+            return web.json_response({"error": "target must be a non-empty string or null; scope a non-empty string"},
+                                     status=400)
+        try:
+            profile = profile_from_dict(payload.get("profile"))
+        except ProfileError as exc:
+            return web.json_response({"error": str(exc), "problems": [str(p) for p in exc.problems]}, status=400)
+        report = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: check_and_record(store, profile, target=target, scope=scope)
+        )
+        return web.json_response(report.model_dump(mode="json"))
+
+    return readiness
+
+
+# --- from the command line ------------------------------------------------------------------------
+def readiness_through(url: str, profile: TaskProfile, *, target: str | None, scope: str) -> CoverageReport:
+    """Ask the collector at ``url`` to check and record readiness."""
+    body = post_json(url, READINESS_PATH, {"profile": profile.to_dict(), "target": target, "scope": scope})
+    return CoverageReport.model_validate(body)
+
+
+def check_readiness_at(profile: TaskProfile, *, target: str | None, scope: str, db: str,
+                       url: str | None) -> CoverageReport:
+    """Check and record readiness: through ``url``; else on ``db`` when no process holds it; else
+    through the collector holding it (the URL beside the file, $MERITLENS_URL, or the default)."""
+    return on_file_or_collector(
+        db, url, read_only=False,
+        on_file=lambda store: check_and_record(store, profile, target=target, scope=scope),
+        through_collector=lambda collector_url: readiness_through(collector_url, profile, target=target, scope=scope),
+    )

@@ -1,0 +1,203 @@
+"""The collector process: store, pipeline and both receivers with one start()/shutdown() lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import ssl
+
+from aiohttp import web
+
+from meritlens.collector.receive._auth import BearerToken
+from meritlens.collector.serve._dashboard import Dashboard
+from meritlens.collector.receive._http import HttpReceiver
+from meritlens.collector.receive._ingest import InflightBudget, Ingest
+from meritlens.collector.process._normalize import NATIVE_SCANNER, NormalizeOptions, check_target_fallback
+from meritlens.collector.process._otlp import SpanLimits
+from meritlens.collector.serve._pipeline import IngestPipeline
+from meritlens.instrumentation.pricing import price_call
+from meritlens.collector._settings import (
+    TARGET_FALLBACK_OFF,
+    ServerSettings,
+    address_file,
+    is_loopback,
+)
+from meritlens.collector.store._store import SpanStore
+
+log = logging.getLogger("meritlens.collector")
+
+
+def normalize_options(settings: ServerSettings) -> NormalizeOptions:
+    """The normalizer's options from the server settings (raises ValueError on a bad template)."""
+    fallback = settings.target_fallback
+    if fallback.strip().lower() == TARGET_FALLBACK_OFF:
+        return NormalizeOptions(target_fallback=None, price=price_call)
+    return NormalizeOptions(target_fallback=check_target_fallback(fallback), price=price_call)
+
+
+class Collector:
+    """A running collector: `await start()`, then `await shutdown()` (drains and commits)."""
+
+    def __init__(self, settings: ServerSettings):
+        settings.validate()
+        self.settings = settings
+        self.store = SpanStore(settings.db, key_filter_bytes=settings.key_filter_bytes,
+                               span_index_bytes=settings.span_index_bytes,
+                               window_memory_bytes=settings.window_memory_bytes,
+                               db_memory_bytes=settings.db_memory_bytes,
+                               checkpoint_wal_bytes=settings.checkpoint_wal_bytes,
+                               db_threads=settings.db_threads,
+                               staging=settings.stage_s > 0,
+                               stage_move_s=settings.stage_s)
+        self.pipeline = IngestPipeline(self.store, max_pending_batches=settings.max_pending_batches)
+        self.budget = InflightBudget(settings.max_inflight_bytes)
+        self.ingest = Ingest(
+            self.pipeline, self.budget,
+            max_spans_per_request=settings.max_spans_per_request,
+            limits=SpanLimits(settings.max_attributes, settings.max_attribute_bytes),
+            normalize_options=normalize_options(settings),
+        )
+        self.token = BearerToken(settings.token)
+        self.readiness = None  # the dashboard's ReadinessProvider, from `serve --profile`
+        if settings.profiles:
+            from meritlens.collector.serve._profiles_view import ProfileReadiness
+
+            self.readiness = ProfileReadiness.load(self.store, settings.profiles)
+        self._runner: web.AppRunner | None = None
+        self._http: HttpReceiver | None = None
+        self._grpc_server = None
+        self.http_port: int | None = None
+        self.grpc_port: int | None = None
+
+    async def start(self) -> None:
+        """Open the store, recompute windows, start both receivers; on failure close what was opened."""
+        try:
+            await self._start()
+        except BaseException:
+            await self.shutdown()
+            raise
+
+    async def _start(self) -> None:
+        s = self.settings
+        if not NATIVE_SCANNER:
+            log.warning("the native span scanner (collector/process/_spanscan.c) is not built: spans are normalized by the"
+                        " Python walk, ~4x slower; reinstall with a C compiler present (pip install -e .)")
+        self.store.start()
+        keys, resumed = self.store.open_windows()
+        log.info("opened %s; windows of %d keys %s", s.db, keys, "taken up" if resumed else "recomputed")
+        self.pipeline.start()
+        self._http = HttpReceiver(
+            self.ingest, self.store, max_body_bytes=s.max_body_bytes, token=self.token,
+            sql_max_rows=s.sql_max_rows, sql_timeout_s=s.sql_timeout_s,
+        )
+        app = self._http.app()
+        Dashboard(self.store, readiness=self.readiness).install(app)
+        self._runner = web.AppRunner(
+            app, auto_decompress=False, access_log=None, shutdown_timeout=s.shutdown_timeout_s,
+        )
+        await self._runner.setup()
+        ssl_context = None
+        if s.tls:
+            ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ssl_context.load_cert_chain(s.tls_cert, s.tls_key)
+        site = web.TCPSite(
+            self._runner, s.host, s.http_port, ssl_context=ssl_context, shutdown_timeout=s.shutdown_timeout_s
+        )
+        await site.start()
+        self.http_port = site._server.sockets[0].getsockname()[1]
+        log.info("OTLP/HTTP listening on %s", self.url)
+        if s.grpc_enabled:
+            from meritlens.collector.receive import _grpc
+              # imported only when enabled: gRPC's library is ~7 MiB resident
+
+            self._grpc_server = _grpc.create_server(
+                _grpc.TraceServiceReceiver(self.ingest, self.token, max_concurrent_rpcs=s.grpc_max_concurrent_rpcs),
+                max_message_bytes=s.max_body_bytes,
+            )
+            cert = key = None
+            if s.tls:
+                with open(s.tls_cert, "rb") as fh:
+                    cert = fh.read()
+                with open(s.tls_key, "rb") as fh:
+                    key = fh.read()
+            self.grpc_port = _grpc.bind(self._grpc_server, s.host, s.grpc_port, cert=cert, key=key)
+            await self._grpc_server.start()
+            log.info("OTLP/gRPC listening on %s", self.grpc_address)
+        if not is_loopback(s.host) and not self.token.required:
+            log.warning(
+                "listening on %s without a token: anyone who can reach it can send spans and read every"
+                " stored span through SQL; set --token-file (or %s)", s.host, "MERITLENS_TOKEN",
+            )
+        try:
+            with open(address_file(s.db), "w", encoding="utf-8") as fh:
+                fh.write(self.url + "\n")
+        except OSError:
+            log.warning("could not write %s; queries by --db need --url", address_file(s.db))
+
+    def _client_host(self) -> str:
+        host = self.settings.host
+        if host in ("0.0.0.0", "::", ""):
+            return "127.0.0.1"
+        return f"[{host}]" if ":" in host else host
+
+    @property
+    def url(self) -> str:
+        scheme = "https" if self.settings.tls else "http"
+        return f"{scheme}://{self._client_host()}:{self.http_port}"
+
+    @property
+    def grpc_address(self) -> str | None:
+        if self.grpc_port is None:
+            return None
+        return f"{self._client_host()}:{self.grpc_port}"
+
+    async def _stop_http(self, grace: float) -> None:
+        for site in list(self._runner.sites):
+            await site.stop()  # no new connections
+        if self._http is not None:
+            await self._http.drain(grace)
+        await self._runner.cleanup()
+
+    async def shutdown(self) -> None:
+        """Stop accepting, let in-flight requests finish (up to the shutdown timeout), commit, close."""
+        grace = self.settings.shutdown_timeout_s
+        stops = []
+        if self._grpc_server is not None:
+            stops.append(self._grpc_server.stop(grace))
+        if self._runner is not None:
+            stops.append(self._stop_http(grace))
+        await asyncio.gather(*stops)
+        self._grpc_server = None
+        self._runner = None
+        await asyncio.get_running_loop().run_in_executor(None, self.pipeline.shutdown)
+        self.ingest.close()
+        self.store.shutdown()
+        if self.http_port is not None:
+            try:
+                os.remove(address_file(self.settings.db))
+            except OSError:
+                pass
+        log.info("stopped; every acknowledged span is committed to %s", self.settings.db)
+
+
+def serve(settings: ServerSettings) -> None:
+    """Run a collector until SIGINT or SIGTERM, then drain and exit."""
+
+    async def main() -> None:
+        collector = Collector(settings)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await collector.start()
+        listening = f"OTLP/HTTP on {collector.url}"
+        if collector.grpc_address:
+            listening += f", OTLP/gRPC on {collector.grpc_address}"
+        print(f"meritlens collector: {listening} -> {settings.db}", flush=True)
+        await stop.wait()
+        log.info("stopping: draining in-flight requests")
+        await collector.shutdown()
+
+    asyncio.run(main())

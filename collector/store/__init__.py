@@ -1,0 +1,1 @@
+"""Storing: the DuckDB span store (open, idempotent append, staging, read-only queries)."""
