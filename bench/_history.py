@@ -77,11 +77,11 @@ def check_input_tokens_windows(store, total: int, targets: int, bench: str) -> N
         raise SystemExit(f"{bench} bench: input_tokens windows {got} != expected {expected}")
 
 
-def load(store, total: int, targets: int, chunk: int = 200_000) -> None:
-    """Insert `total` history spans without refreshing windows, refresh every window once, checkpoint."""
+def load(local, total: int, targets: int, chunk: int = 200_000) -> None:
+    """Insert `total` history spans into a `LocalStore` without refreshing windows, refresh every
+    window once, checkpoint (the timed writes then pay only their own checkpoints, as in a collector
+    that has been running)."""
     for s in range(0, total, chunk):
-        store.write(span_table(s, min(chunk, total - s), targets), refresh_windows=False)
-    store.refresh_all_windows()
-    # Persist the load (its indexes included) so that the timed writes pay only their own
-    # checkpoints, as a collector that has been running does.
-    store._con.execute("CHECKPOINT")
+        local.windows.write(span_table(s, min(chunk, total - s), targets), refresh_windows=False)
+    local.windows.refresh_all_windows()
+    local.windows.con.execute("CHECKPOINT")

@@ -1,4 +1,4 @@
-"""Query speed on a stored history (issue 7).
+"""Query speed on a stored history.
 
 On a fresh DuckDB file holding N spans (bench/_history.py; windows refreshed), times through
 `SpanStore.query` (the read path `meritlens sql` and /api/sql use):
@@ -28,13 +28,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _history import expected_input_tokens, load  # noqa: E402
 
 from meritlens.analytics._windows import SPAN_WINDOW_METRICS  # noqa: E402
-from meritlens.collector.store._store import SpanStore  # noqa: E402
+from meritlens.collector.windows import LocalStore  # noqa: E402
 
 TYPED = "select sum(input_tokens) from spans"
 JSON = "select sum((attributes->>'bench_input_tokens')::BIGINT) from spans"
 
 
-def timed(store: SpanStore, sql: str, repeats: int) -> tuple[float, list]:
+def timed(store, sql: str, repeats: int) -> tuple[float, list]:
     times, rows = [], None
     for _ in range(repeats):
         t = time.perf_counter()
@@ -45,10 +45,10 @@ def timed(store: SpanStore, sql: str, repeats: int) -> tuple[float, list]:
 
 def run(stored: int, repeats: int, targets: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="meritlens-bench-") as tmp:
-        store = SpanStore(os.path.join(tmp, "bench.duckdb"))
-        store.start()
+        local = LocalStore.open(os.path.join(tmp, "bench.duckdb"))
+        store = local.store
         try:
-            load(store, stored, targets)
+            load(local, stored, targets)
             expected = expected_input_tokens(0, stored, targets)
             target = "bot-1"
             windows_s, rows = timed(store, f"select * from windows where target_id = '{target}'", repeats)
@@ -59,7 +59,7 @@ def run(stored: int, repeats: int, targets: int) -> dict:
                 raise SystemExit(f"queries bench: windows of {target} wrong: {len(rows)} rows, "
                                  f"input_tokens {by_metric.get('input_tokens')}; expected {expected[target]}")
             # The same query as a prepared statement on a plain cursor: the floor without the read-only guard.
-            cursor = store._cursor(store._con)  # a new connection, with the file as its default catalog
+            cursor = store.connection()
             raw_times = []
             for _ in range(repeats):
                 t = time.perf_counter()
@@ -74,7 +74,7 @@ def run(stored: int, repeats: int, targets: int) -> dict:
             if typed_rows[0][0] != total or json_rows[0][0] != total:
                 raise SystemExit(f"queries bench: sums {typed_rows} / {json_rows} != {total}")
         finally:
-            store.shutdown()
+            local.close()
     return {"stored": stored, "windows_ms": windows_s * 1000, "window_rows": len(rows),
             "windows_raw_ms": statistics.median(raw_times) * 1000,
             "typed_ms": typed_s * 1000, "json_ms": json_s * 1000}

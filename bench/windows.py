@@ -1,9 +1,9 @@
-"""Cost of refreshing windows after a batch of new spans, at two stored sizes (issue 7).
+"""Cost of refreshing windows after a batch of new spans, at two stored sizes.
 
 For each stored size N: a fresh DuckDB file, N history spans inserted (Arrow, windows refreshed once),
 then a batch of new spans over the same targets is written the way the collector writes it, and
 both steps are timed: `SpanStore.append(batch)` (the idempotent insert and its commit — what an
-export waits for) and `SpanStore.update_windows()` (the window refresh: the touched keys' delta and
+export waits for) and `WindowProcessor.update_windows()` (the window refresh: the touched keys' delta and
 the window rows, one commit — what the window thread does). Repeated; the median and the mean of
 each are reported. The means include the DuckDB checkpoints that some commits trigger (every ~16 MB
 of write-ahead log), which the medians hide. Ratio large/small of each is the figure the issue
@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _history import check_input_tokens_windows, load, span_table  # noqa: E402
 
-from meritlens.collector.store._store import SpanStore  # noqa: E402
+from meritlens.collector.windows import LocalStore  # noqa: E402
 
 
 def join_stored_traces(table: pa.Table, stored: int, fraction: float, rng: np.random.Generator) -> pa.Table:
@@ -54,26 +54,24 @@ def join_stored_traces(table: pa.Table, stored: int, fraction: float, rng: np.ra
     return table.set_column(table.schema.get_field_index("trace_id"), "trace_id", pa.array(traces, pa.string()))
 
 
-def measure(stored: int, batch: int, repeats: int, targets: int, key_filter_bytes: int | None = None,
-            continue_fraction: float = 0.0) -> dict:
+def measure(stored: int, batch: int, repeats: int, targets: int, continue_fraction: float = 0.0) -> dict:
     with tempfile.TemporaryDirectory(prefix="meritlens-bench-") as tmp:
-        options = {"key_filter_bytes": key_filter_bytes} if key_filter_bytes else {}
-        store = SpanStore(os.path.join(tmp, "bench.duckdb"), **options)
-        store.start()
+        local = LocalStore.open(os.path.join(tmp, "bench.duckdb"))
+        store, processor = local.store, local.windows
         try:
             t0 = time.perf_counter()
-            load(store, stored, targets)
+            load(local, stored, targets)
             load_s = time.perf_counter() - t0
             rng = np.random.default_rng(stored)
             batches = [join_stored_traces(span_table(stored + r * batch, batch, targets), stored, continue_fraction, rng)
                        for r in range(repeats)]
             times, appends, refreshes = [], [], []
-            lookups_before = dict(store.stats)
+            lookups_before = dict(processor.delta.stats)
             for table in batches:
                 t = time.perf_counter()
                 result = store.append(table)
                 t1 = time.perf_counter()
-                store.update_windows()
+                processor.update_windows()
                 t2 = time.perf_counter()
                 appends.append(t1 - t)
                 refreshes.append(t2 - t1)
@@ -85,18 +83,17 @@ def measure(stored: int, batch: int, repeats: int, targets: int, key_filter_byte
                 raise SystemExit(f"windows bench: spans holds {rows} rows, expected {total}")
             check_input_tokens_windows(store, total, targets, "windows")
         finally:
-            store.shutdown()
+            local.close()
         return {"stored": stored, "load_s": load_s, "times": times, "median_s": statistics.median(times),
                 "mean_s": statistics.mean(times), "append_times": appends, "refresh_times": refreshes,
                 "append_median_s": statistics.median(appends), "append_mean_s": statistics.mean(appends),
                 "refresh_median_s": statistics.median(refreshes), "refresh_mean_s": statistics.mean(refreshes),
-                "keys_looked_up": store.stats["closure_keys"] - lookups_before["closure_keys"],
-                "ranges_read": store.stats["closure_ranges"] - lookups_before["closure_ranges"]}
+                "keys_looked_up": processor.delta.stats["closure_keys"] - lookups_before["closure_keys"],
+                "ranges_read": processor.delta.stats["closure_ranges"] - lookups_before["closure_ranges"]}
 
 
-def run(sizes: list[int], batch: int, repeats: int, targets: int, key_filter_bytes: int | None = None,
-        continue_fraction: float = 0.0) -> list[dict]:
-    results = [measure(n, batch, repeats, targets, key_filter_bytes, continue_fraction) for n in sizes]
+def run(sizes: list[int], batch: int, repeats: int, targets: int, continue_fraction: float = 0.0) -> list[dict]:
+    results = [measure(n, batch, repeats, targets, continue_fraction) for n in sizes]
     return results
 
 
@@ -106,12 +103,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--targets", type=int, default=8)
-    parser.add_argument("--key-filter-bytes", type=int, default=None, help="default: the collector's")
     parser.add_argument("--continue-fraction", type=float, default=0.0,
                         help="fraction of each new batch's spans that join stored traces")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    results = run(sizes, args.batch, args.repeats, args.targets, args.key_filter_bytes, args.continue_fraction)
+    results = run(sizes, args.batch, args.repeats, args.targets, args.continue_fraction)
     def runs(times):
         return ", ".join(f"{t * 1000:.0f}" for t in times)
 

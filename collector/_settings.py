@@ -55,9 +55,7 @@ ROW_GROUP_ROWS = 16_384
 of at least a row group's rows is written to the file compressed at once (DuckDB's optimistic write);
 smaller ones wait in DuckDB's memory, uncompressed, until the next checkpoint: with 122,880-row groups
 a whole write-ahead log's rows did (~68 MiB at 64MiB). Staged moves of whole row groups
-(`DEFAULT_STAGE_MOVE_ROWS`) brought DuckDB's resident peak at 10k spans/s from ~135-140 to ~70-85 MiB and
-the insert CPU down, for a file ~1.2x as large (8192-row groups: ~1.6x). See bench/README.md
-"Nineteenth session"."""
+(`DEFAULT_STAGE_MOVE_ROWS`) keep DuckDB's memory and the insert CPU down, for a file ~1.2x as large."""
 DEFAULT_STAGE_MOVE_ROWS = ROW_GROUP_ROWS
 """Staged span rows (acknowledged, durable in the staging log) that make the writer store them in
 DuckDB at once; such a move stores whole row groups and leaves the rest staged (`ROW_GROUP_ROWS`)."""
@@ -71,7 +69,7 @@ REBUILD_POOL_BYTES_PER_ROW = 2048
 """DuckDB pool memory a window rebuild plans per scoped row (an application span counts once, and
 once more when it has an assessment): it reads ``--db-memory-bytes`` / this many rows per statement.
 The per-task aggregation does not spill; measured on one-span tasks, 150k rows fit in 128MiB and 187k
-did not (~0.7-0.9 KiB a row), see bench/README.md "Start-up rebuild in partitions"."""
+did not (~0.7-0.9 KiB a row)."""
 MIN_REBUILD_ROWS_PER_PARTITION = 10_000
 DEFAULT_KEY_FILTER_BYTES = 32 * 1024 * 1024
 """Largest size of the filter of seen trace/task keys: it grows with its keys (~4 bytes a key) up to
@@ -82,24 +80,20 @@ DEFAULT_SPAN_INDEX_BYTES = 128 * 1024 * 1024
 Its blocks fill as spans arrive (~6 bytes a span); they hold ~16M spans before merging starts."""
 DEFAULT_DB_MEMORY_BYTES = 256 * 1024 * 1024
 """DuckDB's memory limit (its buffer pool; larger operations spill to a temporary directory). DuckDB
-keeps the blocks it checkpoints and reads cached up to this limit, so a long-running collector's RSS
-grows towards it (~70 bytes a stored span at 10k spans/s: bench/README.md "Eighth session"); the
-insert CPU does not depend on it. At 256MiB against 512MiB (3M stored spans): the start-up rebuild
-takes ~1.3x as long and a GROUP BY over every trace ~1.8x; groupings by target are as fast. See
-bench/README.md "Ninth session" and, for what its 9.6M-span memory figures measured, "Tenth session"."""
+keeps the blocks it writes and reads cached up to this limit, so a long-running collector's memory
+grows towards it. A larger limit makes large ad-hoc queries and the start-up rebuild faster."""
 MIN_DB_MEMORY_BYTES = 128 * 1024 * 1024
 """Below this DuckDB can run out of memory committing a batch, which invalidates the database until restart."""
 DEFAULT_CHECKPOINT_WAL_BYTES = 64 * 1024 * 1024
 """Write-ahead log size at which DuckDB checkpoints the file (its own default is 16MiB). Each
 checkpoint compresses the row group still being filled again, so checkpointing less often costs less
 CPU per stored span (1000-span inserts: ~11 µs a span at 16MiB, ~8 at 64MiB, ~6.6 at 256MiB); the WAL
-on disk and its replay after a crash grow with it. See bench/README.md "Seventh session"."""
+on disk and its replay after a crash grow with it."""
 DEFAULT_DB_THREADS = 1
 """DuckDB's worker threads in `meritlens serve` (DuckDB's own default: one per core). The collector's
 statements are small (a 1000-span insert, a window pass), and handing them to a second thread cost
-~3.5% of a core at 10k spans/s (28% -> 24-25% with one thread) with no gain in throughput; large
-user queries and the start-up rebuild run ~1.3-1.9x slower on one thread of a 2-core machine. See
-bench/README.md "Eighth session"."""
+a few points of a core with no gain in throughput; large user queries and the start-up rebuild
+run ~1.3-1.9x slower on one thread of a 2-core machine."""
 DEFAULT_MAX_ATTRIBUTES = 1024
 DEFAULT_MAX_ATTRIBUTE_BYTES = 1024 * 1024
 DEFAULT_GRPC_MAX_CONCURRENT_RPCS = 16

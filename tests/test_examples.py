@@ -19,7 +19,7 @@ def _run_example(name: str, collector, *args: str) -> subprocess.CompletedProces
 
 
 def test_quickstart_end_to_end_through_observe(collector):
-    """Issue 2's walk: a decorated call, the real OTLP/HTTP exporter, the collector, a window via `meritlens sql`."""
+    """The README's walk: a decorated call, the real OTLP/HTTP exporter, the collector, a window via `meritlens sql`."""
     sys.path.insert(0, str(ROOT / "examples"))
     try:
         import quickstart

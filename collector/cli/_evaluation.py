@@ -26,7 +26,7 @@ from meritlens.analytics._windows import SCOPE_ALL, Window
 from meritlens.collector.process._normalize import normalize
 from meritlens.collector.cli._query import _collector_url, _is_lock_conflict
 from meritlens.collector._settings import SQL_PATH, TRACES_PATH, WINDOWS_PATH, address_file
-from meritlens.collector.store._store import SpanStore
+from meritlens.collector.windows._local import LocalStore
 from meritlens.instrumentation import conventions as c
 
 EVALUATOR_SERVICE = "meritlens-evaluate"
@@ -93,8 +93,8 @@ class FileEvaluationStore:
     """The DuckDB file, opened read-write by this process (no collector holds it)."""
 
     def __init__(self, db: str):
-        self._store = SpanStore(db)
-        self._store.start()
+        self._local = LocalStore.open(db)
+        self._store = self._local.store
         self.db_name = self._store.db_name
 
     def query(self, sql: str) -> QueryPage:
@@ -108,10 +108,10 @@ class FileEvaluationStore:
         batch = normalize(judge_calls_request(calls))
         if batch.refused:
             raise EvaluationError(f"judge spans refused: {'; '.join(batch.refused[:3])}")
-        self._store.write(batch.to_arrow())
+        self._local.windows.write(batch.to_arrow())
 
     def close(self) -> None:
-        self._store.shutdown()
+        self._local.close()
 
 
 class CollectorEvaluationStore:

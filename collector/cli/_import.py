@@ -42,7 +42,9 @@ from meritlens.collector.process._normalize import BOOL, COUNT, PROMOTED, STR, N
 from meritlens.collector.receive._auth import authorization_header
 from meritlens.collector.cli._query import QueryError, _collector_url, _is_lock_conflict, client_ssl_context
 from meritlens.collector._settings import TRACES_PATH
-from meritlens.collector.store._store import SpanStore, touched_keys
+from meritlens.collector.store._store import SpanStore
+from meritlens.collector.windows._delta import touched_keys
+from meritlens.collector.windows._processor import WindowProcessor
 
 PARQUET_MAGIC = b"PAR1"
 GZIP_MAGIC = b"\x1f\x8b"
@@ -422,6 +424,7 @@ class StoreDestination:
 
     def __init__(self, store: SpanStore, options: NormalizeOptions):
         self._store = store
+        self._windows = WindowProcessor(store)
         self._options = options
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
@@ -442,14 +445,15 @@ class StoreDestination:
             return
         table = pa.concat_tables(self._pending) if len(self._pending) > 1 else self._pending[0]
         self._pending, self._pending_rows = [], 0
-        written = self._store.write(table, refresh_windows=False)
+        written = self._windows.write(table, refresh_windows=False)
         self._touched |= touched_keys(table)
         result.new += written.inserted
         result.duplicates += written.duplicates
 
     def close(self) -> None:
         try:
-            self._store.refresh_windows(self._touched)
+            self._windows.refresh_windows(self._touched)
+            self._windows.shutdown()
         finally:
             self._store.shutdown()
 

@@ -9,6 +9,7 @@ import json
 import logging
 import uuid
 import zlib
+from typing import Callable
 
 import aiohttp
 from aiohttp import web
@@ -141,9 +142,12 @@ class HttpReceiver:
     def __init__(
         self, ingest: Ingest, store: SpanStore, *, max_body_bytes: int, token: BearerToken,
         sql_max_rows: int, sql_timeout_s: float, sql_concurrency: int = 4,
+        window_lag: Callable[[], tuple[int, int]] = lambda: (0, 0),
     ):
         self._ingest = ingest
         self._store = store
+        self._window_lag = window_lag
+        """(batches, rows) committed that the windows do not include yet."""
         self._max_body_bytes = max_body_bytes
         self._token = token
         self._sql_max_rows = sql_max_rows
@@ -224,7 +228,7 @@ class HttpReceiver:
         return web.json_response({"error": message}, status=401, headers=headers)
 
     async def health(self, request: web.Request) -> web.Response:
-        batches, rows = self._store.window_lag()
+        batches, rows = self._window_lag()
         return web.json_response({"status": "ok", "windows_lag": {"batches": batches, "rows": rows},
                                   "staged_rows": self._store.staged_rows()})
 

@@ -1,15 +1,11 @@
-"""The ingest pipeline: a bounded queue in front of the store's single span writer thread, and
-the window updater thread behind it.
+"""The ingest pipeline: a bounded queue in front of the store's single span writer thread.
 
 Requests wait until their own batch's spans are durable before they are answered; batches that
 arrive while the writer is busy are written together. On a store with staging (the collector's),
 durable means forced to the staging log; a mover thread stores the staged batches in DuckDB in one
 INSERT about once a second, or at once when a query waits for them, while the writer goes on
-staging (a move of a second's rows used to hold every export for its ~60 ms; bench/README.md
-"Seventeenth session"). The windows follow in a third thread,
-which takes every batch committed since its last pass at once, so their fixed cost is shared by
-however many batches arrived meanwhile. When the queue is full a request is refused at once (the
-receivers answer 503/UNAVAILABLE), never queued without bound.
+staging (so no export waits for a DuckDB insert). When the queue is full a request is refused at
+once (the receivers answer 503/UNAVAILABLE), never queued without bound.
 """
 
 from __future__ import annotations
@@ -22,7 +18,6 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from meritlens.collector._settings import DEFAULT_WINDOW_GATHER_S
 from meritlens.collector.store._store import SpanStore
 
 log = logging.getLogger("meritlens.collector.pipeline")
@@ -41,51 +36,9 @@ class _Pending:
     loop: asyncio.AbstractEventLoop
 
 
-class WindowUpdater:
-    """A thread that brings the store's windows up to date whenever spans are committed.
-
-    After the first batch of a pass is committed, it lets more gather for up to ``gather_s``
-    (a pass costs a fixed ~20-40 ms whatever its size), unless a query is waiting for them."""
-
-    def __init__(self, store: SpanStore, *, gather_s: float = DEFAULT_WINDOW_GATHER_S):
-        self._store = store
-        self._gather_s = gather_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="meritlens-windows", daemon=True)
-        self._thread.start()
-
-    def shutdown(self) -> None:
-        """Process what is committed, then stop. Call it once no more spans are written: a replay
-        of saved window state under way (`SpanStore.open_windows` after a crash) stops between
-        chunks instead of holding the shutdown up, and the next start replays from the saved state."""
-        if self._thread is None:
-            return
-        self._stop.set()
-        self._store.close_queue()
-        self._thread.join()
-        self._thread = None
-        self._store.update_windows()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                if self._store.wait_for_spans(timeout=0.5):
-                    self._store.wait_for_demand(self._gather_s)
-                    self._store.update_windows()
-                # also when idle: a start that recomputed every window saves their state at once
-                self._store.save_window_state_if_due()
-            except Exception:  # noqa: BLE001 - keep following; the next pass retries
-                log.exception("updating the windows failed")
-                self._stop.wait(1.0)
-
-
 class IngestPipeline:
     """Serializes span writes to a SpanStore, coalescing batches that arrive while a write is
-    running; a mover thread stores staged batches in DuckDB meanwhile, and a `WindowUpdater`
-    keeps the windows following the committed spans."""
+    running; a mover thread stores staged batches in DuckDB meanwhile."""
 
     def __init__(self, store: SpanStore, *, max_pending_batches: int = 64, max_coalesced_rows: int = 50_000):
         self._store = store
@@ -95,12 +48,10 @@ class IngestPipeline:
         self._mover: threading.Thread | None = None
         self._mover_wake = threading.Event()
         self._mover_stop = threading.Event()
-        self._windows = WindowUpdater(store)
         # a query waiting for staged rows wakes the mover; it takes no slot of the export queue
         store.on_move_demand = self._mover_wake.set
 
     def start(self) -> None:
-        self._windows.start()
         self._mover_stop.clear()
         self._mover = threading.Thread(target=self._run_mover, name="meritlens-mover", daemon=True)
         self._mover.start()
@@ -108,14 +59,12 @@ class IngestPipeline:
         self._thread.start()
 
     def shutdown(self) -> None:
-        """Write everything already accepted, store what is staged, bring the windows up to date,
-        then stop the threads."""
+        """Write everything already accepted, store what is staged, then stop the threads."""
         if self._thread is None:
             return
         self._queue.put(_STOP)
         self._thread.join()  # the writer stops the mover, then moves what is left itself
         self._thread = None
-        self._windows.shutdown()
 
     async def submit(self, table: pa.Table) -> None:
         """Queue a batch and wait until it is durable; raise Overloaded when the queue is full."""

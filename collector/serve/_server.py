@@ -25,6 +25,7 @@ from meritlens.collector._settings import (
     is_loopback,
 )
 from meritlens.collector.store._store import SpanStore
+from meritlens.collector.windows._processor import WindowProcessor
 
 log = logging.getLogger("meritlens.collector")
 
@@ -43,14 +44,11 @@ class Collector:
     def __init__(self, settings: ServerSettings):
         settings.validate()
         self.settings = settings
-        self.store = SpanStore(settings.db, key_filter_bytes=settings.key_filter_bytes,
-                               span_index_bytes=settings.span_index_bytes,
-                               window_memory_bytes=settings.window_memory_bytes,
-                               db_memory_bytes=settings.db_memory_bytes,
-                               checkpoint_wal_bytes=settings.checkpoint_wal_bytes,
-                               db_threads=settings.db_threads,
-                               staging=settings.stage_s > 0,
+        self.store = SpanStore(settings.db, memory_limit_bytes=settings.db_memory_bytes,
+                               checkpoint_wal_bytes=settings.checkpoint_wal_bytes, db_threads=settings.db_threads,
+                               span_index_bytes=settings.span_index_bytes, staging=settings.stage_s > 0,
                                stage_move_s=settings.stage_s)
+        self.windows: WindowProcessor | None = None
         self.pipeline = IngestPipeline(self.store, max_pending_batches=settings.max_pending_batches)
         self.budget = InflightBudget(settings.max_inflight_bytes)
         self.ingest = Ingest(
@@ -85,12 +83,15 @@ class Collector:
             log.warning("the native span scanner (collector/process/_spanscan.c) is not built: spans are normalized by the"
                         " Python walk, ~4x slower; reinstall with a C compiler present (pip install -e .)")
         self.store.start()
-        keys, resumed = self.store.open_windows()
+        self.windows = WindowProcessor(self.store, key_filter_bytes=s.key_filter_bytes,
+                                       window_memory_bytes=s.window_memory_bytes)
+        keys, resumed = self.windows.open_windows()
+        self.windows.start()
         log.info("opened %s; windows of %d keys %s", s.db, keys, "taken up" if resumed else "recomputed")
         self.pipeline.start()
         self._http = HttpReceiver(
             self.ingest, self.store, max_body_bytes=s.max_body_bytes, token=self.token,
-            sql_max_rows=s.sql_max_rows, sql_timeout_s=s.sql_timeout_s,
+            sql_max_rows=s.sql_max_rows, sql_timeout_s=s.sql_timeout_s, window_lag=self.windows.window_lag,
         )
         app = self._http.app()
         Dashboard(self.store, readiness=self.readiness).install(app)
@@ -173,6 +174,8 @@ class Collector:
         self._runner = None
         await asyncio.get_running_loop().run_in_executor(None, self.pipeline.shutdown)
         self.ingest.close()
+        if self.windows is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.windows.shutdown)
         self.store.shutdown()
         if self.http_port is not None:
             try:

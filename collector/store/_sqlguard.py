@@ -20,8 +20,12 @@ from __future__ import annotations
 import re
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import duckdb
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 LOCKED_DOWN = {
     "enable_external_access": False,
@@ -144,3 +148,27 @@ def run_read_only(
         rows=rows,
         truncated=truncated,
     )
+
+
+class ArrowQuery:
+    """A streaming read-only result: ``.reader`` is a pyarrow RecordBatchReader."""
+
+    def __init__(self, reader: pa.RecordBatchReader, cursor: duckdb.DuckDBPyConnection):
+        self.reader = reader
+        self._cursor = cursor
+
+    def close(self) -> None:
+        if self._cursor is None:
+            return
+        cursor, self._cursor = self._cursor, None
+        try:
+            cursor.execute("ROLLBACK")
+        except duckdb.Error:
+            pass
+        cursor.close()
+
+    def __enter__(self) -> "ArrowQuery":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -10,7 +10,7 @@ from meritlens.analytics import CATALOGUE, METRIC_IDS, METRICS, Aggregation, Met
 from meritlens.analytics._catalogue import MetricKind, SampleUnit, Source
 from meritlens.analytics._docs import BEGIN, END, catalogue_block
 from meritlens.analytics._windows import PLUGIN_ONLY_METRICS, SPAN_WINDOW_METRICS, WINDOW_DEFINITIONS
-from meritlens.collector.store._store import SpanStore
+from tests.store_under_test import StoreUnderTest
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "evidence.md"
 
@@ -83,7 +83,7 @@ def test_docs_catalogue_table_is_generated_from_the_catalogue():
 
 
 def test_catalogue_view_matches_the_catalogue(tmp_path):
-    store = SpanStore(str(tmp_path / "c.duckdb"))
+    store = StoreUnderTest(str(tmp_path / "c.duckdb"))
     store.start()
     try:
         result = store.query("SELECT metric, unit, direction, ratio, reliability, default_aggregation, "

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from meritlens.analytics import METRICS, SPAN_WINDOW_METRICS, Window
 from meritlens.analytics._schema import WINDOW_COLUMN_NAMES
-from meritlens.collector.store._store import SpanStore
+from tests.store_under_test import StoreUnderTest
 from meritlens.instrumentation import conventions as c
 from tests.analytics.evidence_helpers import S, T0, Ids, Span, store_spans
 
@@ -95,7 +95,7 @@ def build_spans(target: str, tasks: list[dict], ids: Ids) -> list[Span]:
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    store = SpanStore(str(tmp_path_factory.mktemp("never-zero") / "property.duckdb"))
+    store = StoreUnderTest(str(tmp_path_factory.mktemp("never-zero") / "property.duckdb"))
     store.start()
     yield store
     store.shutdown()

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from meritlens.analytics._accumulate import Multiset, StateMismatch, _kth_of_two, exact_sum, SUM_SCALE
 from meritlens.collector.store._keyfilter import KeyFilter
-from meritlens.collector.store._store import SpanStore
+from tests.store_under_test import StoreUnderTest
 from meritlens.instrumentation import conventions as c
 from tests.analytics.evidence_helpers import Ids, S, Span, T0, span_rows, store_spans
 
@@ -30,7 +30,7 @@ _COLUMNS = ("target_id", "metric", "scope", "aggregation", "value", "unit", "sam
             "evidence_uri", "evidence_media_type", "evidence_digest")
 
 
-def _windows(store: SpanStore) -> list[tuple]:
+def _windows(store: StoreUnderTest) -> list[tuple]:
     return store.query(f"select {', '.join(_COLUMNS)} from windows order by target_id, scope, metric").rows
 
 
@@ -107,9 +107,9 @@ def test_incremental_windows_equal_a_rebuild_from_scratch(tmp_path_factory, seed
     tmp = tmp_path_factory.mktemp("incremental")
     (tmp / "incremental").mkdir()
     (tmp / "at_once").mkdir()
-    incremental = SpanStore(str(tmp / "incremental" / "spans.duckdb"), **({"window_memory_bytes": 1} if tight_memory else {}))
+    incremental = StoreUnderTest(str(tmp / "incremental" / "spans.duckdb"), **({"window_memory_bytes": 1} if tight_memory else {}))
     incremental.start()
-    at_once = SpanStore(str(tmp / "at_once" / "spans.duckdb"))
+    at_once = StoreUnderTest(str(tmp / "at_once" / "spans.duckdb"))
     at_once.start()
     try:
         for part in parts:
@@ -132,7 +132,7 @@ def test_incremental_windows_equal_a_rebuild_from_scratch(tmp_path_factory, seed
 
 
 def test_a_new_batch_of_new_tasks_reads_nothing_back(tmp_path):
-    store = SpanStore(str(tmp_path / "s.duckdb"))
+    store = StoreUnderTest(str(tmp_path / "s.duckdb"))
     store.start()
     try:
         ids = Ids(7)
@@ -222,7 +222,7 @@ def _budget_and_reference(tmp_path, window_memory_bytes: int):
     try:
         for name, settings in (("budget", {"window_memory_bytes": window_memory_bytes}), ("ref", {})):
             (tmp_path / name).mkdir()
-            stores.append(SpanStore(str(tmp_path / name / "s.duckdb"), **settings))
+            stores.append(StoreUnderTest(str(tmp_path / name / "s.duckdb"), **settings))
             stores[-1].start()
         yield tuple(stores)
     finally:
@@ -237,7 +237,7 @@ def test_state_over_the_memory_budget_is_dropped_and_rebuilt_when_needed(tmp_pat
             store_spans(small, spans[i:i + 4])
         store_spans(reference, spans)
         assert small.stats["rebuilds"] > 1  # evicted targets came back from their spans
-        assert len({k[0] for k in small._book.keys}) <= 1
+        assert len({k[0] for k in small.book.keys}) <= 1
         assert _windows(small) == _windows(reference)
 
 
@@ -268,7 +268,7 @@ def test_a_batch_of_one_target_that_changes_another_targets_samples_keeps_both_e
         for part in (b_spans, c_spans, a_spans):
             store_spans(store, part)
         if window_memory_bytes == 1:
-            assert "bot-b" in store._evicted
+            assert "bot-b" in store.evicted
         store_spans(reference, b_spans + c_spans + a_spans)
         got = _windows(store)
         tokens = {(r[0], r[2]): r[4] for r in got if r[1] == "input_tokens"}
@@ -298,20 +298,20 @@ def test_calls_of_other_targets_arriving_last_keep_every_targets_windows_exact(t
 
 
 def test_a_batch_keeps_the_first_copy_of_each_span():
-    from meritlens.collector.store._store import _first_of_each_span
+    from meritlens.collector.store._rows import first_of_each_span
     import pyarrow as pa
 
     table = pa.table({"trace_id": ["t1", "t2", "t1", "t3", "t2"], "span_id": ["a", "b", "a", "c", "b"],
                       "n": [0, 1, 2, 3, 4]})
-    assert _first_of_each_span(table).column("n").to_pylist() == [0, 1, 3]
+    assert first_of_each_span(table).column("n").to_pylist() == [0, 1, 3]
     import numpy as np
 
     # the span hashes only shortcut the check: equal hashes (a collision) still compare the keys
     same_hash = np.zeros(table.num_rows, dtype=np.uint64)
-    assert _first_of_each_span(table, same_hash).column("n").to_pylist() == [0, 1, 3]
+    assert first_of_each_span(table, same_hash).column("n").to_pylist() == [0, 1, 3]
     distinct = pa.table({"trace_id": ["t1", "t2"], "span_id": ["a", "a"], "n": [0, 1]})
-    assert _first_of_each_span(distinct, np.array([7, 7], dtype=np.uint64)).column("n").to_pylist() == [0, 1]
-    assert _first_of_each_span(distinct, np.array([7, 8], dtype=np.uint64)) is distinct
+    assert first_of_each_span(distinct, np.array([7, 7], dtype=np.uint64)).column("n").to_pylist() == [0, 1]
+    assert first_of_each_span(distinct, np.array([7, 8], dtype=np.uint64)) is distinct
 
 
 def _one_call(ids: Ids, tokens: int, target: str = "bot") -> list[Span]:
@@ -322,7 +322,7 @@ def _one_call(ids: Ids, tokens: int, target: str = "bot") -> list[Span]:
 def test_a_retried_batch_stores_only_its_new_spans_and_keeps_the_first_copies(tmp_path):
     ids = Ids(7)
     first, second, third = _one_call(ids, 1), _one_call(ids, 2), _one_call(ids, 4)
-    store = SpanStore(str(tmp_path / "s.duckdb"))
+    store = StoreUnderTest(str(tmp_path / "s.duckdb"))
     store.start()
     try:
         assert store.write(span_rows(first)).inserted == 1
@@ -340,11 +340,11 @@ def test_a_retried_batch_stores_only_its_new_spans_and_keeps_the_first_copies(tm
 
 
 def test_windows_follow_in_their_own_thread_and_queries_see_every_committed_span(tmp_path):
-    from meritlens.collector.serve._pipeline import WindowUpdater
+    from tests.store_under_test import WindowThread
 
-    store = SpanStore(str(tmp_path / "s.duckdb"))
+    store = StoreUnderTest(str(tmp_path / "s.duckdb"))
     store.start()
-    updater = WindowUpdater(store)
+    updater = WindowThread(store)
     updater.start()
     try:
         ids = Ids(11)
@@ -364,7 +364,7 @@ def test_windows_follow_in_their_own_thread_and_queries_see_every_committed_span
 def test_appends_wait_while_too_many_rows_wait_for_the_windows(tmp_path):
     import threading
 
-    store = SpanStore(str(tmp_path / "s.duckdb"), window_lag_rows=1)
+    store = StoreUnderTest(str(tmp_path / "s.duckdb"), window_lag_rows=1)
     store.start()
     try:
         ids = Ids(12)
@@ -385,13 +385,13 @@ def test_appends_wait_while_too_many_rows_wait_for_the_windows(tmp_path):
 
 def test_spans_committed_before_shutdown_reach_the_windows_and_survive_a_restart(tmp_path):
     path = str(tmp_path / "s.duckdb")
-    store = SpanStore(path)
+    store = StoreUnderTest(path)
     store.start()
     ids = Ids(13)
     store.append(span_rows(_one_call(ids, 9)))
     store.append(span_rows(_one_call(ids, 4)))
     store.shutdown()  # no window thread ran: shutdown brings the windows up to date first
-    reopened = SpanStore(path, read_only=True)
+    reopened = StoreUnderTest(path, read_only=True)
     reopened.start()
     try:
         assert reopened.query("select value, sample_count from windows where metric = 'input_tokens'").rows == [
@@ -401,7 +401,7 @@ def test_spans_committed_before_shutdown_reach_the_windows_and_survive_a_restart
 
 
 def test_a_query_answers_after_its_wait_when_the_windows_do_not_follow(tmp_path, caplog):
-    store = SpanStore(str(tmp_path / "s.duckdb"), query_wait_s=0.2)
+    store = StoreUnderTest(str(tmp_path / "s.duckdb"), query_wait_s=0.2)
     store.start()
     try:
         ids = Ids(14)

@@ -7,7 +7,7 @@ import datetime as _dt
 from meritlens.analytics import Window, check_readiness, profile_from_dict
 from meritlens.analytics._schema import WINDOW_COLUMN_NAMES
 from meritlens.analytics._windows import EVALUATED_SUFFIX
-from meritlens.collector.store._store import SpanStore
+from tests.store_under_test import StoreUnderTest
 
 NOW = _dt.datetime(2026, 11, 30, tzinfo=_dt.timezone.utc)
 PROFILE = profile_from_dict({
@@ -29,7 +29,7 @@ def _window(metric: str, value: float | None, samples: int, state: str) -> Windo
 
 
 def test_an_evaluated_window_stands_in_for_a_processor_window_without_value(tmp_path):
-    store = SpanStore(str(tmp_path / "w.duckdb"))
+    store = StoreUnderTest(str(tmp_path / "w.duckdb"))
     store.start()
     try:
         store.write_windows([_window("task_quality", None, 0, "not_configured"),
@@ -48,7 +48,7 @@ def test_an_evaluated_window_stands_in_for_a_processor_window_without_value(tmp_
 
 
 def test_without_any_value_the_metric_is_missing(tmp_path):
-    store = SpanStore(str(tmp_path / "w.duckdb"))
+    store = StoreUnderTest(str(tmp_path / "w.duckdb"))
     store.start()
     try:
         store.write_windows([_window("task_quality", None, 0, "not_configured")])

@@ -1,7 +1,7 @@
 """A window rebuild read in partitions equals the rebuild in one statement.
 
 The rebuild (at start-up, and for a target whose state was dropped) reads the stored spans in
-partitions that are unions of trace/task components (`meritlens.collector.store._partitions`). Random
+partitions that are unions of trace/task components (`meritlens.collector.windows._partitions`). Random
 stores with tasks over several traces, chains of tasks and traces that need several rounds of
 label propagation, a wrapper in one task whose LLM child is in another task of the same trace,
 a task id equal to another trace's id, retried duplicates, several targets and assessments: the
@@ -18,9 +18,9 @@ import pytest
 
 from meritlens.analytics._schema import SPANS_DDL
 from meritlens.analytics._windows import WINDOW_INPUT_COLUMNS
-from meritlens.collector.store import _store as store_module
-from meritlens.collector.store._partitions import partition_spans
-from meritlens.collector.store._store import SpanStore
+from meritlens.collector.windows import _processor as processor_module
+from meritlens.collector.windows._partitions import partition_spans
+from tests.store_under_test import StoreUnderTest
 from meritlens.instrumentation import conventions as c
 from tests.analytics.evidence_helpers import Ids, S, Span, T0, span_rows
 
@@ -30,7 +30,7 @@ _COLUMNS = ("target_id", "metric", "scope", "aggregation", "value", "unit", "sam
 _ONE_STATEMENT = 10**12
 
 
-def _windows(store: SpanStore) -> list[tuple]:
+def _windows(store: StoreUnderTest) -> list[tuple]:
     return store.query(f"select {', '.join(_COLUMNS)} from windows order by target_id, scope, metric").rows
 
 
@@ -100,8 +100,8 @@ def _random_store_spans(seed: int) -> list[Span]:
     return spans
 
 
-def _store(path, spans: list[Span], rows_per_partition: int, rng: random.Random) -> SpanStore:
-    store = SpanStore(str(path), rebuild_rows_per_partition=rows_per_partition)
+def _store(path, spans: list[Span], rows_per_partition: int, rng: random.Random) -> StoreUnderTest:
+    store = StoreUnderTest(str(path), rebuild_rows_per_partition=rows_per_partition)
     store.start()
     order = spans[:]
     rng.shuffle(order)
@@ -131,11 +131,11 @@ def test_a_rebuild_in_partitions_equals_one_in_a_single_statement(tmp_path, monk
         # a rebuild of some targets (as after an eviction), in partitions, reading only their traces
         # (fraction 1) or every span (fraction 0)
         for fraction in (1.0, 0.0):
-            monkeypatch.setattr(store_module, "_TARGETED_REBUILD_FRACTION", fraction)
-            parted._con.execute("DELETE FROM windows")
-            parted._rebuild({"bot-a", "bot-c"}, parted._windowed_us)
+            monkeypatch.setattr(processor_module, "_TARGETED_REBUILD_FRACTION", fraction)
+            parted.con.execute("DELETE FROM windows")
+            parted.rebuild({"bot-a", "bot-c"}, parted.windowed_us)
             assert _windows(parted) == [w for w in expected if w[0] in ("bot-a", "bot-c")]
-        assert parted._con.execute("select count(*) from duckdb_tables() where temporary").fetchall() == [(0,)]
+        assert parted.con.execute("select count(*) from duckdb_tables() where temporary").fetchall() == [(0,)]
     finally:
         whole.shutdown()
         parted.shutdown()
@@ -163,14 +163,14 @@ def _components(spans: list[Span]) -> list[set[str]]:
     return list(groups.values())
 
 
-def _rows_of(store: SpanStore, relation: str) -> list[tuple]:
-    return sorted(store._con.execute(f"select trace_id, span_id, target_id from {relation}").fetchall())
+def _rows_of(store: StoreUnderTest, relation: str) -> list[tuple]:
+    return sorted(store.con.execute(f"select trace_id, span_id, target_id from {relation}").fetchall())
 
 
-def _partition_of_each_trace(store: SpanStore, parts) -> dict[str, set[int]]:
+def _partition_of_each_trace(store: StoreUnderTest, parts) -> dict[str, set[int]]:
     where = {}
     for p in range(parts.count):
-        for (trace,) in store._con.execute(f"select distinct trace_id from {parts.source_of(p)}").fetchall():
+        for (trace,) in store.con.execute(f"select distinct trace_id from {parts.source_of(p)}").fetchall():
             where.setdefault(trace, set()).add(p)
     return where
 
@@ -187,14 +187,14 @@ def test_label_propagation_puts_each_component_in_one_partition(tmp_path):
     for _ in range(30):  # and many traces of their own
         trace = ids.trace()
         spans.append(Span(trace, ids.span(), "task", T0, T0 + S, {c.TARGET_ID: "bot"}))
-    store = SpanStore(str(tmp_path / "spans.duckdb"))
+    store = StoreUnderTest(str(tmp_path / "spans.duckdb"))
     store.start()
     try:
         store.write(span_rows(spans), refresh_windows=False)
         components = _components(spans)
         assert max(len(g) for g in components) == 40
         for max_rounds, converged in ((64, True), (1, False)):
-            parts = partition_spans(store._con, "spans", rows_per_partition=4, max_rounds=max_rounds)
+            parts = partition_spans(store.con, "spans", rows_per_partition=4, max_rounds=max_rounds)
             try:
                 assert parts.count == len(spans) // 4 + (len(spans) % 4 > 0)
                 assert parts.converged is converged
@@ -206,7 +206,7 @@ def test_label_propagation_puts_each_component_in_one_partition(tmp_path):
                     assert len({next(iter(where[t])) for t in group}) == 1, "a component split"
                 if converged:
                     assert parts.rounds > 2
-                    labels = dict(store._con.execute("select trace_id, label from _rebuild_labels").fetchall())
+                    labels = dict(store.con.execute("select trace_id, label from _rebuild_labels").fetchall())
                     assert set(labels.values()) == {min(traces)}
                     assert len(set().union(*where.values())) > 1  # the singles spread over partitions
                 # the copy sorted by partition holds each partition's rows exactly once
@@ -216,7 +216,7 @@ def test_label_propagation_puts_each_component_in_one_partition(tmp_path):
                 assert sum(len(rows) for rows in scanned) == len(spans)
             finally:
                 parts.close()
-            assert store._con.execute("select count(*) from duckdb_tables() where temporary").fetchall() == [(0,)]
+            assert store.con.execute("select count(*) from duckdb_tables() where temporary").fetchall() == [(0,)]
     finally:
         store.shutdown()
 
@@ -227,11 +227,11 @@ def test_closing_partitions_in_an_aborted_transaction_leaves_the_tables_to_the_r
     for k in range(6):  # three two-trace tasks: labels are needed
         trace = ids.trace()
         spans.append(Span(trace, ids.span(), "task", T0, T0 + S, {c.TARGET_ID: "bot", c.TASK_ID: f"t{k // 2}"}))
-    store = SpanStore(str(tmp_path / "spans.duckdb"))
+    store = StoreUnderTest(str(tmp_path / "spans.duckdb"))
     store.start()
     try:
         store.write(span_rows(spans), refresh_windows=False)
-        con = store._con
+        con = store.con
         con.execute("BEGIN")
         parts = partition_spans(con, "spans", rows_per_partition=2)
         assert parts.count == 3 and parts.labelled_traces == 6

@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from meritlens.analytics._schema import SPANS_TABLE
 from meritlens.analytics._windows import sample_rows_sql, tasks_view_sql
-from meritlens.collector.store._store import stamp_received_at
+from meritlens.collector.store._rows import stamp_received_at
 from tests.analytics.evidence_helpers import CallSpec, Ids, TaskSpec, span_rows
 
 # sums of these depend on the order they are added in

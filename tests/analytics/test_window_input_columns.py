@@ -17,7 +17,7 @@ from meritlens.analytics._windows import (
     WINDOW_INPUT_COLUMNS,
     sample_rows_sql,
 )
-from meritlens.collector.store._store import stamp_received_at
+from meritlens.collector.store._rows import stamp_received_at
 from tests.analytics.evidence_helpers import span_rows
 from tests.analytics.test_incremental_windows import _random_spans
 

@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 
 from meritlens.analytics._accumulate import SMALL_DISTINCT, Multiset, WindowBook
 from meritlens.analytics._windows import WINDOW_DEFINITIONS
-from meritlens.collector.store import _store as store_module
-from meritlens.collector.serve._pipeline import WindowUpdater
-from meritlens.collector.store._store import SpanStore
+from meritlens.collector.windows import _recovery as recovery_module
+from tests.store_under_test import WindowThread
+from tests.store_under_test import StoreUnderTest
 from meritlens.instrumentation.conventions import TARGET_ID
 from tests.analytics.evidence_helpers import span_rows, store_spans
 from tests.analytics.test_incremental_windows import _random_spans
@@ -75,8 +75,8 @@ def test_a_payload_that_does_not_match_its_header_is_refused():
         Multiset.restore({**header, "n": header["n"] + 1}, payload)
 
 
-def _store_with_spans(path, spans) -> SpanStore:
-    store = SpanStore(str(path))
+def _store_with_spans(path, spans) -> StoreUnderTest:
+    store = StoreUnderTest(str(path))
     store.start()
     store.open_windows()
     store_spans(store, spans)
@@ -87,7 +87,7 @@ def _store_with_spans(path, spans) -> SpanStore:
 def test_a_book_restored_from_its_rows_renders_the_same_windows(tmp_path, part_bytes):
     store = _store_with_spans(tmp_path / "spans.duckdb", _spans(21))
     try:
-        book = store._book
+        book = store.book
         rows = list(book.state_rows(part_bytes=part_bytes))
         assert all(len(r[-1]) <= part_bytes for r in rows)
         if part_bytes == 64:
@@ -104,7 +104,7 @@ def test_a_book_restored_from_its_rows_renders_the_same_windows(tmp_path, part_b
 def test_rows_that_do_not_make_whole_keys_are_refused(tmp_path):
     store = _store_with_spans(tmp_path / "spans.duckdb", _spans(22))
     try:
-        rows = list(store._book.state_rows(part_bytes=64))
+        rows = list(store.book.state_rows(part_bytes=64))
     finally:
         store.shutdown()
     metric = WINDOW_DEFINITIONS[0].metric
@@ -121,10 +121,9 @@ def test_rows_that_do_not_make_whole_keys_are_refused(tmp_path):
 def _state_rows(path) -> int:
     store = _open(path)
     try:
-        return store._con.execute("select count(*) from window_state").fetchall()[0][0]
+        return store.con.execute("select count(*) from window_state").fetchall()[0][0]
     finally:
-        store._con.close()
-        store._con = None
+        store.crash()
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -134,7 +133,7 @@ def test_a_clean_restart_takes_the_state_up_and_reads_no_spans_for_it(tmp_path, 
     (tmp_path / "store").mkdir()
     path = tmp_path / "store" / "spans.duckdb"
     store = _store_with_spans(path, spans[:cut1])
-    keys = len(store._book.keys)
+    keys = len(store.book.keys)
     store.shutdown()
     assert store.stats["state_keys_saved"] == keys > 0
     assert _state_rows(path) > keys
@@ -155,9 +154,9 @@ def test_a_clean_restart_takes_the_state_up_and_reads_no_spans_for_it(tmp_path, 
     try:
         assert store.open_windows()[1] is True
         assert store.stats["state_keys_taken_up"] == keys
-        assert store._evicted == set()
+        assert store.evicted == set()
         # kept until the next save replaces it: a crash before that replays from it
-        assert store._con.execute("select count(*) from window_state").fetchall()[0][0] > keys
+        assert store.con.execute("select count(*) from window_state").fetchall()[0][0] > keys
         store_spans(store, spans[cut1:cut2])
         assert store.stats["rebuilds"] == expected_rebuilds[0]  # no target's spans reread for the restart
         assert _windows(store) == _from_scratch(tmp_path, spans[:cut2], "second")
@@ -176,14 +175,13 @@ def _restart_after_tampering(tmp_path, statement: str, **settings):
     store = _store_with_spans(path, spans[:half])
     store.shutdown()
     store = _open(path)
-    store._con.execute(statement)
-    store._con.close()
-    store._con = None
+    store.con.execute(statement)
+    store.crash()
     store = _open(path, **settings)
     try:
         assert store.open_windows()[1] is True
-        taken_up, to_rebuild = store.stats["state_keys_taken_up"], set(store._evicted)
-        kept = store._con.execute("select count(*) from window_state").fetchall()[0][0]
+        taken_up, to_rebuild = store.stats["state_keys_taken_up"], set(store.evicted)
+        kept = store.con.execute("select count(*) from window_state").fetchall()[0][0]
         assert (kept > 0) == (taken_up > 0)  # a state not taken up is deleted
         targets = {t for (t,) in store.query("select distinct target_id from windows").rows}
         assert len(targets) > 1
@@ -249,7 +247,7 @@ def test_a_tool_opening_the_file_between_two_runs_leaves_the_saved_state(tmp_pat
     (tmp_path / "store").mkdir()
     path = tmp_path / "store" / "spans.duckdb"
     store = _store_with_spans(path, spans)
-    keys = len(store._book.keys)
+    keys = len(store.book.keys)
     store.shutdown()
     tool = _open(path)  # e.g. `meritlens sql` or `meritlens evaluate` on the file: windows never opened
     assert tool.query("select count(*) from spans").rows[0][0] == len(spans)
@@ -281,8 +279,8 @@ def _targets(spans) -> set[str]:
 
 def _save_when_asked(monkeypatch) -> None:
     """Make every `save_window_state_if_due` call with windowed spans since the last save a save."""
-    monkeypatch.setattr(store_module, "_STATE_SAVE_MIN_SPANS", 1)
-    monkeypatch.setattr(store_module, "_STATE_SAVE_FRACTION", 1 << 40)
+    monkeypatch.setattr(recovery_module, "STATE_SAVE_MIN_SPANS", 1)
+    monkeypatch.setattr(recovery_module, "STATE_SAVE_FRACTION", 1 << 40)
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -296,7 +294,7 @@ def test_a_crash_after_a_periodic_save_replays_the_spans_since_instead_of_rebuil
     store = _store_with_spans(path, parts[0])
     assert store.save_window_state_if_due() and store.stats["state_saves"] == 1
     assert not store.save_window_state_if_due()  # nothing windowed since
-    keys = len(store._book.keys)
+    keys = len(store.book.keys)
     store_spans(store, parts[1])  # windowed after the save
     store.append(span_rows(parts[2]))  # committed; the windows never saw them
     _crash(store)
@@ -315,15 +313,15 @@ def test_a_crash_after_a_periodic_save_replays_the_spans_since_instead_of_rebuil
     try:
         assert store.open_windows()[1] is True
         assert store.stats["state_keys_taken_up"] == keys > 0
-        with_state = {target for target, _ in store._book.keys}
+        with_state = {target for target, _ in store.book.keys}
         store_targets_without_state = _targets(spans[:cuts[3]]) - with_state
-        assert store._evicted == _targets(spans[:cuts[3]]) - with_state  # targets first seen after the save
+        assert store.evicted == _targets(spans[:cuts[3]]) - with_state  # targets first seen after the save
         # until the replay, the stored rows are those of the crashed run: already exact up to its watermark
         assert _windows(store) == _from_scratch(tmp_path, spans[:cuts[2]], "stored")
-        crashed_watermark = store._stored_watermark()[0]
+        crashed_watermark = store.stored_watermark()[0]
         written_at: list[int] = []  # window rows are written only for spans the crashed run never windowed
-        write_rows = store._write_window_rows
-        monkeypatch.setattr(store, "_write_window_rows", lambda keys, until_us: (written_at.append(until_us),
+        write_rows = store.windows._write_window_rows
+        monkeypatch.setattr(store.windows, "_write_window_rows", lambda keys, until_us: (written_at.append(until_us),
                                                                                   write_rows(keys, until_us)))
         store.update_windows()  # the window thread's first pass replays
         assert written_at and min(written_at) > crashed_watermark
@@ -350,7 +348,7 @@ def test_a_state_far_behind_the_windows_is_not_replayed(tmp_path, monkeypatch):
     try:
         store.open_windows()
         assert store.stats["state_keys_taken_up"] == 0
-        assert store._con.execute("select count(*) from window_state").fetchall() == [(0,)]
+        assert store.con.execute("select count(*) from window_state").fetchall() == [(0,)]
         store.update_windows()
         assert store.stats["state_replayed_spans"] == 0
         assert _windows(store) == _from_scratch(tmp_path, spans)
@@ -364,7 +362,7 @@ def test_the_window_thread_saves_the_state_as_spans_are_windowed(tmp_path, monke
     (tmp_path / "store").mkdir()
     store = _open(tmp_path / "store" / "spans.duckdb")
     store.open_windows()
-    updater = WindowUpdater(store, gather_s=0.0)
+    updater = WindowThread(store, gather_s=0.0)
     updater.start()
     try:
         store.append(span_rows(spans[:half]))
@@ -379,8 +377,8 @@ def test_the_window_thread_saves_the_state_as_spans_are_windowed(tmp_path, monke
         assert store.stats["state_saves"] == 1
     finally:
         updater.shutdown()
-    saved = store._con.execute("select distinct windowed_us from window_state").fetchall()
-    assert saved == [(store._stored_watermark()[0],)]
+    saved = store.con.execute("select distinct windowed_us from window_state").fetchall()
+    assert saved == [(store.stored_watermark()[0],)]
     store.shutdown()
 
 
@@ -401,7 +399,7 @@ def test_a_replay_within_a_small_window_memory_budget_stays_exact(tmp_path, monk
         assert store.open_windows()[1] is True
         store.update_windows()
         assert store.stats["state_replayed_spans"] > 0
-        assert len({target for target, _ in store._book.keys}) <= 1
+        assert len({target for target, _ in store.book.keys}) <= 1
         _exact_before_and_after_the_rest(store, tmp_path, spans, cuts[3], "replayed")
     finally:
         store.shutdown()
@@ -422,10 +420,10 @@ def test_a_replay_that_fails_recomputes_every_window(tmp_path, monkeypatch):
     try:
         assert store.open_windows()[1] is True
 
-        def failing_replay(table, until_us):  # e.g. DuckDB running out of memory mid-way
+        def failing_replay(processor, table, until_us):  # e.g. DuckDB running out of memory mid-way
             raise RuntimeError("the replay failed")
 
-        monkeypatch.setattr(store, "_replay_state", failing_replay)
+        monkeypatch.setattr(recovery_module, "_replay_state", failing_replay)
         store.update_windows()
         assert store.stats["state_replayed_spans"] == 0 and store.stats["rebuilds"] == 1
         _exact_before_and_after_the_rest(store, tmp_path, spans, cuts[3], "recomputed")
@@ -445,7 +443,7 @@ def test_a_shutdown_during_a_replay_stops_it_and_the_next_start_replays_again(tm
     path = tmp_path / "store" / "spans.duckdb"
     store = _store_with_spans(path, spans[:cuts[4]])
     assert store.save_window_state_if_due()
-    saved_at = store._con.execute("select distinct windowed_us from window_state").fetchall()
+    saved_at = store.con.execute("select distinct windowed_us from window_state").fetchall()
     for part in parts[4:6]:  # windowed after the save: two batches, replayed in two chunks
         store_spans(store, part)
     store.append(span_rows(parts[6]))  # committed; the windows never saw them
@@ -453,33 +451,33 @@ def test_a_shutdown_during_a_replay_stops_it_and_the_next_start_replays_again(tm
 
     store = _open(path, window_lag_rows=1)
     first_chunk_done = threading.Event()
-    replay_state = store._replay_state
+    replay_state = recovery_module._replay_state
 
-    def replay_state_until_the_shutdown(table, until_us):
-        replay_state(table, until_us)
+    def replay_state_until_the_shutdown(processor, table, until_us):
+        replay_state(processor, table, until_us)
         first_chunk_done.set()
         deadline = time.monotonic() + 30
-        while not store._closing and time.monotonic() < deadline:  # the rest of a long replay
+        while not processor._closing and time.monotonic() < deadline:  # the rest of a long replay
             time.sleep(0.01)
 
-    monkeypatch.setattr(store, "_replay_state", replay_state_until_the_shutdown)
+    monkeypatch.setattr(recovery_module, "_replay_state", replay_state_until_the_shutdown)
     try:
         assert store.open_windows()[1] is True
         stored_rows = _windows(store)
-        updater = WindowUpdater(store, gather_s=0.0)
+        updater = WindowThread(store, gather_s=0.0)
         updater.start()
         assert first_chunk_done.wait(30)
         updater.shutdown()
-        assert store._replay_until_us is not None  # stopped after its first chunk
+        assert store.replay_until_us is not None  # stopped after its first chunk
         assert store.stats["state_replayed_spans"] == 0
         assert _windows(store) == stored_rows
     finally:
         store.shutdown()
     check = _open(path)
     try:
-        assert check._con.execute("select distinct windowed_us from window_state").fetchall() == saved_at
+        assert check.con.execute("select distinct windowed_us from window_state").fetchall() == saved_at
     finally:
-        check._con.close()  # no shutdown: it would take the windows up and save them
+        check.crash()  # no shutdown: it would take the windows up and save them
 
     store = _open(path)
     try:
@@ -495,14 +493,14 @@ def test_a_start_that_recomputes_every_window_saves_their_state_at_once(tmp_path
     """Windows recomputed from all the stored spans at start (a bulk load, new definitions, a crash
     with no saved state) are saved by the window thread without waiting for new spans: a crash
     soon after then costs the next start no second recomputation."""
-    monkeypatch.setattr(store_module, "_STATE_SAVE_MIN_SPANS", 1)
+    monkeypatch.setattr(recovery_module, "STATE_SAVE_MIN_SPANS", 1)
     spans = _spans(21)
     (tmp_path / "store").mkdir()
     path = tmp_path / "store" / "spans.duckdb"
     store = _open(path)
     store.write(span_rows(spans), refresh_windows=False)  # a bulk load: no windows yet
     assert store.open_windows()[1] is False  # recomputed
-    updater = WindowUpdater(store, gather_s=0.0)
+    updater = WindowThread(store, gather_s=0.0)
     updater.start()
     try:
         deadline = time.monotonic() + 30
@@ -510,8 +508,8 @@ def test_a_start_that_recomputes_every_window_saves_their_state_at_once(tmp_path
             time.sleep(0.05)
         assert store.stats["state_saves"] == 1  # no span arrived since the start
     finally:
-        updater._stop.set()  # stop the thread without the shutdown's pass: then crash
-        updater._thread.join()
+        store.windows._stop.set()  # stop the thread without the shutdown's pass: then crash
+        store.windows._thread.join()
     _crash(store)
     store = _open(path)
     try:

@@ -17,7 +17,8 @@ import pytest
 from meritlens.analytics import JudgeCall
 from meritlens.instrumentation.conventions import TARGET_ID
 from meritlens.collector.cli._evaluation import FileEvaluationStore
-from meritlens.collector.store._store import SpanStore
+from meritlens.collector.windows import _state
+from tests.store_under_test import StoreUnderTest
 from tests.analytics.evidence_helpers import span_rows, store_spans
 from tests.analytics.test_incremental_windows import _random_spans
 from tests.analytics.test_rebuild_partitions import _random_store_spans
@@ -27,23 +28,20 @@ _COLUMNS = ("target_id", "metric", "scope", "aggregation", "value", "unit", "sam
             "evidence_uri", "evidence_media_type", "evidence_digest")
 
 
-def _windows(store: SpanStore) -> list[tuple]:
+def _windows(store: StoreUnderTest) -> list[tuple]:
     return store.query(f"select {', '.join(_COLUMNS)} from windows order by target_id, scope, metric").rows
 
 
-def _open(path, **settings) -> SpanStore:
-    store = SpanStore(str(path), **settings)
+def _open(path, **settings) -> StoreUnderTest:
+    store = StoreUnderTest(str(path), **settings)
     store.start()
     return store
 
 
-def _crash(store: SpanStore) -> None:
+def _crash(store: StoreUnderTest) -> None:
     """Close the file without the shutdown's window pass (what a killed process leaves)."""
     store.close_queue()
-    store._span_cursor.close()
-    store._reader.close()
-    store._con.close()
-    store._con = None
+    store.crash()
 
 
 def _from_scratch(tmp_path, spans, name: str = "scratch") -> list[tuple]:
@@ -120,8 +118,8 @@ def test_a_restart_recomputes_the_windows_when_the_stored_rows_cannot_be_taken_u
     try:
         assert store.open_windows()[1] is True
         assert _windows(store) == expected
-        store._con.execute("UPDATE window_watermark SET definitions_digest = 'other definitions'")
-        store._con.execute("UPDATE windows SET sample_count = -1")  # stale rows a rebuild must replace
+        store.con.execute("UPDATE window_watermark SET definitions_digest = 'other definitions'")
+        store.con.execute("UPDATE windows SET sample_count = -1")  # stale rows a rebuild must replace
     finally:
         store.shutdown()
     store = _open(path)
@@ -136,12 +134,12 @@ def test_too_many_spans_after_the_watermark_make_a_restart_recompute(tmp_path):
     spans = _spans(5)
     (tmp_path / "store").mkdir()
     path = tmp_path / "store" / "spans.duckdb"
-    store = SpanStore(str(path), window_lag_rows=3)
+    store = StoreUnderTest(str(path), window_lag_rows=3)
     store.start()
     store_spans(store, spans[:4])
     store.append(span_rows(spans[4:]), wait=False)
     _crash(store)
-    store = SpanStore(str(path), window_lag_rows=3)
+    store = StoreUnderTest(str(path), window_lag_rows=3)
     store.start()
     try:
         assert store.open_windows()[1] is False
@@ -164,7 +162,7 @@ def test_a_failure_while_taking_the_windows_up_falls_back_to_the_rebuild(tmp_pat
         def failing_follow(table, until_us):  # e.g. DuckDB running out of memory mid-way
             raise RuntimeError("the window pass failed")
 
-        monkeypatch.setattr(store, "_follow", failing_follow)
+        monkeypatch.setattr(store.windows, "follow", failing_follow)
         assert store.open_windows()[1] is False
         assert _windows(store) == _from_scratch(tmp_path, spans)
     finally:
@@ -184,7 +182,7 @@ def test_a_tool_on_the_file_leaves_the_windows_to_the_next_start(tmp_path, tool_
     store = _open(path)
     store.open_windows()
     store_spans(store, spans[:cut1])
-    watermark = store._stored_watermark()
+    watermark = store.stored_watermark()
     store.append(span_rows(spans[cut1:cut2]))  # committed; the windows never saw them
     _crash(store)
     written = spans[:cut2]
@@ -194,12 +192,12 @@ def test_a_tool_on_the_file_leaves_the_windows_to_the_next_start(tmp_path, tool_
             metric="task_success", target_id=spans[0].attributes.get(TARGET_ID, "t"), scope="all",
             task_key="task-1", replica=0, model="judge-model", provider="fake", start_unix_nano=spans[0].start_ns,
             end_unix_nano=spans[0].start_ns + 10**9, score=1.0)])
-        assert tool._store._stored_watermark() == watermark
+        assert _state.stored_watermark(tool._local.windows.con) == watermark
         tool.close()
     else:
         tool = _open(path)
         store_spans(tool, spans[cut2:])
-        assert tool._stored_watermark() == watermark
+        assert tool.stored_watermark() == watermark
         tool.shutdown()
         written = spans
     store = _open(path)

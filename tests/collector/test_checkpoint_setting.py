@@ -5,25 +5,25 @@ from __future__ import annotations
 import duckdb
 
 from meritlens.collector._settings import DEFAULT_CHECKPOINT_WAL_BYTES, ENV_CHECKPOINT_WAL_BYTES, ServerSettings
-from meritlens.collector.store._store import SpanStore
+from tests.store_under_test import StoreUnderTest
 from meritlens.instrumentation import conventions as c
 from tests.analytics.evidence_helpers import Ids, S, Span, T0, span_rows
 
 
-def _threshold(store: SpanStore) -> str:
-    return store._con.execute("SELECT current_setting('checkpoint_threshold')").fetchall()[0][0]
+def _threshold(store: StoreUnderTest) -> str:
+    return store.con.execute("SELECT current_setting('checkpoint_threshold')").fetchall()[0][0]
 
 
 def test_the_store_checkpoints_at_the_configured_wal_size(tmp_path):
     assert ServerSettings().checkpoint_wal_bytes == DEFAULT_CHECKPOINT_WAL_BYTES == 64 * 1024 * 1024
-    store = SpanStore(str(tmp_path / "default.duckdb"))
+    store = StoreUnderTest(str(tmp_path / "default.duckdb"))
     store.start()
     try:
         assert _threshold(store) == "64.0 MiB"
     finally:
         store.shutdown()
 
-    small = SpanStore(str(tmp_path / "small.duckdb"), checkpoint_wal_bytes=1024 * 1024)
+    small = StoreUnderTest(str(tmp_path / "small.duckdb"), checkpoint_wal_bytes=1024 * 1024)
     small.start()
     try:
         ids = Ids(3)

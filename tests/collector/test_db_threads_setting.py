@@ -6,7 +6,7 @@ import duckdb
 import pytest
 
 from meritlens.collector._settings import DEFAULT_DB_THREADS, ENV_DB_THREADS, ServerSettings, SettingsError
-from meritlens.collector.store._store import SpanStore
+from tests.store_under_test import StoreUnderTest
 from tests.collector.collector_proc import CollectorProcess
 
 
@@ -25,7 +25,7 @@ def test_the_collector_runs_duckdb_on_the_configured_threads(tmp_path):
 
 
 def test_a_store_opened_without_the_setting_keeps_duckdbs_default(tmp_path):
-    store = SpanStore(str(tmp_path / "s.duckdb"))
+    store = StoreUnderTest(str(tmp_path / "s.duckdb"))
     store.start()
     try:
         default = duckdb.connect().execute("SELECT current_setting('threads')").fetchall()

@@ -15,7 +15,7 @@ import pytest
 
 from tests.collector.collector_proc import CollectorProcess, assert_same_windows, make_request
 from meritlens.analytics._schema import SPANS_DDL, WINDOW_COLUMN_NAMES, WINDOWS_DDL
-from meritlens.collector.store._store import SpanStore
+from tests.store_under_test import StoreUnderTest
 
 BATCHES = 100
 SPANS_PER_BATCH = 1000
@@ -115,7 +115,7 @@ def _windows_from_scratch(spans, scratch_path) -> list[tuple]:
     con.register("all_spans", spans)
     con.execute("INSERT INTO spans SELECT * FROM all_spans")
     con.close()
-    store = SpanStore(str(scratch_path))
+    store = StoreUnderTest(str(scratch_path))
     store.start()
     store.refresh_all_windows()
     store.shutdown()

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from meritlens.collector.store._keyfilter import GrowingKeyFilter, KeyFilter, KeyLocator
-from meritlens.collector.store._store import SpanStore
+from tests.store_under_test import StoreUnderTest
 from meritlens.instrumentation import conventions as c
 from tests.analytics.evidence_helpers import Ids, S, Span, T0, span_rows
 
@@ -233,7 +233,7 @@ def test_the_spans_table_has_no_btree_index_and_stays_idempotent_after_a_restart
     db = str(tmp_path / "s.duckdb")
     ids = Ids(3)
     first = _one_call(ids, 5)
-    store = SpanStore(db)
+    store = StoreUnderTest(db)
     store.start()
     try:
         store.write(span_rows(first))
@@ -242,7 +242,7 @@ def test_the_spans_table_has_no_btree_index_and_stays_idempotent_after_a_restart
                            " and constraint_type = 'PRIMARY KEY'").rows == [(0,)]
     finally:
         store.shutdown()
-    store = SpanStore(db)
+    store = StoreUnderTest(db)
     store.start()  # the locator is filled from the stored spans
     try:
         store.open_windows()  # as `meritlens serve` does at start
@@ -268,7 +268,7 @@ def test_a_file_of_an_earlier_version_loses_its_primary_key_and_indexes_and_keep
     con.execute("INSERT INTO spans BY NAME SELECT * FROM r")
     con.close()
 
-    store = SpanStore(db)
+    store = StoreUnderTest(db)
     store.start()
     try:
         assert store.query("select count(*) from duckdb_indexes() where table_name = 'spans'").rows == [(0,)]
@@ -287,7 +287,7 @@ def test_span_keys_the_overall_filter_wrongly_lets_through_take_the_plain_insert
     """The locator's overall filter answers ~1% wrong "maybe"s: the blocks rule those keys out
     (the batch is not in them yet), so new spans are not checked against stored ones, and a
     retried span still is."""
-    store = SpanStore(str(tmp_path / "s.duckdb"))
+    store = StoreUnderTest(str(tmp_path / "s.duckdb"))
     store.start()
     try:
         ids = Ids(4)

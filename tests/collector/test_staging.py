@@ -25,7 +25,7 @@ from meritlens.collector.process import _otlp
 from meritlens.collector.receive._ingest import prepare
 from meritlens.collector.process._normalize import NormalizeOptions
 from meritlens.collector.store._staging import StagingLog, read_staged, staging_path
-from meritlens.collector.store._store import SpanStore
+from tests.store_under_test import StoreUnderTest
 from meritlens.instrumentation import conventions as c
 from tests.collector.collector_proc import make_request
 from tests.conftest import MERITLENS, CollectorProcess
@@ -151,7 +151,7 @@ def test_a_start_stores_whole_records_and_keeps_a_torn_tail_aside(tmp_path, capl
         fh.write(b"MLS1\x00\x01\x02")
     assert read_staged(staging_path(db)).torn_bytes == 7
 
-    store = SpanStore(db, staging=True)
+    store = StoreUnderTest(db, staging=True)
     with caplog.at_level(logging.INFO, logger="meritlens.collector.store"):
         store.start()
     try:
@@ -166,10 +166,10 @@ def test_a_start_stores_whole_records_and_keeps_a_torn_tail_aside(tmp_path, capl
     assert not os.path.exists(staging_path(db))
 
 
-def _started_store(db: str, **options) -> SpanStore:
+def _started_store(db: str, **options) -> StoreUnderTest:
     """A started store with staging that moves at 100 staged rows or after 60 s (or as ``options``
     say), its windows open."""
-    store = SpanStore(db, **{"staging": True, "stage_move_rows": 100, "stage_move_s": 60, **options})
+    store = StoreUnderTest(db, **{"staging": True, "stage_move_rows": 100, "stage_move_s": 60, **options})
     store.start()
     store.open_windows()
     return store
@@ -180,7 +180,7 @@ _GROUPS_OF_2048 = {"stage_move_rows": 2048, "row_group_rows": 2048}
 
 
 @contextlib.contextmanager
-def _a_move_held_in_its_insert(store: SpanStore):
+def _a_move_held_in_its_insert(store: StoreUnderTest):
     """Run `move_staged` in a thread of its own, held at the start of its first INSERT while the
     with-block runs; then let it finish. Yields the row counts of the INSERTs it makes."""
     inserting, proceed, inserted = threading.Event(), threading.Event(), []
@@ -229,10 +229,10 @@ def test_a_store_moves_staged_rows_in_one_insert_and_on_shutdown(tmp_path):
     assert not os.path.exists(staging_path(db))
 
 
-def _persistent_row_groups(store: SpanStore) -> list[tuple[int, int, bool]]:
+def _persistent_row_groups(store: StoreUnderTest) -> list[tuple[int, int, bool]]:
     """(rows, persistent) of each row group of `spans`, from DuckDB's storage info: persistent
     row groups are written to the file, the others wait in memory for a checkpoint."""
-    return store._con.execute(
+    return store.con.execute(
         "SELECT row_group_id, max(count), bool_and(persistent) FROM pragma_storage_info('spans')"
         " WHERE column_name = 'span_id' GROUP BY ALL ORDER BY 1").fetchall()
 
@@ -253,7 +253,7 @@ def test_a_move_stores_whole_row_groups_written_to_the_file_and_keeps_the_rest_s
         assert store.staged_rows() == 952 and _logged_rows(db) == 3000  # the log keeps every record
         assert 59 < store.move_due() <= 60  # the rest is under the row bound: it waits
         first = [span_id for b in batches for span_id in b.column("span_id").to_pylist()][:2048]
-        stored = store._con.execute("SELECT span_id FROM spans").fetchall()
+        stored = store.con.execute("SELECT span_id FROM spans").fetchall()
         assert sorted(r[0] for r in stored) == sorted(first)
         assert _persistent_row_groups(store) == [(0, 2048, True)]  # in the file before any checkpoint
 
@@ -336,7 +336,7 @@ def test_files_whose_names_need_care_are_stored_and_queried(tmp_path, name):
         con.close()
 
 
-def _move_with_a_stage_during_its_insert(store: SpanStore, staged_meanwhile: pa.Table) -> list[int]:
+def _move_with_a_stage_during_its_insert(store: StoreUnderTest, staged_meanwhile: pa.Table) -> list[int]:
     """Run `move_staged` in a thread of its own and stage ``staged_meanwhile`` while its first
     INSERT is under way; returns the row counts of the INSERTs it made."""
     with _a_move_held_in_its_insert(store) as inserted:
@@ -470,13 +470,13 @@ def test_records_read_back_as_written_across_chunks_schema_changes_and_short_wri
 
 def test_staged_rows_are_bounded_while_storing_them_fails(tmp_path, monkeypatch):
     db = str(tmp_path / "failing.duckdb")
-    store = SpanStore(db, staging=True, window_lag_rows=100, stage_move_rows=50)
+    store = StoreUnderTest(db, staging=True, window_lag_rows=100, stage_move_rows=50)
     store.start()
     try:
         def disk_error(*args, **kwargs):
             raise duckdb.IOException("IO Error: could not write (injected)")
 
-        monkeypatch.setattr(store, "_append", disk_error)
+        monkeypatch.setattr(store.store, "_append", disk_error)
         store.stage(_prepared(0, 60))
         with pytest.raises(duckdb.IOException):
             store.move_staged()
@@ -496,7 +496,7 @@ def test_staged_rows_are_bounded_while_storing_them_fails(tmp_path, monkeypatch)
 def test_waiting_queries_wake_the_mover_and_take_no_export_slots(tmp_path):
     from meritlens.collector.serve._pipeline import IngestPipeline
 
-    store = SpanStore(str(tmp_path / "wake.duckdb"), staging=True)
+    store = StoreUnderTest(str(tmp_path / "wake.duckdb"), staging=True)
     store.start()
     try:
         pipeline = IngestPipeline(store, max_pending_batches=4)  # not started: nothing drains its queue

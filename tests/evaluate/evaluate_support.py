@@ -10,7 +10,7 @@ import httpx
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from meritlens.collector.process._normalize import normalize
-from meritlens.collector.store._store import SpanStore
+from tests.store_under_test import StoreUnderTest
 from meritlens.instrumentation import conventions as c
 from tests.conftest import CollectorProcess
 from tests.conftest import run_cli as _run_cli
@@ -52,7 +52,7 @@ def scenario_spans() -> list[Span]:
 
 def store_spans(db: Path, spans: list[Span]) -> None:
     """Write spans to the DuckDB file the way the collector does (normalize, then the store)."""
-    store = SpanStore(str(db))
+    store = StoreUnderTest(str(db))
     store.start()
     try:
         batch = normalize(make_request(spans))

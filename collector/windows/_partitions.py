@@ -44,7 +44,7 @@ _PART = "_rebuild_part"
 _TABLES = (_EDGES, _LABELS, _TASK_LABELS, _NEXT, _MOVED, _ORDERED)
 MIN_PARTITIONS_TO_ORDER = 8
 """From this many partitions a rebuild copies the spans once, sorted by partition, rather than
-scanning the source once per partition (a copy costs about five scans; bench/README.md, "Tenth session")."""
+scanning the source once per partition (a copy costs about five scans)."""
 _FALLBACK_LABEL = ""
 """The common label of every multi-trace trace when propagation did not settle (no trace id is empty)."""
 
@@ -68,8 +68,7 @@ class TracePartitions:
         temporary table sorted by partition, so that `source_of(p)` reads only partition ``p``'s
         rows (DuckDB's zone maps skip the others) instead of scanning ``source`` again: the stored
         spans are read once, not once per partition. The sort spills to DuckDB's temporary
-        directory beyond its memory limit (~150-400 bytes a span; bench/README.md, "Eleventh
-        session"). Fewer partitions keep reading ``source``, and so does a copy that fails (a full
+        directory beyond its memory limit (~150-400 bytes a span). Fewer partitions keep reading ``source``, and so does a copy that fails (a full
         disk, `max_temp_directory_size`): slower, without temporary disk. Inside a transaction the
         failure aborted, it is raised."""
         if self.count < MIN_PARTITIONS_TO_ORDER:

@@ -1,0 +1,154 @@
+"""Opening the collector's DuckDB file: its settings, its row group size, its tables and views, and
+the one migration files of earlier versions need."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import duckdb
+
+from meritlens.analytics._schema import SPANS_TABLE
+from meritlens.analytics._views import STORE_DDL
+from meritlens.analytics._windows import sql_string
+from meritlens.collector.store._sqlguard import LOCKED_DOWN, lock_configuration
+
+log = logging.getLogger("meritlens.collector.store")
+
+_OLD_INDEXES = ("spans_trace_id", "spans_task_id")
+"""B-tree indexes of earlier versions. DuckDB holds such indexes whole in memory, so they grew with
+every stored span until the memory limit failed a commit; they are dropped at start."""
+
+
+@dataclass(frozen=True)
+class DatabaseOptions:
+    """DuckDB's settings for the store (None: DuckDB's own default)."""
+
+    memory_limit_bytes: int | None = None
+    threads: int | None = None
+    checkpoint_wal_bytes: int | None = None
+    row_group_rows: int | None = None
+    """Rows per row group of a file the store writes; a multiple of 2048 (DuckDB's vector size)."""
+
+    def config(self) -> dict:
+        config = dict(LOCKED_DOWN)  # queries may not touch files, URLs or extensions
+        if self.memory_limit_bytes is not None:
+            config["memory_limit"] = f"{self.memory_limit_bytes // (1024 * 1024)}MiB"
+        if self.checkpoint_wal_bytes is not None:
+            config["checkpoint_threshold"] = f"{self.checkpoint_wal_bytes}B"
+        if self.threads is not None:
+            config["threads"] = self.threads
+        return config
+
+
+class Database:
+    """One DuckDB database, opened once; every user takes a `cursor` of its own."""
+
+    def __init__(self, path: str, options: DatabaseOptions, *, read_only: bool = False):
+        self.path = path
+        self.read_only = read_only
+        self._catalog: str | None = None
+        self.con = self._connect(options.config(), options.row_group_rows)
+        lock_configuration(self.con)
+
+    def _connect(self, config: dict, row_group_rows: int | None) -> duckdb.DuckDBPyConnection:
+        """A writable file is attached to an in-memory database with `ROW_GROUP_SIZE` (which only
+        `ATTACH` takes) and made the default catalog. A file whose default alias is taken
+        (``memory.duckdb``) is opened directly, with DuckDB's row group size."""
+        if self.read_only or self.path == ":memory:" or row_group_rows is None:
+            return duckdb.connect(self.path, read_only=self.read_only, config=config)
+        locked = {key: config.pop(key) for key in LOCKED_DOWN if key in config}  # they forbid ATTACH
+        con = duckdb.connect(config=config)
+        try:
+            try:
+                con.execute(f"ATTACH {sql_string(self.path)} (ROW_GROUP_SIZE {row_group_rows})")
+            except duckdb.BinderException:
+                con.close()  # the file's alias is "memory" (or another built-in name)
+                return duckdb.connect(self.path, config={**config, **locked})
+            alias = con.execute("SELECT database_name FROM duckdb_databases() WHERE NOT internal"
+                                " AND database_name <> 'memory'").fetchall()[0][0]
+            self._catalog = '"' + alias.replace('"', '""') + '"'
+            con.execute(f"USE {self._catalog}")
+            for key, value in locked.items():
+                con.execute(f"SET {key} = {sql_string(str(value))}")
+        except BaseException:
+            con.close()
+            raise
+        return con
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A new connection to the database, with its file as the default catalog."""
+        cursor = self.con.cursor()
+        if self._catalog is not None:
+            try:
+                cursor.execute(f"USE {self._catalog}")
+            except BaseException:
+                cursor.close()
+                raise
+        return cursor
+
+    def create_tables(self) -> None:
+        for statement in STORE_DDL:
+            self.con.execute(statement)
+        self._drop_old_indexes()
+
+    def _drop_old_indexes(self) -> None:
+        """Files of earlier versions have a primary key and two indexes on `spans`: drop them (the
+        table is copied once to drop its key; a table cannot lose a constraint in place)."""
+        con = self.con
+        for name in _OLD_INDEXES:
+            con.execute(f"DROP INDEX IF EXISTS {name}")
+        keyed = con.execute(
+            "SELECT count(*) FROM duckdb_constraints() WHERE table_name = ? AND constraint_type = 'PRIMARY KEY'",
+            [SPANS_TABLE]).fetchall()[0][0]
+        if not keyed:
+            return
+        log.info("copying %s once to drop the primary key of earlier versions", SPANS_TABLE)
+        with transaction(con):
+            con.execute(f"CREATE TABLE {SPANS_TABLE}__copy AS SELECT * FROM {SPANS_TABLE}")
+            con.execute(f"DROP TABLE {SPANS_TABLE}")
+            con.execute(f"ALTER TABLE {SPANS_TABLE}__copy RENAME TO {SPANS_TABLE}")
+        for statement in STORE_DDL:  # views over the new table
+            con.execute(statement)
+        con.execute("CHECKPOINT")
+
+    def close(self, *, checkpoint: bool) -> None:
+        if checkpoint and not self.read_only:
+            try:
+                self.con.execute("CHECKPOINT")
+            except duckdb.Error:
+                log.exception("checkpoint at shutdown failed; the WAL still holds every commit")
+        self.con.close()
+
+
+class transaction:
+    """``with transaction(con):`` BEGIN ... COMMIT, rolled back on any exception."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection):
+        self._con = con
+
+    def __enter__(self) -> duckdb.DuckDBPyConnection:
+        self._con.execute("BEGIN")
+        return self._con
+
+    def __exit__(self, kind, exc, tb) -> None:
+        if kind is None:
+            self._con.execute("COMMIT")
+        else:
+            rollback(self._con)
+
+
+def rollback(con: duckdb.DuckDBPyConnection) -> None:
+    try:
+        con.execute("ROLLBACK")
+    except duckdb.Error:
+        pass
+
+
+def timestamp_sql(us: int) -> str:
+    return f"make_timestamptz({int(us)}::BIGINT)"
+
+
+def count(result: duckdb.DuckDBPyConnection) -> int:
+    """The row count an UPDATE or INSERT reports."""
+    return int(result.fetchall()[0][0])
