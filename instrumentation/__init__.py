@@ -3,6 +3,9 @@
 Needs only the OpenTelemetry SDK and the OTLP exporter; never imports the collector.
 User guide: docs/instrumentation.md.
 
+`MeritlensInstrumentor` is the `opentelemetry-instrument` (zero-code) entry point; it needs the
+`opentelemetry-instrumentation` package (`pip install 'meritlens[agent]'`).
+
 Names are imported from their modules on first use, so a process that reads only the attribute
 names (`conventions`: the collector, the CLI) does not load the OpenTelemetry SDK.
 """
@@ -14,6 +17,7 @@ from meritlens.instrumentation._exports import lazy_exports
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "_config": ("configure", "force_flush", "shutdown"),
     "_instrument": ("instrument", "uninstrument"),
+    "_instrumentor": ("MeritlensInstrumentor",),
     "_observe": ("observe",),
     "_task": ("Task", "current_task", "record_outcome", "step", "task", "tool"),
     "_usage": ("TokenUsage", "normalize_usage"),

@@ -29,6 +29,7 @@ from meritlens.instrumentation._call import (
     observe_sdk_stream,
     scope_attributes,
 )
+from meritlens.instrumentation._foreign import mark_enclosing_duplicates
 from meritlens.instrumentation._state import config, current_call, current_scope, report_internal_error
 from meritlens.instrumentation._usage import (
     CHAT,
@@ -54,7 +55,14 @@ class _Route:
     __slots__ = ("operation", "family", "own", "usage_option", "plain_attributes")
 
     def __init__(
-        self, operation: str, family: str, provider: str, role: str, usage_option: bool, explicit: dict[str, Any]
+        self,
+        operation: str,
+        family: str,
+        provider: str,
+        role: str,
+        usage_option: bool,
+        explicit: dict[str, Any],
+        fallback: dict[str, Any],
     ) -> None:
         self.operation = operation
         self.family = family
@@ -62,7 +70,7 @@ class _Route:
         # Whether the endpoint accepts stream_options.include_usage (openai chat and legacy completions).
         self.usage_option = usage_option
         # The start attributes of a call made outside any task or observed function, without configured defaults.
-        self.plain_attributes = {**self.own, **explicit}
+        self.plain_attributes = {**fallback, **self.own, **explicit}
 
 
 _OPENAI_ROUTES = (
@@ -86,6 +94,8 @@ class _Settings:
         "is_async",
         "saved",
         "count_retries",
+        "fallback_target",
+        "by_agent",
     )
 
     def __init__(
@@ -97,6 +107,8 @@ class _Settings:
         include_usage: bool,
         keep_sdk_spans: bool,
         is_async: bool,
+        fallback_target: str | None = None,
+        by_agent: bool = False,
     ) -> None:
         self.provider = provider
         self.target = target
@@ -110,9 +122,13 @@ class _Settings:
         if role is not None:
             explicit[c.ROLE] = role
         self.explicit = explicit or None
+        # The zero-code agent's target: used only when neither the call site, a scope nor configure() names one.
+        self.fallback_target = fallback_target
+        self.by_agent = by_agent
+        fallback = {c.TARGET_ID: fallback_target} if fallback_target is not None else {}
         table = _OPENAI_ROUTES if kind == PROVIDER_OPENAI else _ANTHROPIC_ROUTES
         self.routes = {
-            url: _Route(operation, family, provider, c.ROLE_APPLICATION, usage_option, explicit)
+            url: _Route(operation, family, provider, c.ROLE_APPLICATION, usage_option, explicit, fallback)
             for url, operation, family, usage_option in table
         }
         self.saved: dict[str, Any] = {}
@@ -161,6 +177,23 @@ def instrument(
 
     Raises TypeError for any other kind of object.
     """
+    return instrument_client(
+        client, target=target, role=role, include_usage=include_usage, keep_sdk_spans=keep_sdk_spans
+    )
+
+
+def instrument_client(
+    client: Any,
+    *,
+    target: str | None = None,
+    role: str | None = None,
+    include_usage: bool = True,
+    keep_sdk_spans: bool = False,
+    fallback_target: str | None = None,
+    by_agent: bool = False,
+) -> Any:
+    """:func:`instrument` with the zero-code agent's settings: ``fallback_target`` names the target only when
+    nothing else does, and ``by_agent`` marks the client as the agent's (its ``uninstrument()`` undoes it)."""
     kind = _client_kind(client)
     if kind is None:
         raise TypeError(
@@ -172,7 +205,9 @@ def instrument(
     sdk, provider, is_async = kind
     if _MARK in client.__dict__:
         uninstrument(client)
-    settings = _Settings(provider, sdk, target, role, include_usage, keep_sdk_spans, is_async)
+    settings = _Settings(
+        provider, sdk, target, role, include_usage, keep_sdk_spans, is_async, fallback_target, by_agent
+    )
     for name in _INSTANCE_METHODS:
         if name in client.__dict__:
             settings.saved[name] = client.__dict__[name]
@@ -188,7 +223,15 @@ def instrument(
     def copy(*args: Any, **kwargs: Any) -> Any:
         copied = original_copy(*args, **kwargs)
         try:
-            instrument(copied, target=target, role=role, include_usage=include_usage, keep_sdk_spans=keep_sdk_spans)
+            instrument_client(
+                copied,
+                target=target,
+                role=role,
+                include_usage=include_usage,
+                keep_sdk_spans=keep_sdk_spans,
+                fallback_target=fallback_target,
+                by_agent=by_agent,
+            )
         except Exception:
             report_internal_error("instrumenting a client copy")
         return copied
@@ -201,6 +244,12 @@ def instrument(
         client._lazy_tracer = None  # the SDK's own span would count this call a second time
     client.__dict__[_MARK] = settings
     return client
+
+
+def instrumented_by_agent(client: Any) -> bool:
+    """Whether the zero-code agent (not a call to instrument()) set up this client's instrumentation."""
+    settings = client.__dict__.get(_MARK)
+    return settings is not None and settings.by_agent
 
 
 def _original(client: Any, client_ref: weakref.ref[Any], name: str) -> Any:
@@ -298,8 +347,13 @@ def _start(settings: _Settings, route: _Route, options: Any, stream: bool) -> tu
         attributes = route.plain_attributes.copy()
     else:
         attributes = scope_attributes(route.own, settings.explicit)
+        if settings.fallback_target is not None and c.TARGET_ID not in attributes:
+            attributes[c.TARGET_ID] = settings.fallback_target
         if scope is not None and scope.frame is not None:
             scope.frame.nested_calls += 1
+    parent = _get_current_span()
+    if parent.is_recording():
+        mark_enclosing_duplicates(parent)  # other instrumentations' spans around this very call
     if model.__class__ is not str:
         model = None
     else:
@@ -315,6 +369,7 @@ _REQUEST_STREAM = c.GEN_AI_REQUEST_STREAM
 _attach = otel_context.attach
 _detach = otel_context.detach
 _set_span_in_context = trace.set_span_in_context
+_get_current_span = trace.get_current_span
 
 
 def _settle(

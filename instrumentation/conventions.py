@@ -42,6 +42,10 @@ ROLE_APPLICATION: Final = "application"
 ROLE_ORCHESTRATION: Final = "orchestration"
 """A harness's or evaluator's own LLM calls: stored, never counted as the application's evidence."""
 ROLES: Final = (ROLE_APPLICATION, ROLE_ORCHESTRATION)
+ROLE_DUPLICATE: Final = "duplicate"
+"""Set on another instrumentation's span of a call a meritlens span also records (its parent or child), so the
+call counts once. Not one of ROLES: the collector stores such a span with no role (the mark stays in its
+attributes), and only spans of role application are counted."""
 
 # --- OpenTelemetry GenAI semantic conventions ------------------------------------------------------
 GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
