@@ -15,7 +15,7 @@ import asyncio
 import math
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from meritlens.analytics._catalogue import METRICS, Direction
@@ -23,6 +23,8 @@ from meritlens.analytics._schema import SPANS_TABLE, WINDOWS_TABLE
 from meritlens.collector.serve import _health
 
 METRICS_PATH = "/metrics"
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+"""The text format every Prometheus server reads (generate_latest writes it for names like ours)."""
 
 UNIT_NAMES: dict[str, str] = {
     "s": "seconds", "USD": "usd", "tokens": "tokens", "ratio": "ratio", "score": "score", "steps": "steps",
@@ -150,4 +152,4 @@ class MetricsEndpoint:
 
     async def metrics(self, request: web.Request) -> web.Response:
         body = await asyncio.get_running_loop().run_in_executor(None, self.exposition)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST, "Cache-Control": "no-store"})
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE, "Cache-Control": "no-store"})

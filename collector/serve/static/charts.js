@@ -116,7 +116,8 @@
       f.svg.appendChild(svgEl("path", { class: "line " + s.cls, d: path.replace(/ +/g, " ").trim(), fill: "none" }));
     });
     const legend = el("div", { class: "chart-legend" },
-      series.map((s) => el("span", { class: "key " + s.cls }, s.name)));
+      series.map((s) => el("span", { class: "key " + s.cls },
+        s.name + (s.values.some(ML.isNum) ? "" : " (not reported)"))));
     return el("div", { class: "chart" }, el("h4", {}, title), f.svg, series.length > 1 ? legend : null);
   };
 

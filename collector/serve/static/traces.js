@@ -115,7 +115,7 @@
         ML.isNum(s.input_tokens) || ML.isNum(s.output_tokens)
           ? `${ML.formatNumber(s.input_tokens, "count") || "—"} in / ${ML.formatNumber(s.output_tokens, "count") || "—"} out tokens` : null,
         ML.isNum(s.cost_usd) ? ML.formatNumber(s.cost_usd, "USD") : null,
-        ML.isNum(s.retries) && s.retries > 0 ? ML.plural(s.retries, "retry").replace("retrys", "retries") : null,
+        ML.isNum(s.retries) && s.retries > 0 ? `${s.retries} ${s.retries === 1 ? "retry" : "retries"}` : null,
         ML.isNum(s.tool_calls) && s.tool_calls > 0 ? ML.plural(s.tool_calls, "tool call") : null,
         s.tool_name ? "tool " + s.tool_name : null,
       ].filter(Boolean).join(" · ");
