@@ -74,6 +74,13 @@ def test_each_target_page_of_the_examples(fed, tmp_path, target):
     row = section.find("tr", data_metric="input_tokens")
     assert squash(row.find("td", class_="value").text) == f"{int(windows['input_tokens']['value']):,} tokens"
     assert row.find("a", class_="evidence-link")
+    # the histogram's axis says the unit its ticks are in: read in that unit, they span the latencies
+    latencies = [t["end_to_end_latency"] for t in _api(fed, "tasks", target=target)["tasks"]]
+    histogram = section.find("svg", data_plot="latency")
+    title = histogram.find_all("text", class_="axis-title")[0].text
+    scale = {"latency per task (ms)": 1e-3, "latency per task (s)": 1.0}[title]
+    ticks = [float(t.text) * scale for t in histogram.find_all("text", class_="tick") if "x" in t.attrs["class"].split()]
+    assert ticks[0] <= min(latencies) and max(latencies) / 2 <= ticks[-1] <= 2 * max(latencies) + 0.5
     assert screenshot(url, tmp_path / "target.png", tmp_path / "chromium", size=(1280, 1600)) == (1280, 1600)
 
 

@@ -102,6 +102,7 @@ def test_traces_are_listed_filtered_and_opened_as_a_span_tree(collector):
         assert "status=error" in page.evaluate("location.search")  # the filter is kept in the address
         page.evaluate("document.querySelector('table.traces tbody tr a').click()")
         page.wait_for(f"!!document.querySelector('section.trace-view[data-trace=\"{failing}\"]')")
+        trace_url = page.evaluate("location.href")
         spans = page.evaluate("[...document.querySelectorAll('li.span')].map(li => [li.dataset.depth, "
                               "li.querySelector('.span-name').textContent, li.querySelector('.span-figures').textContent])")
         assert spans == [["0", "task err-bot/answer", ""], ["1", "chat other-model", "40 in / — out tokens · 2 retries"]]
@@ -115,7 +116,12 @@ def test_traces_are_listed_filtered_and_opened_as_a_span_tree(collector):
         assert rows["attributes.app.note"] == "kept <b>as text</b>" and rows["error_type"] == "timeout"
         assert page.evaluate("document.querySelectorAll('li.span b').length") == 0
         page.call("Page.captureScreenshot")  # renders without error
+        # a custom time range: the traces that started from 22:15 on (T0 is 22:13:20 UTC)
+        page.navigate(_page(collector, view="traces", range="custom", **{"from": "2023-11-14T22:15:00Z"}))
+        page.wait_for("document.querySelectorAll('table.traces tbody tr').length === 3")
+        assert page.evaluate("document.querySelector('input[name=\"from\"]').value") == "2023-11-14T22:15:00Z"
         assert page.exceptions == []
+    assert trace_url.startswith(collector.url + "/?view=trace&trace=" + failing)
 
 
 def test_every_window_leads_to_its_spans_and_two_clicks_to_a_trace(collector):

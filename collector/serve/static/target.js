@@ -38,7 +38,8 @@
     return el("label", {}, label + " ", node);
   }
 
-  function rangeControls(state, apply) {
+  // The range selector, and with `custom` the from/to fields (ISO 8601, UTC).
+  ML.rangeFields = function (state, apply, label) {
     const range = state.get("range") || "all";
     const input = (name) => {
       const node = el("input", { type: "text", name, size: 20, placeholder: "2026-01-31T12:00:00Z",
@@ -46,9 +47,13 @@
       node.addEventListener("change", () => apply({ [name]: node.value.trim() }));
       return node;
     };
+    return [select(label || "range", "range", RANGES, range, (value) => apply({ range: value })),
+      range === "custom" ? el("span", { class: "custom" }, "from ", input("from"), " to ", input("to")) : null];
+  };
+
+  function rangeControls(state, apply) {
     const form = el("form", { class: "controls", "aria-label": "time range" },
-      select("range", "range", RANGES, range, (value) => apply({ range: value })),
-      range === "custom" ? el("span", { class: "custom" }, "from ", input("from"), " to ", input("to")) : null,
+      ML.rangeFields(state, apply),
       select("bucket", "bucket", BUCKETS.map((b) => [b, b]), state.get("bucket") || "auto", (value) => apply({ bucket: value })));
     form.addEventListener("submit", (event) => event.preventDefault());
     return form;

@@ -22,17 +22,9 @@
       status.appendChild(option);
     }
     status.addEventListener("change", () => apply({ status: status.value }));
-    const range = el("select", { name: "range", "aria-label": "range" });
-    for (const [key, text] of [["all", "all"], ["hour", "last hour"], ["day", "last day"], ["week", "last week"]]) {
-      const option = el("option", {}, text);
-      option.value = key;
-      option.selected = key === (state.get("range") || "all");
-      range.appendChild(option);
-    }
-    range.addEventListener("change", () => apply({ range: range.value }));
     const form = el("form", { class: "controls", "aria-label": "trace filters" },
       field("target", "target", "any target"), field("model", "model", "any model"),
-      el("label", {}, "status ", status), el("label", {}, "started ", range));
+      el("label", {}, "status ", status), ML.rangeFields(state, apply, "started"));
     form.addEventListener("submit", (event) => event.preventDefault());
     return form;
   }
