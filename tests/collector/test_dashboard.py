@@ -288,6 +288,20 @@ def test_readiness_against_the_profiles_serve_loaded(tmp_path):
         assert newcomer.find("div", data_profile="newcomer").find("span", data_verdict="coverage").text == "coverage not ready"
         assert newcomer.find("p", data_plot="latency").text == "No task has a latency yet."
         screenshot(_target_url(collector), tmp_path / "readiness.png", tmp_path / "chromium", size=(1280, 1400))
+
+        # The overview says which targets are not ready, and what each misses.
+        rows = {r["target_id"]: r for r in _get(collector, "/api/dashboard/overview").json()["targets"]}
+        assert rows[TARGET]["readiness"] == {"source": "profile", "profiles": ["support"], "ready": False,
+                                             "baseline_ready": False, "missing": ["task_success"]}
+        assert rows["new-bot/answer"]["spans"] == 0 and rows["new-bot/answer"]["total_cost"] is None
+        assert rows[XSS_TARGET]["readiness"] is None  # no profile names it
+        overview = parse_dom(dump_dom(collector.url + "/?refresh=0", tmp_path / "chromium"))
+        not_ready = overview.find("div", data_callout="not-ready")
+        assert sorted(a.text for a in not_ready.find_all("a")) == ["new-bot/answer", TARGET]
+        assert squash(not_ready.find("div", class_="callout-note").text) == "2 of 2 profiled targets"
+        cell = overview.find("tr", data_target=TARGET).find("td", data_col="readiness")
+        assert cell.text == "not ready" and cell.find("span").attrs["title"] == "missing: task_success"
+        assert overview.find("tr", data_target=XSS_TARGET).find("td", data_col="readiness").text == "no profile"
     finally:
         collector.stop()
 

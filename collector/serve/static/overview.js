@@ -8,7 +8,7 @@
 
   function readinessText(r) {
     if (!r) return "no profile";
-    return r.baseline_ready ? "ready" : r.ready ? "coverage only" : "not ready";
+    return r.baseline_ready ? "ready" : r.ready ? "baseline not ready" : "not ready";
   }
 
   const COLUMNS = [
@@ -81,7 +81,9 @@
       const r = row.readiness;
       return el("td", { "data-col": "readiness" }, el("span", {
         class: "verdict " + (!r ? "none" : r.baseline_ready ? "ready" : "not-ready"),
-        title: r && r.missing && r.missing.length ? "missing: " + r.missing.join(", ") : "" }, value));
+        title: !r ? "" : r.missing && r.missing.length ? "missing: " + r.missing.join(", ")
+          : r.baseline_ready ? "" : "every required metric is covered; some lack the evidence the profile asks for" },
+        value));
     }
     if (column.key === "last_seen") return el("td", { "data-col": "last_seen" }, ML.formatTime(value));
     if (column.unit === "count") return el("td", { class: "num", "data-col": column.key }, ML.intFormat.format(value || 0));
