@@ -237,3 +237,20 @@ def test_the_target_page_draws_each_figure_over_time_with_labelled_axes(collecto
         assert clipped == []
         assert page.exceptions == []
     screenshot(url, tmp_path / "target.png", tmp_path / "chromium", size=(1280, 1600))
+
+
+def test_a_refresh_waits_while_a_person_types_in_a_field(collector, tmp_path):
+    known_spans(collector)
+    tokens = ("document.querySelector('tr[data-metric=\"input_tokens\"] td.value').textContent")
+    with DevToolsPage(tmp_path / "chromium") as page:
+        page.navigate(_page(collector, view="target", target=TARGET, range="custom", refresh="1"))
+        page.wait_for(f"{tokens} === '500 tokens'")
+        page.evaluate("""(() => { const field = document.querySelector('input[name="from"]');
+                                  field.focus(); field.value = '2023-11'; field.dataset.mark = 'typing'; })()""")
+        post(collector, [make_span({c.TARGET_ID: TARGET, c.GEN_AI_USAGE_INPUT_TOKENS: 100}, start_ns=T0)])
+        page.evaluate("new Promise(r => setTimeout(r, 2500))")  # two refresh periods
+        assert page.evaluate("document.activeElement.dataset.mark") == "typing"  # the field was not redrawn
+        assert page.evaluate(tokens) == "500 tokens"
+        page.evaluate("document.activeElement.blur()")
+        page.wait_for(f"{tokens} === '600 tokens'")
+        assert page.exceptions == []

@@ -91,7 +91,14 @@
   function schedule() {
     if (timer) clearInterval(timer);
     timer = null;
-    if (document.getElementById("auto-refresh").checked) timer = setInterval(refresh, REFRESH_SECONDS * 1000);
+    if (document.getElementById("auto-refresh").checked) timer = setInterval(tick, REFRESH_SECONDS * 1000);
+  }
+
+  // A refresh redraws the view: not while a person is typing in one of its fields.
+  function tick() {
+    const active = document.activeElement;
+    if (active && active.matches("#view input, #view select")) return;
+    refresh();
   }
 
   function navigation() {
