@@ -207,7 +207,8 @@ def traces_sql(*, target: str | None, model: str | None, status: str | None, spa
 SELECT trace_id, min(start_time) AS start_time,
   (max(end_unix_nano) - min(start_unix_nano)) / 1e9 AS duration_s,
   count(*) AS spans,
-  arg_min(name, CASE WHEN parent_span_id IS NULL THEN 0 ELSE 1 END * 1e19 + start_unix_nano) AS root_name,
+  coalesce(arg_min(name, start_unix_nano) FILTER (WHERE parent_span_id IS NULL), arg_min(name, start_unix_nano))
+    AS root_name,
   list(DISTINCT target_id ORDER BY target_id) FILTER (WHERE target_id IS NOT NULL) AS targets,
   list(DISTINCT {_MODEL} ORDER BY {_MODEL}) FILTER (WHERE {_MODEL} IS NOT NULL) AS models,
   sum(cost_usd) AS cost_usd, count(cost_usd) AS priced_spans,

@@ -77,6 +77,9 @@ def test_traces_are_listed_filtered_and_opened_as_a_span_tree(collector):
     failing = _failing_trace(collector)
     everything = _get(collector, "/api/dashboard/traces")["traces"]
     assert len(everything) == 7  # four single-call tasks, task 5's trace, the markup target's, err-bot's
+    listed = next(t for t in everything if t["trace_id"] == failing)
+    assert (listed["root_name"], listed["spans"], listed["errors"], listed["retries"]) == ("task err-bot/answer", 2, 1, 2)
+    assert listed["duration_s"] == pytest.approx(3.0) and listed["cost_usd"] is None  # nothing priced: unknown
     mine = _get(collector, "/api/dashboard/traces", target=TARGET)["traces"]
     assert len(mine) == 5 and mine[0]["trace_id"] == TASK5_TRACE  # most recent first
     assert mine[0]["cost_usd"] == pytest.approx(0.5) and mine[0]["priced_spans"] == 1 and mine[0]["spans"] == 2
