@@ -106,6 +106,7 @@ def test_traces_a_trace_and_evidence_of_the_examples_stay_on_this_machine(fed, t
         page.call("Page.captureScreenshot")
         assert page.exceptions == []
         assert page.requests and all(url.startswith(fed.url + "/") for url in page.requests), page.requests
-    trace = traces[0]["trace_id"]
-    shot = tmp_path / "trace.png"
-    assert screenshot(_page(fed, view="trace", trace=trace), shot, tmp_path / "chromium") == (1280, 900)
+    pages = {"traces.png": _page(fed, view="traces"), "trace.png": _page(fed, view="trace", trace=traces[0]["trace_id"]),
+             "evidence.png": _page(fed, view="evidence", target="order-bot/agent", metric="end_to_end_latency")}
+    for name, url in pages.items():
+        assert screenshot(url, tmp_path / name, tmp_path / "chromium") == (1280, 900)
