@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test install bench clean browser bytecode
+.PHONY: run test install bench clean browser prometheus bytecode
 
 # setup.py builds the native span scanner (collector/process/_spanscan.c): a change to it reinstalls.
 $(STAMP): pyproject.toml setup.py collector/process/_spanscan.c
@@ -34,10 +34,20 @@ browser:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	fi
 
+# The /metrics test has Debian's Prometheus server scrape a collector. Installed like chromium: once,
+# only when missing and only as root; elsewhere install the `prometheus` package yourself.
+PROMETHEUS := /usr/bin/prometheus
+
+prometheus:
+	@if [ ! -x $(PROMETHEUS) ] && [ "$$(id -u)" = "0" ]; then \
+		echo "installing prometheus (Debian package) for the /metrics test"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; \
+	fi
+
 # The suite runs in one pytest worker per core (pytest-xdist): most of its time is the collector and
 # CLI processes it starts. Each test file stays on one worker (--dist loadfile): a module's tests may share its
 # collector and run in order. PYTEST_ARGS comes last, so PYTEST_ARGS="-n 0" runs it in one process.
-test: bytecode browser
+test: bytecode browser prometheus
 	$(BIN)/python -m pytest -n auto --dist loadfile $(PYTEST_ARGS)
 
 bench: bytecode

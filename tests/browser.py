@@ -141,12 +141,14 @@ class DevToolsPage:
     """A headless Chromium with one page, driven over the DevTools Protocol.
 
     ``evaluate(js)`` returns the expression's value; ``wait_for(js)`` polls until it is truthy.
-    Uncaught page exceptions are collected in ``exceptions``."""
+    Uncaught page exceptions are collected in ``exceptions``; with ``call("Network.enable")``, the
+    URLs the page requests in ``requests``."""
 
     def __init__(self, profile: Path, *, size: tuple[int, int] = (1280, 900)):
         self._args = [require_chromium(), *_FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0",
                       "--remote-allow-origins=*", f"--window-size={size[0]},{size[1]}", "about:blank"]
         self.exceptions: list[str] = []
+        self.requests: list[str] = []  # URLs the page asked for, once Network.enable was called
         self._loop = asyncio.new_event_loop()
         self._next_id = 0
         self._proc: subprocess.Popen | None = None
@@ -202,6 +204,8 @@ class DevToolsPage:
         await self._ws.send_str(json.dumps({"id": call_id, "method": method, "params": params}))
         while True:
             message = await asyncio.wait_for(self._ws.receive_json(), timeout)
+            if message.get("method") == "Network.requestWillBeSent":
+                self.requests.append(message["params"]["request"]["url"])
             if message.get("method") == "Runtime.exceptionThrown":
                 details = message["params"]["exceptionDetails"]
                 self.exceptions.append(details.get("exception", {}).get("description") or details.get("text", "?"))

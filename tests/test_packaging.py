@@ -45,7 +45,7 @@ def test_the_built_wheel_imports_every_module_in_a_fresh_venv(tmp_path):
     wheels = list(dist.glob("meritlens-*.whl"))
     assert len(wheels) == 1
     with zipfile.ZipFile(wheels[0]) as wheel:  # the dashboard's page ships inside the package
-        assert {f"meritlens/collector/serve/static/{n}" for n in ("index.html", "dashboard.js", "dashboard.css")} <= set(wheel.namelist())
+        assert {f"meritlens/collector/serve/static/{n}" for n in ("index.html", "app.js", "dashboard.css")} <= set(wheel.namelist())
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"

@@ -24,6 +24,7 @@ from google.rpc import code_pb2
 
 from meritlens.collector.process import _otlp
 from meritlens.collector.process._normalize import NormalizeOptions, SpanBatch, normalize
+from meritlens.collector.serve import _health
 from meritlens.collector.serve._pipeline import IngestPipeline, Overloaded
 from meritlens.collector._settings import RETRY_AFTER_SECONDS, SPAN_MEMORY_ESTIMATE_BYTES
 
@@ -169,6 +170,7 @@ class Ingest:
         except Exception:  # a decoder bug must not take the server down; the client gets a Status
             raise _internal("decoding the request failed") from None
         spans = _otlp.count_spans(decoded.lean)
+        _health.received(spans)
         if spans > self._max_spans:
             raise IngestError(
                 413, code_pb2.INVALID_ARGUMENT,

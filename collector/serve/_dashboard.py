@@ -3,7 +3,10 @@
 Routes (all GET, all read-only):
 
 - ``/``, ``/static/<file>``: the page (hand-written HTML, CSS and JavaScript shipped in the
-  package; no build step, nothing fetched from elsewhere);
+  package; no build step, nothing fetched from elsewhere). ``/?view=overview|target|traces|trace|evidence``
+  picks the page; its data is inlined for the first paint when the request may read it;
+- ``/api/dashboard/overview``, ``timeseries``, ``models``, ``traces``, ``trace``, ``evidence``: see
+  collector/serve/_dashboard_api.py;
 - ``/api/dashboard/targets``: every target with application spans, its span and task counts and scopes;
 - ``/api/dashboard/windows?target=&scope=``: stored windows with the catalogue facts of their metric;
 - ``/api/dashboard/tasks?target=&scope=&limit=``: per-task latency and cost of one target (the samples
@@ -31,6 +34,7 @@ from meritlens.analytics._task_samples import TASK_SAMPLE_METRICS, task_samples_
 from meritlens.analytics._views import COVERAGE_VIEW
 from meritlens.analytics._windows import SCOPE_ALL, sql_string
 from meritlens.collector.store._results import json_default
+from meritlens.collector.serve._dashboard_api import Explorer
 from meritlens.collector._settings import (
     API_ARROW_PATH,
     API_PROFILES_PATH,
@@ -58,10 +62,11 @@ MAX_TASK_LIMIT = 20000
 
 _WINDOW_SELECT = ", ".join(f'"{name}"' for name in WINDOW_COLUMN_NAMES)
 _CATALOGUE_ORDER = {spec.id: index for index, spec in enumerate(CATALOGUE)}
-_STATIC_FILES = {
-    "dashboard.js": "text/javascript",
-    "dashboard.css": "text/css",
-}
+_SCRIPTS = ("core.js", "charts.js", "windows.js", "overview.js", "target.js", "traces.js", "app.js")
+"""The page's scripts, in the order index.html loads them."""
+_STATIC_FILES = {**{name: "text/javascript" for name in _SCRIPTS}, "dashboard.css": "text/css"}
+_INITIAL_VIEWS = {"overview", "target", "traces", "trace", "evidence"}
+_INITIAL_MARK = b"<!--initial-data-->"
 _SECURITY_HEADERS = {
     # The page loads only its own script and style and talks only to this collector.
     "Content-Security-Policy": (
@@ -114,9 +119,11 @@ def _error(status: int, message: str) -> web.Response:
 class Dashboard:
     """The page and its endpoints over one SpanStore; `install(app)` adds the routes."""
 
-    def __init__(self, store: SpanStore, *, readiness: ReadinessProvider | None = None):
+    def __init__(self, store: SpanStore, *, readiness: ReadinessProvider | None = None, token=None):
         self._store = store
         self._readiness = readiness
+        self._token = token  # the collector's BearerToken: data is inlined only for a request it accepts
+        self._explorer = Explorer(store, readiness)
         self._index = _static_text("index.html")
         self._static = {name: _static_text(name) for name in _STATIC_FILES}
 
@@ -128,6 +135,7 @@ class Dashboard:
         app.router.add_get(API_TASKS_PATH, self.tasks)
         app.router.add_get(API_PROFILES_PATH, self.profiles)
         app.router.add_get(API_ARROW_PATH, self.arrow)
+        self._explorer.install(app)
 
     async def _query(self, sql: str) -> list[dict]:
         result = await asyncio.get_running_loop().run_in_executor(None, self._store.query, sql)
@@ -135,8 +143,29 @@ class Dashboard:
 
     # --- the page ------------------------------------------------------------------------------
     async def index(self, request: web.Request) -> web.Response:
-        return web.Response(body=self._index, content_type="text/html", charset="utf-8",
-                            headers=_SECURITY_HEADERS)
+        return web.Response(body=self._index.replace(_INITIAL_MARK, await self._initial_data(request)),
+                            content_type="text/html", charset="utf-8", headers=_SECURITY_HEADERS)
+
+    async def _initial_data(self, request: web.Request) -> bytes:
+        """The requested view's data as an inert JSON script element, so the first paint holds it.
+        Nothing is inlined when the collector wants a token the request did not carry (the page
+        then fetches with the token from its URL fragment)."""
+        if self._token is not None and not self._token.accepts(request.headers.get("Authorization")):
+            return b""
+        view = request.query.get("view", "overview")
+        if view not in _INITIAL_VIEWS:
+            return b""
+        query = dict(request.query)
+        if view == "target":
+            query.setdefault("range", "all")
+        try:
+            document = await self._explorer.document("timeseries" if view == "target" else view, query)
+        except ValueError:
+            return b""  # a bad parameter: the page's own request reports it
+        text = json.dumps({"view": view, "query": query, "document": document}, default=json_default)
+        # inside <script> only "</" could end the element; escaping <, > and & keeps the JSON identical
+        text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+        return b'<script type="application/json" id="initial-data">' + text.encode() + b"</script>"
 
     async def static(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]

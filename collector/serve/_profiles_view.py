@@ -49,6 +49,11 @@ class ProfileReadiness:
         return cls(store, load_profiles(paths))
 
     @property
+    def profiles(self) -> list[tuple[str, TaskProfile]]:
+        """(name, profile) of every loaded profile, in load order."""
+        return list(self._profiles)
+
+    @property
     def targets(self) -> list[str]:
         """The targets the profiles name, in load order, once each."""
         return list(dict.fromkeys(profile.target for _, profile in self._profiles))

@@ -12,6 +12,8 @@ from aiohttp import web
 
 from meritlens.collector.receive._auth import BearerToken
 from meritlens.collector.serve._dashboard import Dashboard
+from meritlens.collector.serve._health import count_exports, time_writes
+from meritlens.collector.serve._metrics import MetricsEndpoint
 from meritlens.collector.receive._http import HttpReceiver
 from meritlens.collector.receive._ingest import InflightBudget, Ingest
 from meritlens.collector.process._normalize import NATIVE_SCANNER, NormalizeOptions, check_target_fallback
@@ -94,7 +96,10 @@ class Collector:
             sql_max_rows=s.sql_max_rows, sql_timeout_s=s.sql_timeout_s, window_lag=self.windows.window_lag,
         )
         app = self._http.app()
-        Dashboard(self.store, readiness=self.readiness).install(app)
+        Dashboard(self.store, readiness=self.readiness, token=self.token).install(app)
+        MetricsEndpoint(self.store, readiness=self.readiness).install(app)
+        count_exports(self.ingest)
+        time_writes(self.pipeline)
         self._runner = web.AppRunner(
             app, auto_decompress=False, access_log=None, shutdown_timeout=s.shutdown_timeout_s,
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import urllib.parse
+
 import httpx
 import pytest
 
@@ -10,36 +12,17 @@ from meritlens.instrumentation import conventions as c
 from tests.browser import DevToolsPage, dump_dom, parse_dom, screenshot, squash
 from tests.collector.collector_proc import CollectorProcess as TokenCollector
 from tests.conftest import CollectorProcess, run_cli
+from tests.collector.dashboard_spans import T0, TARGET, XSS_TARGET, known_spans, post
 from tests.otlp_builders import make_request, make_span
 
-T0 = 1_700_000_000 * 10**9
-TARGET = "support-bot/answer"
-XSS_TARGET = """<img src=x onerror="document.body.dataset.pwned=1">'&"</b>\\'--"""
+_post = post
+_known_spans = known_spans
 
 
-def _post(collector, spans) -> None:
-    r = httpx.post(collector.traces_url, content=make_request(spans).SerializeToString(),
-                   headers={"Content-Type": "application/x-protobuf"})
-    assert r.status_code == 200, r.text
-
-
-def _known_spans(collector) -> None:
-    """Five tasks of TARGET: latencies 1..5 s, costs $0.01..$0.04 and one task with an unpriced
-    call; 100 input tokens each. Tasks 1 and 2 are in assessment a1. One span of XSS_TARGET."""
-    spans = []
-    for i, seconds in enumerate((1.0, 2.0, 3.0, 4.0)):
-        attrs = {c.TARGET_ID: TARGET, c.GEN_AI_OPERATION_NAME: "chat", c.GEN_AI_USAGE_INPUT_TOKENS: 100,
-                 c.COST_USD: round(0.01 * (i + 1), 2)}
-        if i < 2:
-            attrs[c.ASSESSMENT_ID] = "a1"
-        spans.append(make_span(attrs, start_ns=T0 + i * 60 * 10**9, duration_s=seconds))
-    # Task 5: two calls 5 s apart end to end; the second is not priced, so the task has no cost.
-    trace = bytes.fromhex("ab" * 16)
-    base = {c.TARGET_ID: TARGET, c.TASK_ID: "task-5", c.GEN_AI_OPERATION_NAME: "chat", c.GEN_AI_USAGE_INPUT_TOKENS: 50}
-    spans.append(make_span({**base, c.COST_USD: 0.5}, trace_id=trace, start_ns=T0 + 300 * 10**9, duration_s=2.0))
-    spans.append(make_span(base, trace_id=trace, start_ns=T0 + 303 * 10**9, duration_s=2.0))
-    spans.append(make_span({c.TARGET_ID: XSS_TARGET, c.GEN_AI_USAGE_INPUT_TOKENS: 7}, start_ns=T0, duration_s=0.25))
-    _post(collector, spans)
+def _target_url(collector, target: str = TARGET, **params) -> str:
+    """The address of a target's page."""
+    query = urllib.parse.urlencode({"refresh": "0", **params, "view": "target", "target": target})
+    return f"{collector.url}/?{query}"
 
 
 def _get(collector, path: str, **params) -> httpx.Response:
@@ -91,6 +74,14 @@ def test_endpoints_refuse_bad_requests_with_a_message(collector):
         ("/api/dashboard/tasks", {"target": "x", "limit": "lots"}, "limit must be an integer"),
         ("/api/dashboard/profiles", {}, "give the target"),
         ("/api/arrow", {"table": "pg_catalog"}, "table must be one of spans, windows"),
+        ("/api/dashboard/timeseries", {}, "give the target"),
+        ("/api/dashboard/timeseries", {"target": "x", "range": "month"}, "range must be one of hour, day, week, all, custom"),
+        ("/api/dashboard/timeseries", {"target": "x", "bucket": "3m"}, "bucket must be auto or one of"),
+        ("/api/dashboard/models", {"target": "x", "range": "custom", "from": "yesterday"}, "from must be an ISO 8601 time"),
+        ("/api/dashboard/traces", {"limit": "0"}, "limit must be an integer from 1 to 500"),
+        ("/api/dashboard/traces", {"status": "broken"}, "status must be ok or error"),
+        ("/api/dashboard/trace", {"trace": "x' or 1=1"}, "trace must be 32 lowercase hex characters"),
+        ("/api/dashboard/evidence", {"target": "x"}, "give the metric"),
     ):
         r = _get(collector, path, **params)
         assert r.status_code == 400 and needle in r.json()["error"], (path, r.text)
@@ -99,13 +90,12 @@ def test_endpoints_refuse_bad_requests_with_a_message(collector):
     page = _get(collector, "/")
     assert page.status_code == 200 and "text/html" in page.headers["content-type"]
     assert "script-src 'self'" in page.headers["content-security-policy"]
-    assert _get(collector, "/static/dashboard.js").headers["content-type"].startswith("text/javascript")
+    assert _get(collector, "/static/app.js").headers["content-type"].startswith("text/javascript")
 
 
 def test_the_page_shows_the_windows_plots_and_escapes_target_ids(collector, tmp_path):
     _known_spans(collector)
-    html = dump_dom(collector.url + "/?refresh=0", tmp_path / "chromium")
-    dom = parse_dom(html)
+    dom = parse_dom(dump_dom(_target_url(collector), tmp_path / "chromium"))
     section = dom.find("section", data_target=TARGET)
 
     def row(metric: str):
@@ -145,17 +135,25 @@ def test_the_page_shows_the_windows_plots_and_escapes_target_ids(collector, tmp_
     assert caption.startswith("4 priced tasks · total $0.1000")
     assert "1 task without a complete price" in caption
     assert section.find("p", data_readiness="no-profile")
-    assert [o.text for o in section.find("select").find_all("option")] == ["all spans", "assessment a1"]
+    assert [o.text for o in section.find("select", name="scope").find_all("option")] == ["all spans", "assessment a1"]
+    # Each window links to the spans behind it.
+    link = row("input_tokens").find("a", class_="evidence-link")
+    assert urllib.parse.parse_qs(link.attrs["href"].split("?", 1)[1]) == {
+        "view": ["evidence"], "target": [TARGET], "scope": ["all"], "metric": ["input_tokens"], "refresh": ["0"]}
+    assert row("output_tokens").find_all("a") == []  # no sample: no evidence to show
 
-    # A target id full of markup is shown as text and never runs.
-    evil = dom.find("section", data_target=XSS_TARGET)
+    # A target id full of markup is shown as text and never runs: in the overview and on its page.
+    html = dump_dom(collector.url + "/?refresh=0", tmp_path / "chromium")
+    overview = parse_dom(html)
+    assert any(a.text == XSS_TARGET for a in overview.find("table", id="overview-table").find_all("a"))
+    assert overview.find_all("img") == [] and "data-pwned" not in html and "<img" not in html
+    html = dump_dom(_target_url(collector, XSS_TARGET), tmp_path / "chromium")
+    evil = parse_dom(html).find("section", data_target=XSS_TARGET)
     assert evil.find("h2", class_="target-id").text == XSS_TARGET
-    assert any(a.text == XSS_TARGET for a in dom.find("nav").find_all("a"))
-    assert dom.find_all("img") == []
-    assert "data-pwned" not in html and "<img" not in html
+    assert parse_dom(html).find_all("img") == [] and "data-pwned" not in html and "<img" not in html
     assert evil.find("tr", data_metric="end_to_end_latency").attrs["data-state"] == "insufficient_evidence"
 
-    width, height = screenshot(collector.url + "/?refresh=0", tmp_path / "dashboard.png", tmp_path / "chromium")
+    width, height = screenshot(_target_url(collector), tmp_path / "dashboard.png", tmp_path / "chromium")
     assert (width, height) == (1280, 900)
     assert (tmp_path / "dashboard.png").stat().st_size > 20_000  # a rendered page, not a blank one
 
@@ -165,13 +163,13 @@ def test_the_page_refreshes_itself_and_switches_scope(collector, tmp_path):
     value = ("(document.querySelector('section[data-target=\"support-bot/answer\"] "
              "tr[data-metric=\"input_tokens\"] td.value') || {}).textContent")
     with DevToolsPage(tmp_path / "chromium") as page:
-        page.navigate(collector.url + "/?refresh=1")
+        page.navigate(_target_url(collector, refresh="1"))
         assert page.wait_for(f"{value} === '500 tokens' && {value}")
         _post(collector, [make_span({c.TARGET_ID: TARGET, c.GEN_AI_USAGE_INPUT_TOKENS: 100}, start_ns=T0)])
         assert page.wait_for(f"{value} === '600 tokens'", timeout=10)
         assert page.evaluate("document.getElementById('updated').textContent").startswith("updated ")
 
-        page.evaluate("""(() => { const s = document.querySelector('section[data-target="support-bot/answer"] select');
+        page.evaluate("""(() => { const s = document.querySelector('section[data-target="support-bot/answer"] select[name="scope"]');
                                   s.value = 'a1'; s.dispatchEvent(new Event('change')); })()""")
         page.wait_for("document.querySelector('section[data-target=\"support-bot/answer\"]').dataset.scope === 'a1'")
         assert page.wait_for(f"{value} === '200 tokens'")
@@ -272,7 +270,7 @@ def test_readiness_against_the_profiles_serve_loaded(tmp_path):
         assert targets["new-bot/answer"]["spans"] == 0
         assert _get(collector, "/api/dashboard/profiles", target="new-bot/answer").json()["reports"][0]["covered"] == []
 
-        dom = parse_dom(dump_dom(collector.url + "/?refresh=0", tmp_path / "chromium"))
+        dom = parse_dom(dump_dom(_target_url(collector), tmp_path / "chromium"))
         panel = dom.find("section", data_target=TARGET).find("div", class_="readiness")
         profile = panel.find("div", data_profile="support")
         assert profile.find("span", data_verdict="coverage").text == "coverage not ready"
@@ -285,10 +283,25 @@ def test_readiness_against_the_profiles_serve_loaded(tmp_path):
             "task_success": ("missing", "✗ task_success 0/5"),
         }
         assert "total_task_cost: 4 of 5 samples" in [li.text for li in profile.find("ul", class_="problems").find_all("li")]
-        newcomer = dom.find("section", data_target="new-bot/answer")
+        newcomer = parse_dom(dump_dom(_target_url(collector, "new-bot/answer"), tmp_path / "chromium")).find(
+            "section", data_target="new-bot/answer")
         assert newcomer.find("div", data_profile="newcomer").find("span", data_verdict="coverage").text == "coverage not ready"
         assert newcomer.find("p", data_plot="latency").text == "No task has a latency yet."
-        screenshot(collector.url + "/?refresh=0", tmp_path / "readiness.png", tmp_path / "chromium", size=(1280, 1400))
+        screenshot(_target_url(collector), tmp_path / "readiness.png", tmp_path / "chromium", size=(1280, 1400))
+
+        # The overview says which targets are not ready, and what each misses.
+        rows = {r["target_id"]: r for r in _get(collector, "/api/dashboard/overview").json()["targets"]}
+        assert rows[TARGET]["readiness"] == {"source": "profile", "profiles": ["support"], "ready": False,
+                                             "baseline_ready": False, "missing": ["task_success"]}
+        assert rows["new-bot/answer"]["spans"] == 0 and rows["new-bot/answer"]["total_cost"] is None
+        assert rows[XSS_TARGET]["readiness"] is None  # no profile names it
+        overview = parse_dom(dump_dom(collector.url + "/?refresh=0", tmp_path / "chromium"))
+        not_ready = overview.find("div", data_callout="not-ready")
+        assert sorted(a.text for a in not_ready.find_all("a")) == ["new-bot/answer", TARGET]
+        assert squash(not_ready.find("div", class_="callout-note").text) == "2 of 2 profiled targets"
+        cell = overview.find("tr", data_target=TARGET).find("td", data_col="readiness")
+        assert cell.text == "not ready" and cell.find("span").attrs["title"] == "missing: task_success"
+        assert overview.find("tr", data_target=XSS_TARGET).find("td", data_col="readiness").text == "no profile"
     finally:
         collector.stop()
 
@@ -300,7 +313,7 @@ def test_the_last_recorded_check_shows_without_a_profile(collector, tmp_path):
     assert proc.returncode == 1  # not ready; the check is recorded by the collector
     [recorded] = _get(collector, "/api/dashboard/profiles", target=TARGET).json()["recorded"]
     assert (recorded["scope"], recorded["ready"], recorded["missing"]) == ("all", False, ["task_success"])
-    dom = parse_dom(dump_dom(collector.url + "/?refresh=0", tmp_path / "chromium"))
+    dom = parse_dom(dump_dom(_target_url(collector), tmp_path / "chromium"))
     panel = dom.find("section", data_target=TARGET).find("div", data_readiness="recorded")
     assert panel.find("span", data_verdict="coverage").text == "coverage not ready"
     assert "last recorded check, scope all" in squash(panel.find("div", class_="caption").text)
@@ -324,15 +337,22 @@ def test_with_a_bearer_token_the_page_loads_and_sends_the_token_from_the_fragmen
             r = client.post("/v1/traces", content=make_request(spans).SerializeToString(),
                             headers={"Content-Type": "application/x-protobuf"})
         assert r.status_code == 200
-        assert _get(collector, "/").status_code == 200  # the page and its files hold no data
-        assert _get(collector, "/static/dashboard.js").status_code == 200
-        for path in ("/api/dashboard/targets", "/api/dashboard/windows", "/api/arrow"):
+        page = _get(collector, "/")
+        assert page.status_code == 200 and "initial-data" not in page.text  # without the token it holds no data
+        assert TARGET in httpx.get(collector.url + "/", headers=collector.headers()).text  # with it, the first paint does
+        assert _get(collector, "/static/app.js").status_code == 200
+        for path in ("/api/dashboard/targets", "/api/dashboard/windows", "/api/arrow", "/api/dashboard/overview",
+                     "/api/dashboard/traces", "/metrics"):
             assert _get(collector, path).status_code == 401, path
         assert httpx.post(collector.url + "/", content=b"x").status_code == 401  # only GET is public
 
-        dom = parse_dom(dump_dom(collector.url + "/?refresh=0#token=s3cret-token", tmp_path / "chromium"))
+        dom = parse_dom(dump_dom(_target_url(collector) + "#token=s3cret-token", tmp_path / "chromium"))
         row = dom.find("section", data_target=TARGET).find("tr", data_metric="input_tokens")
         assert squash(row.find("td", class_="value").text) == "100 tokens"
+        # links between the pages keep the token
+        assert row.find("a", class_="evidence-link").attrs["href"].endswith("#token=s3cret-token")
+        overview = parse_dom(dump_dom(collector.url + "/?refresh=0#token=s3cret-token", tmp_path / "chromium"))
+        assert overview.find("tr", data_target=TARGET).find("td", data_col="tasks").text == "1"
 
         dom = parse_dom(dump_dom(collector.url + "/?refresh=0", tmp_path / "chromium"))
         banner = dom.find("div", id="banner")

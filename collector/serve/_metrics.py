@@ -1,0 +1,155 @@
+"""`GET /metrics`: the windows and the collector's health in the Prometheus exposition format.
+
+Each measured window is a gauge named after its unit (``meritlens_window_seconds``,
+``meritlens_window_usd``, ...) labelled by target, metric, scope and aggregation; a window that
+holds no value is not exported as a number (missing is never zero), and
+``meritlens_window_measured`` says which windows are measured. With task profiles loaded,
+``meritlens_profile_metric_covered`` and ``meritlens_profile_metric_within_constraint`` carry the
+readiness the alert rules in docs/prometheus.md watch. Everything is read at scrape time through
+the store's read-only query; the route sits behind the same bearer token as the other endpoints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from meritlens.analytics._catalogue import METRICS, Direction
+from meritlens.analytics._schema import SPANS_TABLE, WINDOWS_TABLE
+from meritlens.collector.serve import _health
+
+METRICS_PATH = "/metrics"
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+"""The text format every Prometheus server reads (generate_latest writes it for names like ours)."""
+
+UNIT_NAMES: dict[str, str] = {
+    "s": "seconds", "USD": "usd", "tokens": "tokens", "ratio": "ratio", "score": "score", "steps": "steps",
+    "tasks/s": "tasks_per_second",
+}
+"""Catalogue unit -> the Prometheus name suffix of its windows' gauge."""
+
+_WINDOW_LABELS = ["target", "metric", "scope", "aggregation"]
+_WINDOWS_SQL = (f"SELECT target_id, metric, scope, aggregation, unit, value, sample_count, state "
+                f"FROM {WINDOWS_TABLE} ORDER BY target_id, metric, scope")
+
+
+def unit_name(unit: str) -> str:
+    return UNIT_NAMES.get(unit) or "".join(ch if ch.isalnum() else "_" for ch in unit.lower())
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+class WindowCollector:
+    """A prometheus_client collector reading the store at each scrape."""
+
+    def __init__(self, store, readiness=None):
+        self._store = store
+        self._readiness = readiness
+        self._stored_at_start = self._span_rows()
+        self._duplicates = 0
+
+    def _span_rows(self) -> int:
+        return self._store.query(f"SELECT count(*) FROM {SPANS_TABLE}").rows[0][0]
+
+    def describe(self):
+        return []  # the families depend on the stored windows; nothing to check at registration
+
+    def collect(self):
+        yield from self._windows()
+        yield from self._store_health()
+        if self._readiness is not None:
+            yield from self._profiles()
+
+    def _windows(self):
+        rows = self._store.query(_WINDOWS_SQL).rows
+        values: dict[str, GaugeMetricFamily] = {}
+        samples = GaugeMetricFamily("meritlens_window_samples", "Samples that fed the window.", labels=_WINDOW_LABELS)
+        measured = GaugeMetricFamily("meritlens_window_measured",
+                                     "1 when the window is measured (a finite value with enough evidence), else 0.",
+                                     labels=_WINDOW_LABELS)
+        for target, metric, scope, aggregation, unit, value, sample_count, state in rows:
+            labels = [target, metric, scope, aggregation]
+            samples.add_metric(labels, sample_count)
+            measured.add_metric(labels, 1 if state == "measured" else 0)
+            if state != "measured" or not _finite(value):
+                continue
+            name = f"meritlens_window_{unit_name(unit)}"
+            if name not in values:
+                values[name] = GaugeMetricFamily(
+                    name, f"Value of each measured window whose unit is {unit}.", labels=_WINDOW_LABELS)
+            values[name].add_metric(labels, value)
+        yield from values.values()
+        yield samples
+        yield measured
+
+    def _store_health(self):
+        # Read in this order so that a move of staged rows between the reads makes the duplicates
+        # look smaller, never larger; the counter only grows.
+        accepted = _health.accepted_total()
+        staged = self._store.staged_rows()
+        stored = self._span_rows() - self._stored_at_start
+        self._duplicates = max(self._duplicates, int(accepted) - staged - stored)
+        yield CounterMetricFamily("meritlens_spans_stored", "Spans this collector stored in the span table.",
+                                  value=stored)
+        yield CounterMetricFamily("meritlens_spans_duplicates_dropped",
+                                  "Acknowledged spans that were already stored (a retried export), not stored again.",
+                                  value=self._duplicates)
+        yield GaugeMetricFamily("meritlens_staging_rows", "Span rows durable in the staging log, not yet in the "
+                                "span table.", value=staged)
+        batches, rows = self._store.window_lag()
+        yield GaugeMetricFamily("meritlens_window_lag_rows", "Stored span rows the windows do not include yet.",
+                                value=rows)
+
+    def _profiles(self):
+        covered = GaugeMetricFamily(
+            "meritlens_profile_metric_covered",
+            "1 when a required metric of the profile has a live collector (a finite window value), else 0.",
+            labels=["profile", "target", "metric"])
+        within = GaugeMetricFamily(
+            "meritlens_profile_metric_within_constraint",
+            "1 when the window's value (in the profile's aggregation) meets the profile's constraint, 0 when "
+            "it does not; absent without a constraint or a value.", labels=["profile", "target", "metric"])
+        ready = GaugeMetricFamily("meritlens_profile_ready", "1 when the target's baseline is ready for the profile.",
+                                  labels=["profile", "target"])
+        constraints = {(name, p.target): p for name, p in getattr(self._readiness, "profiles", [])}
+        for target in self._readiness.targets:
+            for report in self._readiness(target)["reports"]:
+                name = report["profile"]
+                ready.add_metric([name, target], 1 if report["baseline_ready"] else 0)
+                plans = constraints[(name, target)].metrics if (name, target) in constraints else {}
+                for detail in report["metrics"]:
+                    metric = detail["metric"]
+                    covered.add_metric([name, target, metric], 1 if detail["live"] else 0)
+                    plan = plans.get(metric)
+                    if plan is None or plan.constraint is None or not _finite(detail["value"]):
+                        continue
+                    higher = METRICS[metric].direction is Direction.HIGHER
+                    ok = detail["value"] >= plan.constraint if higher else detail["value"] <= plan.constraint
+                    within.add_metric([name, target, metric], 1 if ok else 0)
+        yield covered
+        yield within
+        yield ready
+
+
+class MetricsEndpoint:
+    """`GET /metrics` over one store: the windows' registry and the process's health registry."""
+
+    def __init__(self, store, readiness=None):
+        self._registry = CollectorRegistry(auto_describe=False)
+        self._registry.register(WindowCollector(store, readiness))
+
+    def install(self, app: web.Application) -> None:
+        app.router.add_get(METRICS_PATH, self.metrics)
+
+    def exposition(self) -> bytes:
+        return generate_latest(_health.REGISTRY) + generate_latest(self._registry)
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        body = await asyncio.get_running_loop().run_in_executor(None, self.exposition)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE, "Cache-Control": "no-store"})
