@@ -97,7 +97,7 @@ class Collector:
         )
         app = self._http.app()
         Dashboard(self.store, readiness=self.readiness, token=self.token).install(app)
-        MetricsEndpoint(self.store, readiness=self.readiness).install(app)
+        MetricsEndpoint(self.store, readiness=self.readiness, window_lag=self.windows.window_lag).install(app)
         count_exports(self.ingest)
         time_writes(self.pipeline)
         self._runner = web.AppRunner(
