@@ -524,7 +524,7 @@ WINDOW_INPUT_COLUMNS = (
 commit time the window processor uses. The processor keeps only these of a committed batch until
 its pass, and reads only these back from stored spans; the large JSON columns (attributes,
 resource, events, links) are not among them. A definition that reads another column must add it
-here (tests/analytics/test_window_input_columns.py fails otherwise)."""
+here (tests/collector/windows/test_window_input_columns.py fails otherwise)."""
 
 
 def sample_rows_sql(source: str) -> str:

@@ -66,17 +66,17 @@ class MemorySampler(threading.Thread):
 
     def __init__(self, pid: int):
         super().__init__(daemon=True)
-        self.pid, self.samples, self._stop = pid, [], threading.Event()
+        self.pid, self.samples, self._halt = pid, [], threading.Event()
 
     def run(self) -> None:
-        while not self._stop.wait(0.5):
+        while not self._halt.wait(0.5):
             try:
                 self.samples.append((time.perf_counter(), *resident_mib(self.pid)))
             except (OSError, KeyError):
                 return
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join()
 
     def peak(self, start: float, end: float) -> tuple[float, float]:

@@ -1,6 +1,6 @@
 """A seed corpus of valid OTLP trace bodies and mutations of them, for fuzzing the receivers.
 
-Used by the hypothesis test (tests/collector/test_receiver_fuzz.py) and the long run
+Used by the hypothesis test (tests/collector/receive/test_receiver_fuzz.py) and the long run
 (tests/fuzz/fuzz_receiver.py). Each case is (body, headers) for POST /v1/traces.
 """
 

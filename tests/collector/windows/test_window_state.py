@@ -27,8 +27,8 @@ from tests.store_under_test import WindowThread
 from tests.store_under_test import StoreUnderTest
 from meritlens.instrumentation.conventions import TARGET_ID
 from tests.analytics.evidence_helpers import span_rows, store_spans
-from tests.analytics.test_incremental_windows import _random_spans
-from tests.analytics.test_windows_resume import _crash, _from_scratch, _open, _spans, _windows
+from tests.collector.windows.test_incremental_windows import _random_spans
+from tests.collector.windows.test_windows_resume import _crash, _from_scratch, _open, _spans, _windows
 
 _NOW = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
 

@@ -15,7 +15,7 @@ import pytest
 from tests.browser import DevToolsPage, dump_dom, parse_dom, screenshot, squash
 from tests.conftest import CollectorProcess
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = {"quickstart.py": "support-bot/answer", "openai_tools_streaming.py": "order-bot/agent",
             "anthropic_app.py": "refund-bot/answer"}
 

@@ -19,7 +19,7 @@ from meritlens.analytics._windows import (
 )
 from meritlens.collector.store._rows import stamp_received_at
 from tests.analytics.evidence_helpers import span_rows
-from tests.analytics.test_incremental_windows import _random_spans
+from tests.collector.windows.test_incremental_windows import _random_spans
 
 
 def _with_received_at(table: pa.Table) -> pa.Table:

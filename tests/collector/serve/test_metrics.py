@@ -19,7 +19,7 @@ from tests.collector.prometheus_proc import PROMTOOL, PrometheusProcess
 from tests.conftest import CollectorProcess
 from tests.otlp_builders import make_request, make_span
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "prometheus.md"
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "prometheus.md"
 PROFILE = """
 target = "support-bot/answer"
 

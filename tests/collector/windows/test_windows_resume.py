@@ -1,7 +1,7 @@
 """At start the store takes up the stored windows where they were left, when that is exact.
 
 The windows' watermark and a digest of the window definitions are stored with the window rows.
-A restart then takes up the window state a clean shutdown saved (tests/analytics/test_window_state.py),
+A restart then takes up the window state a clean shutdown saved (tests/collector/windows/test_window_state.py),
 applies the spans committed after the watermark, and rebuilds every other target's state from its
 spans on its next batch. Whatever happened before the restart (a clean
 shutdown, spans committed whose windows never followed, a bulk load never rebuilt, other window
@@ -20,8 +20,8 @@ from meritlens.collector.cli._evaluation import FileEvaluationStore
 from meritlens.collector.windows import _state
 from tests.store_under_test import StoreUnderTest
 from tests.analytics.evidence_helpers import span_rows, store_spans
-from tests.analytics.test_incremental_windows import _random_spans
-from tests.analytics.test_rebuild_partitions import _random_store_spans
+from tests.collector.windows.test_incremental_windows import _random_spans
+from tests.collector.windows.test_rebuild_partitions import _random_store_spans
 
 _COLUMNS = ("target_id", "metric", "scope", "aggregation", "value", "unit", "sample_count", "state", "count",
             "mean", "min", "max", "p50", "p90", "p95", "p99", "first_span_time", "last_span_time",
