@@ -22,11 +22,9 @@ leaves (invalid IDs or times, limits to check, links) and every body it cannot w
 from __future__ import annotations
 
 import base64
-import datetime as _dt
 import math
-import re
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import orjson
 import pyarrow as pa
@@ -37,7 +35,13 @@ from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from meritlens.analytics._schema import SPAN_COLUMN_NAMES, SPAN_COLUMNS
 from meritlens.collector.process import _otlp
 from meritlens.collector.process._native import native as _spanscan  # None unbuilt: the Python walk is complete
-from meritlens.collector._settings import DEFAULT_TARGET_FALLBACK
+from meritlens.collector.process._options import (  # noqa: F401 - NormalizeOptions and the check are imported from here too
+    NormalizeOptions,
+    PriceFunction,
+    check_target_fallback,
+    fallback_target,
+    price_span,
+)
 from meritlens.instrumentation import conventions as c
 
 NATIVE_SCANNER = _spanscan is not None
@@ -368,80 +372,6 @@ def _dumps(obj) -> str | None:
 _PRICED_BY_COLLECTOR = orjson.dumps({c.COST_PRICED_BY: "collector"})[1:-1].decode()
 
 
-PriceFunction = Callable[..., "float | None"]
-"""price(provider, model, input_tokens, output_tokens, cache_read_tokens, cache_creation_tokens,
-reasoning_tokens, *, at) -> USD or None when the model has no price (meritlens.instrumentation.price_call)."""
-
-@dataclass(frozen=True)
-class NormalizeOptions:
-    """How the collector fills what a span did not say.
-
-    target_fallback: a template for spans of LLM calls that carry no target ID, with the fields
-    ``{service.name}``, ``{model}`` (request model, else response model), ``{provider}`` and
-    ``{scope}``; None turns the fallback off. A span missing a field of the template gets no target.
-    price: prices spans that carry tokens but no cost (None: never price in the collector).
-    """
-
-    target_fallback: str | None = DEFAULT_TARGET_FALLBACK
-    price: PriceFunction | None = None
-
-
-_TEMPLATE_FIELD = re.compile(r"\{([^{}]+)\}")
-
-
-def _fallback_target(template: str, values: dict, service_name, scope_name) -> str | None:
-    model = values.get("request_model") or values.get("response_model")
-    if model is None and values.get("input_tokens") is None and values.get("output_tokens") is None:
-        return None  # not an LLM call: task roots, HTTP and tool spans get no invented target
-    fields = {"service.name": service_name, "model": model, "provider": values.get("provider"), "scope": scope_name}
-    missing = False
-
-    def field(match: re.Match) -> str:
-        nonlocal missing
-        value = fields.get(match.group(1))
-        if value is None:
-            missing = True
-            return ""
-        return value
-
-    target = _TEMPLATE_FIELD.sub(field, template)
-    return None if missing else target
-
-
-def _price(price: PriceFunction, values: dict, end_unix_nano: int) -> float | None:
-    """The span's cost from its model and tokens; None unless both token counts are known. Cache and
-    reasoning counts a span does not report are priced as ordinary tokens (an upper bound)."""
-    model = values.get("response_model") or values.get("request_model")
-    if model is None or values.get("input_tokens") is None or values.get("output_tokens") is None:
-        return None
-    try:
-        cost = price(
-            values.get("provider"), model, values["input_tokens"], values["output_tokens"],
-            values.get("cache_read_tokens") or 0, values.get("cache_creation_tokens") or 0,
-            values.get("reasoning_tokens") or 0,
-            at=_dt.datetime.fromtimestamp(end_unix_nano / 1e9, _dt.timezone.utc),
-        )
-    except Exception:  # noqa: BLE001 - a price lookup failure leaves the cost unknown
-        return None
-    return cost if cost is not None and math.isfinite(cost) and cost >= 0 else None
-
-
-TARGET_FALLBACK_FIELDS = ("service.name", "model", "provider", "scope")
-
-
-def check_target_fallback(template: str) -> str:
-    """Return ``template`` if every ``{field}`` in it is known; raise ValueError naming the others."""
-    unknown = [f for f in _TEMPLATE_FIELD.findall(template) if f not in TARGET_FALLBACK_FIELDS]
-    if unknown:
-        raise ValueError(
-            f"target fallback {template!r} uses unknown field(s) {', '.join(unknown)};"
-            f" known: {', '.join(TARGET_FALLBACK_FIELDS)}"
-        )
-    if not _TEMPLATE_FIELD.search(template):
-        raise ValueError(f"target fallback {template!r} names no field; known: {', '.join(TARGET_FALLBACK_FIELDS)}")
-    return template
-
-
 _DEFAULT_OPTIONS = NormalizeOptions()
 
 
@@ -459,7 +389,9 @@ def normalize(request, refusals: dict[tuple[int, int, int], str] | None = None,
     lean = request if isinstance(request, _otlp.LeanRequest) else _otlp.lean_view(request, body)
     try:
         if body is not None and not refusals and _spanscan is not None:
-            return _scan_normalize(lean, body, options, checks)
+            from meritlens.collector.process._scan import scan_normalize  # the native side, where it is built
+
+            return scan_normalize(lean, body, options, checks)
         return _normalize(lean, refusals, options, checks)
     except DecodeError as exc:  # an attribute, event or link of the lean view
         raise _otlp.not_protobuf(exc) from None
@@ -530,9 +462,9 @@ def _span_row(span, position, refusals, checks, resource: _ResourceContext, scop
     if first_chunk_s is not None:
         values["ttft_s"] = first_chunk_s
     if "target_id" not in values and options.target_fallback:
-        values["target_id"] = _fallback_target(options.target_fallback, values, resource.service_name, scope_name)
+        values["target_id"] = fallback_target(options.target_fallback, values, resource.service_name, scope_name)
     if "cost_usd" not in values and options.price is not None and c.COST_USD not in rest:
-        cost = _price(options.price, values, end)
+        cost = price_span(options.price, values, end)
         if cost is not None:
             values["cost_usd"] = cost
             rest[c.COST_PRICED_BY] = _PRICED_BY_COLLECTOR
@@ -544,99 +476,3 @@ def _span_row(span, position, refusals, checks, resource: _ResourceContext, scop
         events_json, _links_json(span.links),
         *map(values.get, _PROMOTED_COLUMNS),
     )
-
-
-# --- the native scanner's side ---------------------------------------------------------------------
-_COLUMN = {name: i for i, name in enumerate(_ROW_LAYOUT)}
-_FIRST_CHUNK_NAMES = tuple(name.encode() for name in sorted(FIRST_CHUNK_EVENTS))
-# The scanner's column kinds (K_* in _spanscan.c), by Arrow type; it builds each column's buffers.
-_KINDS = {pa.string(): 0, pa.int8(): 1, pa.int32(): 2, pa.int64(): 3, pa.float64(): 4, pa.bool_(): 5}
-_PROMOTED_KINDS = tuple(_KINDS[_ARROW_TYPES[column]] for column in _PROMOTED_COLUMNS)
-_FINISH_INPUTS = ("request_model", "response_model", "provider", "input_tokens", "output_tokens",
-                  "cache_read_tokens", "cache_creation_tokens", "reasoning_tokens")
-"""The promoted columns `_fallback_target` and `_price` read."""
-
-
-def _scan_plan(options: NormalizeOptions, checks: _otlp.SpanChecks | None) -> tuple:
-    """What `_spanscan.scan` needs besides the body: see its C source for the order."""
-    return (
-        _attributes, _FIRST_CHUNK_NAMES, len(_PROMOTED_COLUMNS),
-        _PROMOTED_SLOTS["role"], _PROMOTED_SLOTS["ttft_s"], _PROMOTED_SLOTS["target_id"], _PROMOTED_SLOTS["cost_usd"],
-        c.ROLE, c.COST_USD, c.COST_PRICED_BY, c.ROLE_APPLICATION,
-        checks.limits.max_attributes if checks is not None else _INT64_MAX,
-        -1 if checks is None or checks.texts_fit else checks.limits.max_attribute_bytes,
-        options.price is not None, bool(options.target_fallback), _PROMOTED_KINDS,
-    )
-
-
-def _array(name: str, rows: int, buffers: tuple) -> pa.Array:
-    """One column the scanner built: (validity or None, offsets or None, data, null count)."""
-    validity, offsets, data, nulls = buffers
-    parts = [None if validity is None else pa.py_buffer(validity)]
-    if offsets is not None:
-        parts.append(pa.py_buffer(offsets))
-    parts.append(pa.py_buffer(data))
-    return pa.Array.from_buffers(_ARROW_TYPES[name], rows, parts, null_count=nulls)
-
-
-def _scan_normalize(lean, body: bytes, options: NormalizeOptions, checks) -> SpanBatch:
-    """`_normalize` with the per-span work done by the native scanner; the spans it leaves (see its C
-    source) go through `_span_row`, and the rows that need a fallback target or a price are finished here."""
-    contexts = [_resource_context(lean_rs) for lean_rs in lean.resource_spans]
-    resources = [
-        (ctx.service_name, ctx.json, tuple((_PROMOTED_SLOTS[column], value) for column, value in ctx.defaults),
-         checks is not None and checks.resource_problem(ri) is not None)
-        for ri, ctx in enumerate(contexts)
-    ]
-    scopes = [[_otlp.full_scope(ss.scope).name or None for ss in lean_rs.scope_spans] for lean_rs in lean.resource_spans]
-    scanned = _spanscan.scan(body, _scan_plan(options, checks), resources, scopes)
-    if scanned is None:  # a body shape the scanner leaves to the Python walk (protobuf groups)
-        return _normalize(lean, None, options, checks)
-    columns, rows, python_spans, finish = scanned
-    arrays = [_array(name, rows, buffers) for name, buffers in zip(_ROW_LAYOUT, columns)]
-    batch = SpanBatch(arrays=arrays)
-    if finish:
-        _finish_rows(arrays, finish, options)
-    if python_spans:
-        _python_rows(batch, lean, python_spans, checks, contexts, scopes, options)
-    return batch
-
-
-def _finish_rows(arrays: list[pa.Array], finish: list[tuple[int, bool, bool]], options: NormalizeOptions) -> None:
-    """The fallback target and the collector's price of scanned rows, as `_span_row` sets them."""
-    at = pa.array([row for row, _, _ in finish], type=pa.int64())
-    picked = {name: arrays[_COLUMN[name]].take(at).to_pylist()
-              for name in (*_FINISH_INPUTS, "service_name", "scope_name", "end_unix_nano")}
-    patched = {name: arrays[_COLUMN[name]].to_pylist() for name in ("target_id", "cost_usd", "attributes")}
-    for k, (row, needs_target, needs_price) in enumerate(finish):
-        values = {name: picked[name][k] for name in _FINISH_INPUTS if picked[name][k] is not None}
-        if needs_target:
-            patched["target_id"][row] = _fallback_target(
-                options.target_fallback, values, picked["service_name"][k], picked["scope_name"][k])
-        if needs_price:
-            cost = _price(options.price, values, picked["end_unix_nano"][k])
-            if cost is not None:
-                patched["cost_usd"][row] = cost
-                attributes = patched["attributes"][row]  # the scanner left spans that already say it
-                patched["attributes"][row] = ("{" + _PRICED_BY_COLLECTOR + "}" if attributes is None
-                                              else attributes[:-1] + "," + _PRICED_BY_COLLECTOR + "}")
-    for name, values in patched.items():
-        arrays[_COLUMN[name]] = pa.array(values, type=_ARROW_TYPES[name])
-
-
-def _python_rows(batch: SpanBatch, lean, python_spans, checks, contexts, scopes, options: NormalizeOptions) -> None:
-    """Fill the placeholder rows of the spans the scanner left with `_span_row`; drop the refused ones."""
-    columns = [array.to_pylist() for array in batch.arrays]
-    refused_rows = set()
-    for row, ri, si, pi in python_spans:
-        span = lean.resource_spans[ri].scope_spans[si].spans[pi]
-        result = _span_row(span, (ri, si, pi), None, checks, contexts[ri], scopes[ri][si], options)
-        if isinstance(result, str):
-            batch.refused.append(result)
-            refused_rows.add(row)
-        else:
-            for column, value in zip(columns, result):
-                column[row] = value
-    if refused_rows:
-        columns = [[value for i, value in enumerate(column) if i not in refused_rows] for column in columns]
-    batch.arrays = [pa.array(column, type=_ARROW_TYPES[name]) for name, column in zip(_ROW_LAYOUT, columns)]

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from meritlens.collector.process import _normalize
+from meritlens.collector.process import _normalize, _scan
 from meritlens.collector.process import _otlp
 from meritlens.collector.process._normalize import FIRST_CHUNK_EVENTS, PROMOTED, NormalizeOptions
 from meritlens.instrumentation import conventions as c
@@ -75,10 +75,10 @@ def test_the_native_scanner_is_built_and_takes_ordinary_spans():
     lean = _otlp.LeanRequest.FromString(body)
     checks = _otlp.SpanChecks(lean, WIDE, len(body))
     resources = [(None, None, (), False)]
-    scanned = _normalize._spanscan.scan(body, _normalize._scan_plan(FILLING, checks), resources, [[None]])
+    scanned = _normalize._spanscan.scan(body, _scan._scan_plan(FILLING, checks), resources, [[None]])
     columns, rows, python_spans, finish = scanned
     assert python_spans == [] and len(columns) == len(_normalize._ROW_LAYOUT) and rows == 5
-    trace_ids = _normalize._array("trace_id", rows, columns[_normalize._COLUMN["trace_id"]])
+    trace_ids = _scan._array("trace_id", rows, columns[_scan._COLUMN["trace_id"]])
     assert trace_ids.to_pylist() == [s.trace_id.hex() for s in spans]
     assert [row for row, *_ in finish] == list(range(5))  # no cost: each is priced afterwards
     refused, table = assert_same(body)
@@ -88,7 +88,7 @@ def test_the_native_scanner_is_built_and_takes_ordinary_spans():
 def test_a_broken_plan_is_a_clear_error_not_a_crash():
     with pytest.raises(TypeError, match="16-tuple"):
         _normalize._spanscan.scan(b"", (), [], [])
-    plan = list(_normalize._scan_plan(FILLING, None))
+    plan = list(_scan._scan_plan(FILLING, None))
     plan[3] = 999  # the role slot
     with pytest.raises(ValueError, match="not a valid scan plan"):
         _normalize._spanscan.scan(b"", tuple(plan), [], [])
@@ -265,7 +265,7 @@ def test_byte_mutations_that_protobuf_accepts_read_the_same(seed, data):
 
 def _scan_unchecked(body: bytes):
     """The scanner on ``body``, whether or not protobuf parses it."""
-    plan = _normalize._scan_plan(FILLING, _otlp.SpanChecks(_otlp.LeanRequest(), TIGHT, 0))
+    plan = _scan._scan_plan(FILLING, _otlp.SpanChecks(_otlp.LeanRequest(), TIGHT, 0))
     resources = [("svc", "{}", ((0, "t"),), False)] * 4
     return _normalize._spanscan.scan(body, plan, resources, [[None] * 4] * 4)
 
@@ -289,7 +289,7 @@ def test_the_scanner_survives_bodies_protobuf_refuses(seed, data):
         return  # an attribute or a text that is not valid protobuf
     if scanned is not None:
         columns, rows, python_spans, finish = scanned
-        arrays = [_normalize._array(name, rows, buffers) for name, buffers in zip(_normalize._ROW_LAYOUT, columns)]
+        arrays = [_scan._array(name, rows, buffers) for name, buffers in zip(_normalize._ROW_LAYOUT, columns)]
         for array in arrays:
             array.validate(full=True)
         assert all(0 <= row < rows for row, *_ in python_spans + finish)
@@ -313,6 +313,6 @@ def test_the_scanner_leaves_spans_it_cannot_read_to_the_python_walk(where, repla
     columns, rows, python_spans, finish = _scan_unchecked(body)
     assert [row for row, *_ in python_spans] == [0] and rows == 1 and finish == []
     for name, buffers in zip(_normalize._ROW_LAYOUT, columns):
-        _normalize._array(name, rows, buffers).validate(full=True)
+        _scan._array(name, rows, buffers).validate(full=True)
     columns, rows, python_spans, finish = _scan_unchecked(seed)
     assert python_spans == [] and rows == 1  # the same span, unharmed, is the scanner's
