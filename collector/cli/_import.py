@@ -40,7 +40,8 @@ from meritlens.analytics._schema import SPAN_COLUMN_NAMES, WINDOW_COLUMN_NAMES
 from meritlens.collector.process import _otlp
 from meritlens.collector.process._normalize import BOOL, COUNT, PROMOTED, STR, NormalizeOptions, normalize
 from meritlens.collector.receive._auth import authorization_header
-from meritlens.collector.cli._query import QueryError, _collector_url, _is_lock_conflict, client_ssl_context
+from meritlens.collector.cli._query import QueryError, client_ssl_context
+from meritlens.collector.cli._resolve import Source, describe_lock_holder, is_lock_conflict
 from meritlens.collector._settings import TRACES_PATH
 from meritlens.collector.store._store import SpanStore, touched_keys
 
@@ -560,27 +561,20 @@ def _status_message(payload: bytes) -> str:
     return " ".join(message.split()) or "(no message)"
 
 
-def open_destination(db: str, url: str | None, options: NormalizeOptions | None = None, *,
-                     token: str | None = None, ca_file: str | None = None) -> StoreDestination | CollectorDestination:
-    """The running collector at ``url`` if given; else the DuckDB file ``db`` when no process
-    holds it (it is created if absent); else the collector that holds it (the URL it wrote
-    beside the file). ``options`` normalize OTLP files written into the file directly (default:
-    what `meritlens serve` would use); a collector applies its own. A collector is sent ``token``
-    and, over https, verified against ``ca_file``."""
-    if url:
-        return CollectorDestination(url, token=token, ca_file=ca_file)
-    store = SpanStore(db)
+def open_destination(source: Source, options: NormalizeOptions | None = None) -> StoreDestination | CollectorDestination:
+    """Where ``source`` points (collector/cli/_resolve.py, resolved with ``create``): the DuckDB file,
+    created if absent, or the collector's /v1/traces. ``options`` normalize OTLP files written into
+    the file directly (default: what `meritlens serve` would use); a collector applies its own."""
+    if not source.is_file:
+        return CollectorDestination(source.url, token=source.token, ca_file=source.ca_file)
+    store = SpanStore(source.db)
     try:
         store.start()
     except duckdb.Error as exc:
-        if not _is_lock_conflict(exc):
-            raise ImportFailed(f"cannot open {db}: {str(exc).splitlines()[0]}") from None
-        holder = _collector_url(db)
-        if holder is None:
-            raise ImportFailed(
-                f"{db} is held by another process and no collector address is beside it; "
-                "pass --url of the collector that holds it") from None
-        return CollectorDestination(holder, token=token, ca_file=ca_file)
+        if is_lock_conflict(exc):
+            raise ImportFailed(f"{source.db} is held by {describe_lock_holder(exc)}; give --url of the collector"
+                               " that holds it") from None
+        raise ImportFailed(f"cannot open {source.db}: {str(exc).splitlines()[0]}") from None
     if options is None:
         from meritlens.collector.serve._server import normalize_options
         from meritlens.collector._settings import ServerSettings

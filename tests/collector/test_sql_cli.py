@@ -36,7 +36,7 @@ def test_query_goes_through_the_collector_while_it_holds_the_file(collector):
 
 _LOADED_AFTER_A_QUERY = """
 import contextlib, io, json, sys
-from meritlens.collector.cli._cli import main
+from meritlens.collector.cli._main import main
 sys.argv = ["meritlens", "sql", "select count(*) as n from spans", "--db", sys.argv[1], "--format", "json"]
 out = io.StringIO()
 with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
