@@ -47,7 +47,8 @@ def _parse_options(pairs: tuple[str, ...]) -> dict[str, str]:
               help="long_horizon_performance counts tasks with more steps than this [default: 10].")
 @click.option("--judge", "judge_spec", default=None, metavar="KIND:MODEL",
               help="Judge for judge-driven metrics: openai:MODEL, anthropic:MODEL (exact, pinned model ids; "
-                   "keys from OPENAI_API_KEY / ANTHROPIC_API_KEY), or fake[:MODEL] for dry runs.")
+                   "keys from OPENAI_API_KEY / ANTHROPIC_API_KEY), or fake[:fake-NAME] for dry runs (hash-derived "
+                   "scores, labelled fake wherever they are stored).")
 @click.option("--judge-base-url", default=None, help="Base URL of an OpenAI- or Anthropic-compatible API.")
 @click.option("--judge-replicas", type=click.IntRange(min=1), default=3, show_default=True,
               help="Judge calls per task; their scores are averaged.")
@@ -65,6 +66,7 @@ def evaluate(target, scope, metric_list, connection, run_dir, schema, step_thres
 
     from meritlens.analytics import EvaluationError, MetricOptions, evaluate as run_evaluation, load_registry
     from meritlens.analytics._evaluate import default_run_dir
+    from meritlens.analytics._judge import is_fake_model
     from meritlens.collector.cli._evaluation import open_evaluation_store
     from meritlens.collector.store._results import json_default
 
@@ -104,7 +106,9 @@ def evaluate(target, scope, metric_list, connection, run_dir, schema, step_thres
                              "evidence_digest": window.evidence_digest})
             if not outcome.windows:
                 rows.append(base)
-        click.echo(_json.dumps({"target": target, "scope": scope, "run_dir": str(directory), "results": rows},
+        click.echo(_json.dumps({"target": target, "scope": scope, "run_dir": str(directory),
+                                "judge_model": judge.model if judge else None,
+                                "judge_fake": is_fake_model(judge.model) if judge else None, "results": rows},
                                default=json_default, indent=2))
     else:
         from rich.console import Console
@@ -123,6 +127,10 @@ def evaluate(target, scope, metric_list, connection, run_dir, schema, step_thres
                               str(window.sample_count), measurement.summary)
         Console(width=160).print(table)
         click.echo(f"run directory: {directory}")
+        if judge is not None:
+            label = " (fake: scores derived from a hash of the prompt, not a model's judgement)" \
+                if is_fake_model(judge.model) else ""
+            click.echo(f"judge: {judge.model}{label}")
     if result.failed:
         click.echo(f"{len(result.failed)} metric(s) failed: {', '.join(o.metric for o in result.failed)}", err=True)
         sys.exit(1)
