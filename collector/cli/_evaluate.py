@@ -114,16 +114,18 @@ def evaluate(target, scope, metric_list, connection, run_dir, schema, step_thres
         from rich.console import Console
         from rich.table import Table
 
+        from meritlens.collector.cli._output import format_value
+
         table = Table(title=f"{target} / {scope}: {result.span_count} spans, {result.task_count} tasks")
         for column in ("metric", "status", "value", "unit", "samples", "summary"):
-            table.add_column(column)
+            table.add_column(column, overflow="fold")
         for outcome in result.outcomes:
             if outcome.status == "failed":
                 table.add_row(outcome.metric, "failed", "", "", "", outcome.error or "")
             elif outcome.status == "not_applicable":
                 table.add_row(outcome.metric, "not_applicable", "", "", "", outcome.reason or "does not apply")
             for measurement, window in zip(outcome.measurements, outcome.windows):
-                table.add_row(window.metric, window.state, f"{window.value:.4g}", window.unit,
+                table.add_row(window.metric, window.state, format_value(window.value, window.unit), window.unit,
                               str(window.sample_count), measurement.summary)
         Console(width=160).print(table)
         click.echo(f"run directory: {directory}")
@@ -139,7 +141,7 @@ def evaluate(target, scope, metric_list, connection, run_dir, schema, step_thres
 @click.command()
 @click.argument("metric")
 @click.option("--target", default=None, help="With --scope, finds the default run directory.")
-@click.option("--scope", default="all", show_default=True)
+@click.option("--scope", default="all", show_default=True, help="With --target, finds the default run directory.")
 @click.option("--run-dir", type=click.Path(file_okay=False, exists=True), default=None,
               help="The run directory holding the sidecar [default: ./meritlens-runs/<target>/<scope>/].")
 @format_option("table", "json")
@@ -166,12 +168,14 @@ def observations(metric, target, scope, run_dir, fmt) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from meritlens.collector.cli._output import significant
+
     key_names = sorted({k for o in found for k in o.keys})
     table = Table(title=f"{metric} observations in {directory}")
     for column in [*(f"key.{k}" for k in key_names), "value"]:
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     for o in found:
-        table.add_row(*(o.keys.get(k, "") for k in key_names), f"{o.value:.6g}")
+        table.add_row(*(o.keys.get(k, "") for k in key_names), significant(o.value))
     Console(width=160).print(table)
     click.echo(f"{len(found)} observation{'s' if len(found) != 1 else ''}")
 

@@ -21,6 +21,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
+from tests.cli_runner import run_cli as _run_cli
 from tests.collector.collector_proc import MERITLENS, CollectorProcess, make_request
 
 TOKEN = "s3cret-token-for-tests"
@@ -117,9 +118,7 @@ def test_grpc_refuses_a_missing_token_and_the_exporter_sends_it_from_headers(gua
 
 
 def run_cli(*args, env=None):
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("MERITLENS_")}
-    full_env.update(env or {})
-    return subprocess.run([MERITLENS, *args], capture_output=True, text=True, env=full_env, timeout=60)
+    return _run_cli(*args, check=False, env=env, timeout=60)
 
 
 def test_cli_query_client_sends_the_token_from_env_option_or_file(guarded, token_file):
