@@ -65,8 +65,9 @@ def connection_options(command=None, *, create: bool = False):
             click.option("--db", envvar=ENV_DB, default=None, metavar="PATH",
                          help=env_help(f"{db_text}. When a collector holds the file, the command goes through it.",
                                        ENV_DB, DEFAULT_DB)),
-            click.option("--url", envvar=ENV_URL, default=None,
-                         help=env_help("Go through this running collector instead of opening a file", ENV_URL,
+            click.option("--url", default=None,
+                         help=env_help("Go through this running collector instead of opening a file; "
+                                       f"${ENV_URL} is used only when no --db is given", ENV_URL,
                                        f"{DEFAULT_URL} when no --db is given and no file exists")),
             click.option("--token", default=None,
                          help=env_help("Bearer token the collector requires; prefer --token-file", ENV_TOKEN)),

@@ -2,7 +2,7 @@
 
 Every command that reads or writes data resolves its connection options here, once:
 
-- ``--url`` given: that collector.
+- ``--url`` given (or $MERITLENS_URL without a ``--db``): that collector.
 - ``--db`` given (or $MERITLENS_DB): that file when no process holds it; the collector holding
   it (the URL it wrote beside the file) when one does. A path that does not exist is an error
   (only `import` creates a file), never a reason to read some other database.
@@ -108,6 +108,8 @@ def resolve(db: str | None, url: str | None, *, token: str | None = None, token_
     except SettingsError as exc:
         raise ResolveError(str(exc)) from None
     path = db or DEFAULT_DB
+    # An explicit --db wins over $MERITLENS_URL: a URL from the environment never redirects a named file.
+    url = url or (None if db is not None else os.environ.get(ENV_URL) or None)
     if url:
         return Source("collector", path, url.rstrip("/"), token, ca_file)
     if not os.path.exists(path):
