@@ -12,7 +12,6 @@ Conventions of the README's code blocks (so that later edits stay checked):
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import subprocess

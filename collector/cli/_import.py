@@ -31,10 +31,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from meritlens.collector.cli._import_files import (  # noqa: F401 - the reading side, re-exported for callers
-    ROWS_PER_REQUEST, Chunk, FileProblem, SKIPPED_IN_DIRECTORIES, expand_paths, read_file, rows_to_request, to_any_value,
-    _span_count, _split,
-)
+from meritlens.collector.cli._import_files import ROWS_PER_REQUEST, Chunk, FileProblem, read_file, _span_count, _split
 from meritlens.collector.cli._query import QueryError, client_ssl_context
 from meritlens.collector.cli._resolve import Source, describe_lock_holder, is_lock_conflict
 from meritlens.collector.process import _otlp

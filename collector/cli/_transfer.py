@@ -22,7 +22,8 @@ def import_command(ctx: click.Context, files: tuple[str, ...], connection, fmt: 
     Writes into the DuckDB file when no process holds it (creating it if needed), else through the
     collector that holds it (its /v1/traces). Spans already stored are not counted twice. Exits 1
     if a file could not be read or a span was refused; everything accepted is kept."""
-    from meritlens.collector.cli._import import ImportFailed, expand_paths, import_files, open_destination
+    from meritlens.collector.cli._import import ImportFailed, import_files, open_destination
+    from meritlens.collector.cli._import_files import expand_paths
     from meritlens.collector.cli._output import render
     from meritlens.collector.cli._progress import progress_bar
     from meritlens.collector.store._results import QueryResult

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import time
 
-import httpx
 import pytest
 
 from meritlens.collector.receive._refusals import RefusalLog

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
-import os
-import subprocess
 import sys
 
 import grpc
@@ -22,7 +20,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
 from tests.cli_runner import run_cli as _run_cli
-from tests.collector.collector_proc import MERITLENS, CollectorProcess, make_request
+from tests.collector.collector_proc import CollectorProcess, make_request
 
 TOKEN = "s3cret-token-for-tests"
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
-import os
 import subprocess
 import urllib.error
 import urllib.request
