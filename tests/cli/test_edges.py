@@ -4,12 +4,11 @@ listens, and requests it refuses."""
 from __future__ import annotations
 
 import socket
-import subprocess
 
 import pytest
 
 from meritlens.collector.receive._refusals import RefusalLog
-from tests.cli_runner import MERITLENS, clean_env, run_cli
+from tests.cli_runner import run_cli
 from tests.collector.collector_proc import CollectorProcess, free_port, make_request
 
 PROFILE = """\
@@ -87,8 +86,7 @@ def test_import_creates_a_missing_file_but_not_a_missing_directory(tmp_path):
 
 
 def test_a_second_serve_on_a_held_file_names_the_file_and_its_holder(running):
-    result = subprocess.run([MERITLENS, "serve", "--db", str(running.db), "--http-port", "0", "--grpc-port", "0"],
-                            capture_output=True, text=True, env=clean_env(), timeout=60)
+    result = run_cli("serve", "--db", str(running.db), "--http-port", "0", "--grpc-port", "0", check=False, timeout=60)
     assert result.returncode == 1
     lines = (result.stdout + result.stderr).strip().splitlines()
     assert len(lines) == 1, lines
@@ -103,9 +101,8 @@ def test_a_taken_port_names_the_port_and_the_flag(tmp_path, flag):
         taken.listen()
         port = taken.getsockname()[1]
         ports = {"--http-port": str(free_port()), "--grpc-port": str(free_port()), flag: str(port)}
-        result = subprocess.run([MERITLENS, "serve", "--db", str(tmp_path / "x.duckdb"),
-                                 *[a for f, p in ports.items() for a in (f, p)]],
-                                capture_output=True, text=True, env=clean_env(), timeout=60)
+        result = run_cli("serve", "--db", str(tmp_path / "x.duckdb"), *[a for f, p in ports.items() for a in (f, p)],
+                         check=False, timeout=60)
     assert result.returncode == 1
     lines = (result.stdout + result.stderr).strip().splitlines()
     assert lines == [f"Error: port {port} on 127.0.0.1 is already in use: choose another with {flag} "
