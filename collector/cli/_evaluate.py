@@ -114,7 +114,7 @@ def evaluate(target, scope, metric_list, connection, run_dir, schema, step_thres
         from rich.console import Console
         from rich.table import Table
 
-        from meritlens.collector.cli._output import format_value
+        from meritlens.analytics._format import format_value
 
         table = Table(title=f"{target} / {scope}: {result.span_count} spans, {result.task_count} tasks")
         for column in ("metric", "status", "value", "unit", "samples", "summary"):
@@ -168,7 +168,7 @@ def observations(metric, target, scope, run_dir, fmt) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from meritlens.collector.cli._output import significant
+    from meritlens.analytics._format import significant
 
     key_names = sorted({k for o in found for k in o.keys})
     table = Table(title=f"{metric} observations in {directory}")

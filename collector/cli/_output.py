@@ -5,47 +5,21 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import sys
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from meritlens.analytics._format import format_value
 from meritlens.collector.store._results import QueryResult, json_default
 
 FORMATS = ("table", "csv", "json")
-SIGNIFICANT_DIGITS = 4
 
 # Columns of a window row that carry a value in the row's `unit` (the distribution summary).
 _VALUE_COLUMNS = frozenset({"value", "mean", "min", "max", "p50", "p90", "p95", "p99"})
 # A percentile window's value is its p95 (Window.value): the table names the statistic.
 _AGGREGATION_SHOWN = {"percentile": "p95"}
-
-
-def significant(value: float, digits: int = SIGNIFICANT_DIGITS) -> str:
-    """``value`` to ``digits`` significant digits, without exponent for everyday magnitudes."""
-    if value == 0 or not math.isfinite(value):
-        return "0" if value == 0 else str(value)
-    magnitude = math.floor(math.log10(abs(value)))
-    if magnitude >= 15 or magnitude < -6:
-        return f"{value:.{digits - 1}e}"
-    decimals = max(0, digits - 1 - magnitude)
-    text = f"{value:,.{decimals}f}"
-    return text.rstrip("0").rstrip(".") if "." in text else text
-
-
-def format_value(value, unit: str | None = None) -> str:
-    """One cell as a person reads it: rounded numbers, `$` for USD, `ms`/`s` for seconds."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return str(value)
-    if unit == "USD":
-        return ("-$" if value < 0 else "$") + significant(abs(float(value)))
-    if unit == "s":
-        return f"{significant(value * 1000)} ms" if abs(value) < 1 else f"{significant(float(value))} s"
-    if isinstance(value, int):
-        return str(value)
-    return significant(value)
 
 
 def _unit_of(column: str, row: dict) -> str | None:

@@ -14,7 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from meritlens.collector.cli._group import cli
-from meritlens.collector.cli._output import format_value, render
+from meritlens.analytics._format import format_value
+from meritlens.collector.cli._output import render
 from meritlens.collector.store._results import QueryResult
 
 LONG_TARGET = "support-bot/answer-with-a-very-long-target-identifier-that-must-never-be-cut-in-a-table"
