@@ -163,10 +163,10 @@ def test_the_readme_runs_in_order_and_says_what_happens(workdir):
         assert readiness, "the README shows no readiness check"
         for command, result in readiness:
             assert "coverage: READY" in result.stdout and "baseline: READY" in result.stdout, result.stdout
-            # Rounded, with units: the cost in $, a sub-second latency in ms.
-            assert re.search(r"total_task_cost .* \$0\.\d{1,4}\d? ", result.stdout) or "$" in result.stdout
-            assert re.search(r"end_to_end_latency .* \d+(\.\d+)? m?s ", result.stdout), result.stdout
-            assert not re.search(r"\d\.\d{7,}", result.stdout), result.stdout
+            # Rounded to four significant digits, with units: the cost in $, a sub-second latency in ms.
+            assert re.search(r"total_task_cost .* measured\s+\$0\.0*[1-9]\d{0,3}\s", result.stdout), result.stdout
+            assert re.search(r"end_to_end_latency .* measured\s+\d{1,3}(\.\d{1,3})? ms\s", result.stdout), result.stdout
+            assert re.search(r"task_success .* measured\s+(1|0\.\d{1,4})\s", result.stdout), result.stdout
             scope = re.search(r"--scope (\S+)", command)
             assert scope, f"`{command}`: the README's readiness check must name the assessment's scope"
             samples = re.findall(r"(\d+)/\d+\s+\w+\s*$", result.stdout, re.M)
