@@ -173,6 +173,16 @@ def test_the_readme_runs_in_order_and_says_what_happens(workdir):
             assessment_tasks = proc.sql(f"select count(distinct task_id) from spans where assessment_id = "
                                         f"'{scope.group(1)}'")["rows"][0][0]
             assert samples and {int(s) for s in samples} == {assessment_tasks}, result.stdout
+        # What the text says the scope `all` would count instead: every task of the target.
+        readiness_blocks = [b for _, _, b in ran if "meritlens readiness" in b.text]
+        after = README.read_text().split(readiness_blocks[0].text.strip().splitlines()[-1], 1)[1]
+        claimed = re.search(r"\((\d+) samples\)", after.split("```")[1])  # the prose after the block
+        assert claimed, "the README should say how many samples the scope `all` counts"
+        target = re.search(r"--profile (\S+)", readiness[0][0]).group(1)
+        target_id = re.search(r'^target = "([^"]+)"', (workdir / target).read_text(), re.M).group(1)
+        every_task = proc.sql(f"select count(distinct coalesce(task_id, trace_id)) from spans where target_id = "
+                              f"'{target_id}' and role = 'application'")["rows"][0][0]
+        assert int(claimed.group(1)) == every_task, (claimed.group(0), every_task)
         prose = README.read_text()
         assert "run_assessment.py" in prose.split("meritlens readiness --profile")[0], \
             "the README must say to run the assessment before the readiness check"
