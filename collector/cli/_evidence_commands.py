@@ -35,12 +35,22 @@ def profile_check(file: str, connection) -> None:
         click.echo(str(exc), err=True)
         sys.exit(1)
     note = None
+    asked = connection.db is not None or connection.url is not None
     try:
-        result = run_query(list_windows_sql(target=task_profile.target, scope=SCOPE_ALL, with_unmeasured=False),
-                           source=connection.source())
-        current = {w.metric: w for w in (Window.from_row(row, result.columns) for row in result.rows)}
-    except (QueryError, click.ClickException) as exc:
-        current, note = None, f"(current windows not shown: {exc.format_message() if isinstance(exc, click.ClickException) else exc})"
+        # A database or collector the user named must be there; without one, the plan is shown alone.
+        source = connection.source()
+    except click.ClickException as exc:
+        if asked:
+            raise
+        source, note = None, f"(current windows not shown: {exc.format_message()})"
+    current = None
+    if source is not None:
+        try:
+            result = run_query(list_windows_sql(target=task_profile.target, scope=SCOPE_ALL, with_unmeasured=False),
+                               source=source)
+            current = {w.metric: w for w in (Window.from_row(row, result.columns) for row in result.rows)}
+        except QueryError as exc:
+            note = f"(current windows not shown: {exc})"
     click.echo(format_plan(task_profile, current, source=file))
     if note:
         click.echo(note)

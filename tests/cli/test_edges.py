@@ -45,6 +45,7 @@ def _coverage_rows(proc) -> int:
     ["sql", "select count(*) from spans"],
     ["windows"],
     ["readiness", "--profile", "{profile}"],
+    ["profile", "check", "{profile}"],
     ["export", "--parquet", "{tmp}/out"],
     ["evaluate", "--target", "target-0", "--metrics", "consistency"],
     ["experiment", "list"],
