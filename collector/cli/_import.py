@@ -226,7 +226,8 @@ def _status_message(payload: bytes) -> str:
     return " ".join(message.split()) or "(no message)"
 
 
-def open_destination(source: Source, options: NormalizeOptions | None = None) -> StoreDestination | CollectorDestination:
+def open_destination(source: Source,
+                     options: NormalizeOptions | None = None) -> StoreDestination | CollectorDestination:
     """Where ``source`` points (collector/cli/_resolve.py, resolved with ``create``): the DuckDB file,
     created if absent, or the collector's /v1/traces. ``options`` normalize OTLP files written into
     the file directly (default: what `meritlens serve` would use); a collector applies its own."""

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 import click
 
-from meritlens.collector._settings import DEFAULT_DB, DEFAULT_URL, ENV_DB, ENV_TLS_CA, ENV_TOKEN, ENV_TOKEN_FILE, ENV_URL
+from meritlens.collector._settings import (
+    DEFAULT_DB, DEFAULT_URL, ENV_DB, ENV_TLS_CA, ENV_TOKEN, ENV_TOKEN_FILE, ENV_URL,
+)
 
 
 class UsageFailure(click.ClickException):
