@@ -2,55 +2,73 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+RUN_STAMP  := $(VENV)/.installed-server
+TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test install bench clean browser prometheus bytecode
+.PHONY: run test install bench clean browser prometheus prerequisites bytecode bytecode-test
 
-# setup.py builds the native span scanner (collector/process/_spanscan.c): a change to it reinstalls.
-$(STAMP): pyproject.toml setup.py collector/process/_spanscan.c
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[server,test]'
-	touch $(STAMP)
 
-install: $(STAMP)
+# `make run` needs the collector (.[server]); `make test` adds the test tools (.[server,test]).
+# setup.py builds the optional native span scanner (collector/process/_spanscan.c): a change to it reinstalls.
+$(RUN_STAMP): pyproject.toml setup.py collector/process/_spanscan.c | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[server]'
+	touch $@
+
+$(TEST_STAMP): $(RUN_STAMP)
+	$(BIN)/pip install --quiet -e '.[server,test]'
+	touch $@
+
+install: $(TEST_STAMP)
 
 # The project's own modules are installed editable, so pip compiles none of them; where
 # PYTHONDONTWRITEBYTECODE is set (it is on this project's machines) every process then compiles
 # them again at import (~0.13 s of CPU in each collector start). compileall skips what is current.
-bytecode: $(STAMP)
+bytecode: $(RUN_STAMP)
 	$(BIN)/python -m compileall -q collector analytics instrumentation
+
+bytecode-test: $(TEST_STAMP) bytecode
 
 run: bytecode
 	$(BIN)/meritlens serve
 
-# The dashboard tests drive Debian's headless Chromium. Installed once, only when missing and only
-# as root (CI runs as root); elsewhere install the `chromium` package yourself.
+# Programs the tests need beyond the venv, installed only when missing and only as root (CI runs as
+# root), saying what is installed; elsewhere a test that needs one fails naming the package to install.
 CHROMIUM := /usr/bin/chromium
 
 browser:
-	@if [ ! -x $(CHROMIUM) ] && [ "$$(id -u)" = "0" ]; then \
-		echo "installing chromium for the dashboard tests"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	@if [ ! -x $(CHROMIUM) ]; then \
+		if [ "$$(id -u)" = "0" ]; then \
+			echo "make test: installing Debian's chromium package for the dashboard tests (apt-get install chromium)"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+		else \
+			echo "make test: $(CHROMIUM) is missing; the dashboard tests need it: sudo apt-get install chromium"; \
+		fi; \
 	fi
 
-# The /metrics test has Debian's Prometheus server scrape a collector. Installed like chromium: once,
-# only when missing and only as root; elsewhere install the `prometheus` package yourself.
 PROMETHEUS := /usr/bin/prometheus
 
 prometheus:
-	@if [ ! -x $(PROMETHEUS) ] && [ "$$(id -u)" = "0" ]; then \
-		echo "installing prometheus (Debian package) for the /metrics test"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; \
+	@if [ ! -x $(PROMETHEUS) ]; then \
+		if [ "$$(id -u)" = "0" ]; then \
+			echo "make test: installing Debian's prometheus package for the /metrics test (apt-get install prometheus)"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus; \
+		else \
+			echo "make test: $(PROMETHEUS) is missing; the /metrics test needs it: sudo apt-get install prometheus"; \
+		fi; \
 	fi
+
+prerequisites: browser prometheus
 
 # The suite runs in one pytest worker per core (pytest-xdist): most of its time is the collector and
 # CLI processes it starts. Each test file stays on one worker (--dist loadfile): a module's tests may share its
 # collector and run in order. PYTEST_ARGS comes last, so PYTEST_ARGS="-n 0" runs it in one process.
-test: bytecode browser prometheus
+test: bytecode-test prerequisites
 	$(BIN)/python -m pytest -n auto --dist loadfile $(PYTEST_ARGS)
 
-bench: bytecode
+bench: bytecode-test
 	$(BIN)/python bench/run_all.py
 
 clean:

@@ -26,7 +26,7 @@ from typing import Iterable, Literal, Protocol
 from urllib.parse import quote
 
 from meritlens.analytics._catalogue import METRICS, REPEATED_RUN_AGGREGATIONS, Aggregation
-from meritlens.analytics._judge import DEFAULT_REPLICAS, Judge, JudgeCall, JudgeSession
+from meritlens.analytics._judge import DEFAULT_REPLICAS, Judge, JudgeCall, JudgeSession, is_fake_model
 from meritlens.analytics._metric import (
     SCOPE_SPAN_COLUMNS,
     Measurement,
@@ -409,6 +409,7 @@ def merge_report(run_dir: Path, result: EvaluationResult) -> Path:
             "error": outcome.error,
             "reason": outcome.reason,
             "judge_model": outcome.judge_model,
+            "judge_fake": is_fake_model(outcome.judge_model) if outcome.judge_model else None,
             "sidecar": str(outcome.sidecar) if outcome.sidecar else None,
         }
     path = Path(run_dir) / REPORT_FILENAME

@@ -50,6 +50,14 @@ class Judge(ABC):
         """Send ``prompt`` and return the reply; raise JudgeError when the call failed."""
 
 
+FAKE_MODEL_PREFIX = "fake-"
+
+
+def is_fake_model(model: str | None) -> bool:
+    """Whether ``model`` names the fake judge (every name it records starts with FAKE_MODEL_PREFIX)."""
+    return bool(model) and model.startswith(FAKE_MODEL_PREFIX)
+
+
 class FakeJudge(Judge):
     """A deterministic judge for tests and dry runs: no network, same prompt -> same reply.
 
@@ -61,6 +69,12 @@ class FakeJudge(Judge):
     provider = "meritlens-fake"
 
     def __init__(self, model: str = "fake-judge-2025-01-01", scorer: Callable[[str], float | str] | None = None):
+        if not is_fake_model(model):
+            # Its scores are stored under this name (spans, windows, evaluation.json): a real model's name
+            # would pass them off as that model's judgement.
+            raise JudgeError(f"the fake judge's model {model!r} must start with {FAKE_MODEL_PREFIX!r}, so that its "
+                             f"hash-derived scores are never taken for a real model's (e.g. "
+                             f"fake:{FAKE_MODEL_PREFIX}{model.strip() or 'judge'})")
         self.model = model
         self._scorer = scorer
         self.prompts: list[str] = []

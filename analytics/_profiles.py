@@ -37,6 +37,7 @@ from meritlens.analytics._catalogue import (
     SampleUnit,
     unknown_metric_message,
 )
+from meritlens.analytics._format import format_value, significant
 from meritlens.analytics._windows import SPAN_WINDOW_METRICS
 
 
@@ -319,7 +320,7 @@ def text_table(headers: list[str], rows: list[list[str]]) -> str:
 
 
 def _number(value: float | None) -> str:
-    return "-" if value is None else f"{value:.6g}"
+    return "-" if value is None else significant(value)
 
 
 def format_plan(profile: TaskProfile, windows: Mapping[str, Any] | None = None, source: str | None = None) -> str:
@@ -357,7 +358,7 @@ def format_plan(profile: TaskProfile, windows: Mapping[str, Any] | None = None, 
     cost = windows.get("total_task_cost") if windows is not None else None
     if cost is not None and cost.mean is not None and cost.count:
         lines.append(
-            f"\nestimated application cost: {profile.total_runs} runs x ${cost.mean:.6g} mean task cost "
-            f"(over {cost.count} measured tasks) = ${profile.total_runs * cost.mean:.4g}"
+            f"\nestimated application cost: {profile.total_runs} runs x {format_value(cost.mean, 'USD')} mean task "
+            f"cost (over {cost.count} measured tasks) = {format_value(profile.total_runs * cost.mean, 'USD')}"
         )
     return "\n".join(lines)

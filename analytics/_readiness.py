@@ -13,6 +13,8 @@ from typing import Any, Callable, Protocol, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
+from meritlens.analytics._catalogue import METRICS
+from meritlens.analytics._format import format_value
 from meritlens.analytics._profiles import TaskProfile, text_table
 from meritlens.analytics._schema import COVERAGE_COLUMN_NAMES, COVERAGE_TABLE, WINDOW_COLUMN_NAMES, WINDOWS_TABLE
 from meritlens.analytics._windows import (
@@ -236,6 +238,11 @@ def report_json(report: CoverageReport) -> str:
     return json.dumps(report.model_dump(mode="json"), indent=2)
 
 
+def _unit(metric: str) -> str | None:
+    spec = METRICS.get(metric)
+    return spec.unit if spec is not None else None
+
+
 def format_report(report: CoverageReport) -> str:
     """The report as text: coverage, baseline shortfalls, then one line per required metric."""
     covered = f"{len(report.covered)} of {len(report.required)} required metrics covered"
@@ -248,7 +255,7 @@ def format_report(report: CoverageReport) -> str:
     lines += [f"  - {shortfall}" for shortfall in report.shortfalls]
     rows = [
         [m.metric, m.collector, "yes" if m.live else "no", m.state,
-         "-" if m.value is None else f"{m.value:.6g}", f"{m.sample_count}/{m.min_samples}",
+         "-" if m.value is None else format_value(m.value, _unit(m.metric)), f"{m.sample_count}/{m.min_samples}",
          m.evidence_digest[:12] if m.evidence_digest else "-"]
         for m in report.metrics
     ]

@@ -15,6 +15,8 @@ import urllib.request
 from html.parser import HTMLParser
 from pathlib import Path
 
+from tests.prerequisites import require_program
+
 CHROMIUM = os.environ.get("MERITLENS_TEST_CHROMIUM", "/usr/bin/chromium")
 _FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -24,11 +26,8 @@ _FLAGS = (
 
 
 def require_chromium() -> str:
-    if not os.access(CHROMIUM, os.X_OK):
-        raise AssertionError(
-            f"{CHROMIUM} is missing: `make test` installs Debian's chromium package when run as root "
-            "(apt-get install chromium)")
-    return CHROMIUM
+    return require_program(CHROMIUM, what="headless Chromium for the dashboard tests",
+                           install="apt-get install chromium")
 
 
 def _run(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess:

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from meritlens.collector._settings import TRACES_PATH
-from tests.collector.collector_proc import MERITLENS, free_port
+from tests.cli_runner import MERITLENS, run_cli, run_sql
+from tests.collector.collector_proc import free_port
 from tests.collector.collector_proc import CollectorProcess as _ServerProcess
 
 __all__ = ["MERITLENS", "CollectorProcess", "free_port", "run_cli", "run_sql"]
@@ -30,17 +28,6 @@ class CollectorProcess(_ServerProcess):
     def sql(self, query: str) -> list[dict]:
         """Rows of a read-only query, through the `meritlens sql` CLI (JSON output)."""
         return run_sql(query, db=self.db)
-
-
-def run_cli(*args: str, check: bool = True, env: dict | None = None, cwd=None) -> subprocess.CompletedProcess:
-    proc = subprocess.run([MERITLENS, *args], capture_output=True, text=True, env={**os.environ, **(env or {})}, cwd=cwd)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"meritlens {' '.join(args)} exited {proc.returncode}: {proc.stderr}")
-    return proc
-
-
-def run_sql(query: str, *, db: Path) -> list[dict]:
-    return json.loads(run_cli("sql", query, "--db", str(db), "--format", "json").stdout)
 
 
 @pytest.fixture

@@ -1,1 +1,3 @@
-"""The `meritlens` command line, grouped as the README groups it."""
+"""The `meritlens` command line, grouped as the README groups it; `_main.main` is the console script."""
+
+__all__: list[str] = []

@@ -24,8 +24,9 @@ from meritlens.analytics._judge import JudgeCall
 from meritlens.analytics._window_io import window_to_json
 from meritlens.analytics._windows import SCOPE_ALL, Window
 from meritlens.collector.process._normalize import normalize
-from meritlens.collector.cli._query import _collector_url, _is_lock_conflict
-from meritlens.collector._settings import SQL_PATH, TRACES_PATH, WINDOWS_PATH, address_file
+from meritlens.collector.cli._query import QueryError, client_ssl_context
+from meritlens.collector.cli._resolve import Source, describe_lock_holder, is_lock_conflict
+from meritlens.collector._settings import SQL_PATH, TRACES_PATH, WINDOWS_PATH
 from meritlens.collector.windows._local import LocalStore
 from meritlens.instrumentation import conventions as c
 
@@ -117,11 +118,16 @@ class FileEvaluationStore:
 class CollectorEvaluationStore:
     """A running collector, reached over HTTP (with a bearer token when one is set)."""
 
-    def __init__(self, url: str, *, db_name: str, token: str | None = None, timeout: float = 120.0):
+    def __init__(self, url: str, *, db_name: str, token: str | None = None, ca_file: str | None = None,
+                 timeout: float = 120.0):
         self.url = url.rstrip("/")
         self.db_name = db_name
         self._token = token
         self._timeout = timeout
+        try:
+            self._context = client_ssl_context(self.url, ca_file)
+        except QueryError as exc:
+            raise EvaluationError(str(exc)) from None
 
     def _post(self, path: str, body: bytes, content_type: str) -> bytes:
         headers = {"Content-Type": content_type}
@@ -129,7 +135,7 @@ class CollectorEvaluationStore:
             headers["Authorization"] = f"Bearer {self._token}"
         request = urllib.request.Request(self.url + path, data=body, headers=headers, method="POST")
         try:
-            with urllib.request.urlopen(request, timeout=self._timeout) as response:
+            with urllib.request.urlopen(request, timeout=self._timeout, context=self._context) as response:
                 return response.read()
         except urllib.error.HTTPError as exc:
             detail = exc.read()
@@ -164,26 +170,16 @@ class CollectorEvaluationStore:
         pass
 
 
-def open_evaluation_store(db: str, *, url: str | None = None, token: str | None = None):
-    """The store `evaluate` should use: through ``url`` when given; else the file read-write when
-    no process holds it; else through the collector that wrote its URL beside the file."""
-    db_name = os.path.basename(db)
-    if url:
-        return CollectorEvaluationStore(url, db_name=db_name, token=token)
-    if not os.path.exists(db):
-        found = _collector_url(db)
-        if found:
-            return CollectorEvaluationStore(found, db_name=db_name, token=token)
-        raise EvaluationError(f"no database at {db} (and no collector address beside it); check --db")
+def open_evaluation_store(source: Source):
+    """The store `evaluate` uses where ``source`` points (collector/cli/_resolve.py): the file,
+    opened read-write, or the collector."""
+    db_name = os.path.basename(source.db)
+    if not source.is_file:
+        return CollectorEvaluationStore(source.url, db_name=db_name, token=source.token, ca_file=source.ca_file)
     try:
-        return FileEvaluationStore(db)
+        return FileEvaluationStore(source.db)
     except duckdb.Error as exc:
-        if not _is_lock_conflict(exc):
-            raise EvaluationError(f"cannot open {db}: {str(exc).splitlines()[0]}") from None
-    found = _collector_url(db)
-    if not found:
-        raise EvaluationError(
-            f"{db} is held by another process and no collector address is beside it ({address_file(db)}); "
-            "pass --url of the collector that holds it"
-        )
-    return CollectorEvaluationStore(found, db_name=db_name, token=token)
+        if is_lock_conflict(exc):
+            raise EvaluationError(f"{source.db} is held by {describe_lock_holder(exc)}; give --url of the collector"
+                                  " that holds it") from None
+        raise EvaluationError(f"cannot open {source.db}: {str(exc).splitlines()[0]}") from None

@@ -1,8 +1,8 @@
-"""Storing experiment manifests: inside the collector (POST /api/experiments) or on a free DuckDB file.
+"""Storing experiment manifests: inside the collector (POST /api/experiments) or in the DuckDB file.
 
 A write is validated by the same code on both paths (``validate_manifest`` then the store's
 ``write_experiment``, which refuses updates that rewrite the past). When a collector holds the
-file, writes go through it; otherwise the file is opened read-write.
+file, writes go through it; otherwise the file is opened read-write (collector/cli/_resolve.py decides).
 Reads go through ``reader``: one read-only connection (or the collector) for a whole command.
 """
 
@@ -12,10 +12,8 @@ import asyncio
 import contextlib
 import datetime as _dt
 import functools
-import os
 from typing import Callable, Iterator, Sequence
 
-import duckdb
 from aiohttp import web
 
 from meritlens.analytics._experiments import (
@@ -26,17 +24,9 @@ from meritlens.analytics._experiments import (
     start_arm,
     validate_manifest,
 )
-from meritlens.collector.cli._query import (
-    CollectorRefused,
-    QueryError,
-    _collector_url,
-    _is_lock_conflict,
-    _query_store,
-    on_file_or_collector,
-    post_json,
-    query_url,
-)
-from meritlens.collector._settings import DEFAULT_URL, ENV_URL, EXPERIMENTS_PATH
+from meritlens.collector.cli._query import CollectorRefused, QueryError, opened_store, post_json, query_store, query_url
+from meritlens.collector.cli._resolve import ResolveError, Source, resolve
+from meritlens.collector._settings import EXPERIMENTS_PATH
 from meritlens.collector.store._results import QueryResult
 from meritlens.collector.store._store import SpanStore
 
@@ -93,76 +83,67 @@ def _post(url: str, manifest: ExperimentManifest, create: bool, *, token: str | 
     return validate_manifest(reply["manifest"])
 
 
-def save_experiment(manifest: ExperimentManifest, *, db: str, url: str | None = None, create: bool = False,
-                    token: str | None = None, ca_file: str | None = None) -> ExperimentManifest:
-    """Create or update ``manifest`` where the queries of ``db``/``url`` go (``on_file_or_collector``):
-    through the collector at ``url``; else in ``db`` when no process holds it; else through the
-    collector holding it (sent ``token``, default $MERITLENS_TOKEN; https verified against
-    ``ca_file``). Returns the manifest as stored. Raises ExperimentError (ExperimentConflict for an
-    update that rewrites the past, or with ``create`` when it exists) or QueryError."""
-    return on_file_or_collector(
-        db, url, read_only=False,
-        on_file=lambda store: store.write_experiment(manifest, create=create),
-        through_collector=lambda collector_url: _post(collector_url, manifest, create, token=token, ca_file=ca_file),
-    )
+def _source(db: str | None, url: str | None, token: str | None, ca_file: str | None,
+            source: Source | None) -> Source:
+    if source is not None:
+        return source
+    try:
+        return resolve(db, url, token=token, ca_file=ca_file)
+    except ResolveError as exc:
+        raise QueryError(str(exc)) from None
+
+
+def save_experiment(manifest: ExperimentManifest, *, db: str | None = None, url: str | None = None,
+                    create: bool = False, token: str | None = None, ca_file: str | None = None,
+                    source: Source | None = None) -> ExperimentManifest:
+    """Create or update ``manifest`` where ``source`` points (default: ``resolve(db, url, ...)``,
+    collector/cli/_resolve.py): in the file, or through the collector. Returns the manifest as
+    stored. Raises ExperimentError (ExperimentConflict for an update that rewrites the past, or with
+    ``create`` when it exists) or QueryError."""
+    source = _source(db, url, token, ca_file, source)
+    if not source.is_file:
+        return _post(source.url, manifest, create, token=source.token, ca_file=source.ca_file)
+    with opened_store(source, read_only=False) as store:
+        return store.write_experiment(manifest, create=create)
 
 
 @contextlib.contextmanager
-def reader(*, db: str, url: str | None = None, token: str | None = None,
-           ca_file: str | None = None) -> Iterator[Callable[[str], QueryResult]]:
-    """One read-only query function for a whole command (SQL in, ``columns``/``rows`` out), chosen
-    as ``on_file_or_collector`` chooses, but kept open: the collector at ``url``; else ``db`` opened
-    once, read-only, when no process holds it; else the collector holding it."""
-    if url:
-        yield functools.partial(_through, url=url, token=token, ca_file=ca_file)
+def reader(*, db: str | None = None, url: str | None = None, token: str | None = None,
+           ca_file: str | None = None, source: Source | None = None) -> Iterator[Callable[[str], QueryResult]]:
+    """One read-only query function for a whole command (SQL in, ``columns``/``rows`` out), where
+    ``source`` points (default: ``resolve(db, url, ...)``): the file opened once, read-only, or the
+    collector."""
+    source = _source(db, url, token, ca_file, source)
+    if not source.is_file:
+        yield functools.partial(query_url, url=source.url, token=source.token, ca_file=source.ca_file)
         return
-    if os.path.exists(db):
-        store = SpanStore(db, read_only=True)
-        try:
-            store.start()
-        except duckdb.Error as exc:
-            if not _is_lock_conflict(exc):
-                raise QueryError(f"cannot open {db}: {exc}") from None
-        else:
-            try:
-                yield functools.partial(_query_store, store)
-            finally:
-                store.shutdown()
-            return
-    fallback = _collector_url(db) or os.environ.get(ENV_URL) or DEFAULT_URL
-    yield functools.partial(_through, url=fallback, token=token, ca_file=ca_file,
-                            missing=None if os.path.exists(db) else db)
+    with opened_store(source, read_only=True) as store:
+        yield functools.partial(query_store, store)
 
 
-def _through(sql: str, *, url: str, token: str | None, ca_file: str | None, missing: str | None = None) -> QueryResult:
-    try:
-        return query_url(sql, url, token=token, ca_file=ca_file)
-    except QueryError as exc:
-        if missing is not None and "no collector reachable" in str(exc):
-            raise QueryError(f"no database at {missing} and {exc}") from None
-        raise
-
-
-def load(experiment_id: str, *, db: str, url: str | None = None, token: str | None = None,
-         ca_file: str | None = None) -> ExperimentManifest:
+def load(experiment_id: str, *, db: str | None = None, url: str | None = None, token: str | None = None,
+         ca_file: str | None = None, source: Source | None = None) -> ExperimentManifest:
     """The stored manifest of ``experiment_id``."""
-    with reader(db=db, url=url, token=token, ca_file=ca_file) as query:
+    with reader(db=db, url=url, token=token, ca_file=ca_file, source=source) as query:
         return load_experiment(query, experiment_id)
 
 
-def start(experiment_id: str, arm: str, *, db: str, url: str | None = None, at: _dt.datetime | None = None,
-          token: str | None = None, ca_file: str | None = None) -> ExperimentManifest:
+def start(experiment_id: str, arm: str, *, db: str | None = None, url: str | None = None,
+          at: _dt.datetime | None = None, token: str | None = None, ca_file: str | None = None,
+          source: Source | None = None) -> ExperimentManifest:
     """Open the arm's execution window (now, or ``at``) and store it."""
-    manifest = load(experiment_id, db=db, url=url, token=token, ca_file=ca_file)
-    return save_experiment(start_arm(manifest, arm, at=at), db=db, url=url, token=token, ca_file=ca_file)
+    source = _source(db, url, token, ca_file, source)
+    manifest = load(experiment_id, source=source)
+    return save_experiment(start_arm(manifest, arm, at=at), source=source)
 
 
-def finish(experiment_id: str, arm: str, *, db: str, url: str | None = None, at: _dt.datetime | None = None,
-           response_models: Sequence[str] = (), token: str | None = None,
-           ca_file: str | None = None) -> ExperimentManifest:
+def finish(experiment_id: str, arm: str, *, db: str | None = None, url: str | None = None,
+           at: _dt.datetime | None = None, response_models: Sequence[str] = (), token: str | None = None,
+           ca_file: str | None = None, source: Source | None = None) -> ExperimentManifest:
     """Close the arm's execution window (now, or ``at``), record its model identity (as its spans
     report it, unless given) and store it."""
-    with reader(db=db, url=url, token=token, ca_file=ca_file) as query:
+    source = _source(db, url, token, ca_file, source)
+    with reader(source=source) as query:
         manifest = load_experiment(query, experiment_id)
         finished = finish_arm(manifest, arm, query, at=at, response_models=response_models)
-    return save_experiment(finished, db=db, url=url, token=token, ca_file=ca_file)
+    return save_experiment(finished, source=source)

@@ -19,13 +19,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from meritlens.collector.serve._dashboard import EXPORT_TABLES
 from meritlens.collector.receive._auth import authorization_header
-from meritlens.collector.cli._query import QueryError, _collector_url, _is_lock_conflict, client_ssl_context
+from meritlens.collector.cli._query import QueryError, client_ssl_context, opened_store
+from meritlens.collector.cli._resolve import Source
 from meritlens.collector._settings import API_ARROW_PATH, ARROW_ROW_COUNT_HEADER, ARROW_STREAM_MEDIA_TYPE
 from meritlens.collector.store._store import SpanStore
 
@@ -104,41 +104,25 @@ def _error_message(body: bytes) -> str:
 
 
 @contextmanager
-def open_source(db: str, url: str | None, *, token: str | None = None, ca_file: str | None = None
-                ) -> Iterator[_Source]:
-    """The collector at ``url`` if given; else ``db`` opened read-only when no process holds it;
-    else the collector holding it (the URL it wrote beside the file). A collector is sent
-    ``token`` and, over https, verified against ``ca_file``."""
-    if url:
-        yield _collector_source(url, token=token, ca_file=ca_file)
-        return
-    if not os.path.exists(db):
-        raise ExportFailed(f"no database at {db}; pass --url to export from a running collector")
-    store = SpanStore(db, read_only=True)
-    try:
-        store.start()
-    except duckdb.Error as exc:
-        if not _is_lock_conflict(exc):
-            raise ExportFailed(f"cannot open {db}: {str(exc).splitlines()[0]}") from None
-        holder = _collector_url(db)
-        if holder is None:
-            raise ExportFailed(f"{db} is held by another process and no collector address is beside it; "
-                               "pass --url of the collector that holds it") from None
-        yield _collector_source(holder, token=token, ca_file=ca_file)
+def open_source(source: Source) -> Iterator[_Source]:
+    """The rows of ``source`` (collector/cli/_resolve.py): the file opened read-only, or the
+    collector's Arrow endpoint (sent the token; over https verified against the CA file)."""
+    if not source.is_file:
+        yield _collector_source(source.url, token=source.token, ca_file=source.ca_file)
         return
     try:
-        yield _file_source(store)
-    finally:
-        store.shutdown()
+        with opened_store(source, read_only=True) as store:
+            yield _file_source(store)
+    except QueryError as exc:
+        raise ExportFailed(str(exc)) from None
 
 
 ProgressCallback = Callable[[str, int, int | None], None]
 """Called with (table, rows written so far, rows expected or None)."""
 
 
-def export_parquet(db: str, url: str | None, out_dir: str, *, tables: tuple[str, ...] = tuple(EXPORT_TABLES),
-                   compression: str = "snappy", progress: ProgressCallback | None = None,
-                   token: str | None = None, ca_file: str | None = None) -> list[ExportedTable]:
+def export_parquet(source: Source, out_dir: str, *, tables: tuple[str, ...] = tuple(EXPORT_TABLES),
+                   compression: str = "snappy", progress: ProgressCallback | None = None) -> list[ExportedTable]:
     """Write each table to ``out_dir/<table>.parquet``; return what was written."""
     unknown = [t for t in tables if t not in EXPORT_TABLES]
     if unknown:
@@ -146,10 +130,10 @@ def export_parquet(db: str, url: str | None, out_dir: str, *, tables: tuple[str,
     if compression not in COMPRESSIONS:
         raise ExportFailed(f"compression must be one of {', '.join(COMPRESSIONS)}")
     written: list[ExportedTable] = []
-    with open_source(db, url, token=token, ca_file=ca_file) as source:
+    with open_source(source) as tables_source:
         for table in tables:
             path = os.path.join(out_dir, f"{table}.parquet")
-            with source.open(table) as (total, reader):
+            with tables_source.open(table) as (total, reader):
                 try:
                     os.makedirs(out_dir, exist_ok=True)
                 except OSError as exc:

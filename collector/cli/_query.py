@@ -1,4 +1,4 @@
-"""Running a read-only query: on the DuckDB file when it is free, else through the running collector."""
+"""Running a read-only query where collector/cli/_resolve.py points: the DuckDB file, or a collector."""
 
 from __future__ import annotations
 
@@ -8,23 +8,18 @@ import os
 import ssl
 import urllib.error
 import urllib.request
-from typing import TYPE_CHECKING, Callable, ContextManager, Iterator, TypeVar
+from typing import TYPE_CHECKING, Iterator
 
 import duckdb
 
 from meritlens.collector.receive._auth import authorization_header
-from meritlens.collector._settings import (
-    DEFAULT_URL, ENV_TLS_CA, ENV_URL, SQL_PATH, SettingsError, address_file, resolve_token, staging_path,
-)
+from meritlens.collector._settings import ENV_TLS_CA, SQL_PATH, SettingsError, resolve_token, staging_path
+from meritlens.collector.cli._resolve import ResolveError, Source, describe_lock_holder, is_lock_conflict, resolve
 from meritlens.collector.store._results import QueryResult
 from meritlens.collector.store._sqlguard import open_read_only, run_read_only
 
 if TYPE_CHECKING:
     from meritlens.collector.store._store import SpanStore
-
-
-T = TypeVar("T")
-H = TypeVar("H")
 
 
 class QueryError(RuntimeError):
@@ -40,26 +35,27 @@ class CollectorRefused(QueryError):
         self.payload = payload
 
 
-def _is_lock_conflict(exc: duckdb.Error) -> bool:
-    text = str(exc).lower()
-    return "lock" in text and ("conflicting" in text or "could not set" in text)
-
-
 def run_query(
-    sql: str, *, db: str, url: str | None = None, token: str | None = None, ca_file: str | None = None,
+    sql: str, *, db: str | None = None, url: str | None = None, token: str | None = None,
+    ca_file: str | None = None, source: Source | None = None,
 ) -> QueryResult:
-    """Run ``sql`` read-only. With ``url`` go through that collector; otherwise open ``db`` read-only,
-    and fall back to the collector holding it (the URL it wrote beside the file, else $MERITLENS_URL,
-    else http://127.0.0.1:4318) when another process holds the file or it is not here.
-
-    A collector is sent ``token`` (default: $MERITLENS_TOKEN or the file $MERITLENS_TOKEN_FILE) and
-    an https collector is verified against ``ca_file`` (default: $MERITLENS_TLS_CA, else the system CAs)."""
+    """Run ``sql`` read-only where ``source`` points (default: ``resolve(db, url, ...)``, see
+    collector/cli/_resolve.py). A collector is sent the token and an https collector is verified
+    against the CA file (default: $MERITLENS_TLS_CA, else the system CAs)."""
+    if source is None:
+        try:
+            source = resolve(db, url, token=token, ca_file=ca_file)
+        except ResolveError as exc:
+            raise QueryError(str(exc)) from None
+    if not source.is_file:
+        return query_url(sql, source.url, token=source.token, ca_file=source.ca_file)
     # The file itself, not the store: a read needs neither the store's imports nor its set-up.
-    return _on_file_or_collector(
-        db, url, open_file=lambda: contextlib.closing(open_read_only(db)),
-        on_file=lambda con: _query_connection(con, sql, _staged_bytes(db)),
-        through_collector=lambda collector_url: query_url(sql, collector_url, token=token, ca_file=ca_file),
-    )
+    try:
+        con = open_read_only(source.db)
+    except duckdb.Error as exc:
+        raise QueryError(f"cannot open {source.db}: {str(exc).splitlines()[0]}") from None
+    with contextlib.closing(con):
+        return _query_connection(con, sql, _staged_bytes(source.db))
 
 
 @contextlib.contextmanager
@@ -86,65 +82,29 @@ def _staged_bytes(db: str) -> int:
         return 0
 
 
-def _query_store(store: SpanStore, sql: str) -> QueryResult:
+def query_store(store: SpanStore, sql: str) -> QueryResult:
+    """``sql`` on an opened store, failures as QueryError."""
     with _as_query_error():
         return store.query(sql)
 
 
-def on_file_or_collector(db: str, url: str | None, *, read_only: bool, on_file: Callable[[SpanStore], T],
-                         through_collector: Callable[[str], T]) -> T:
-    """``through_collector(url)`` when a URL is given; else ``on_file`` with the DuckDB file opened
-    (read-only or not) when no other process holds it; else ``through_collector`` with the collector
-    holding it (the URL it wrote beside the file, else $MERITLENS_URL, else the default URL)."""
-    return _on_file_or_collector(db, url, open_file=lambda: _opened_store(db, read_only), on_file=on_file,
-                                 through_collector=through_collector)
-
-
 @contextlib.contextmanager
-def _opened_store(db: str, read_only: bool) -> Iterator[SpanStore]:
-    open_read_only(db).close()  # another process holding the file shows here, before the store's imports (~0.3 s)
+def opened_store(source: Source, *, read_only: bool) -> Iterator[SpanStore]:
+    """The store of a "file" source, opened (read-only or not) for the length of the block."""
     from meritlens.collector.store._store import SpanStore
 
-    store = SpanStore(db, read_only=read_only)
-    store.start()
+    store = SpanStore(source.db, read_only=read_only)
+    try:
+        store.start()
+    except duckdb.Error as exc:
+        if is_lock_conflict(exc):
+            raise QueryError(f"{source.db} is held by {describe_lock_holder(exc)}; give --url of the collector"
+                             " that holds it") from None
+        raise QueryError(f"cannot open {source.db}: {str(exc).splitlines()[0]}") from None
     try:
         yield store
     finally:
         store.shutdown()
-
-
-def _on_file_or_collector(db: str, url: str | None, *, open_file: Callable[[], ContextManager[H]],
-                          on_file: Callable[[H], T], through_collector: Callable[[str], T]) -> T:
-    """``through_collector(url)`` when a URL is given; else ``on_file`` with what ``open_file``
-    opens, unless another process holds the file (a lock conflict); else ``through_collector``
-    with the collector holding it (the URL it wrote beside the file, else $MERITLENS_URL, else
-    the default URL)."""
-    if url:
-        return through_collector(url)
-    if os.path.exists(db):
-        with contextlib.ExitStack() as stack:
-            try:
-                opened = stack.enter_context(open_file())
-            except duckdb.Error as exc:
-                if not _is_lock_conflict(exc):
-                    raise QueryError(f"cannot open {db}: {exc}") from None
-            else:
-                return on_file(opened)
-    fallback = _collector_url(db) or os.environ.get(ENV_URL) or DEFAULT_URL
-    try:
-        return through_collector(fallback)
-    except QueryError as exc:
-        if os.path.exists(db):
-            raise
-        raise QueryError(f"no database at {db} and {exc}") from None
-
-
-def _collector_url(db: str) -> str | None:
-    try:
-        with open(address_file(db), encoding="utf-8") as fh:
-            return fh.read().strip() or None
-    except OSError:
-        return None
 
 
 def query_url(

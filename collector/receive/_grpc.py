@@ -25,6 +25,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from meritlens.collector.process import _otlp
 from meritlens.collector.receive._auth import AUTHORIZATION, BearerToken
 from meritlens.collector.receive._ingest import Ingest, IngestError, bad_request, overloaded
+from meritlens.collector.receive._refusals import RefusalLog
 
 log = logging.getLogger("meritlens.collector.grpc")
 
@@ -81,12 +82,17 @@ class TraceServiceReceiver(trace_service_pb2_grpc.TraceServiceServicer):
         return _otlp.export_response(outcome.rejected, outcome.message)
 
 
+_REFUSALS = RefusalLog()
+
+
 async def _abort(context: grpc.aio.ServicerContext, err: IngestError) -> None:
+    code = _GRPC_CODES.get(err.rpc_code, grpc.StatusCode.UNKNOWN)
+    _REFUSALS.note(code.name, "gRPC TraceService/Export", err.message, context.peer())
     status = _otlp.rpc_status(err.rpc_code, err.message, err.retry_after_s)
     trailing = [(STATUS_DETAILS_KEY, status.SerializeToString())]
     if err.retry_after_s is not None:
         trailing.append((RETRY_INFO_KEY, _otlp.retry_info(err.retry_after_s).SerializeToString()))
-    await context.abort(_GRPC_CODES.get(err.rpc_code, grpc.StatusCode.UNKNOWN), err.message, tuple(trailing))
+    await context.abort(code, err.message, tuple(trailing))
 
 
 def add_receiver(server: grpc.aio.Server, receiver: TraceServiceReceiver) -> None:

@@ -19,6 +19,7 @@ from meritlens.analytics._window_io import WindowRejected, windows_from_json
 from meritlens.collector.process import _otlp
 from meritlens.collector.receive._auth import AUTHORIZATION, BearerToken
 from meritlens.collector.receive._ingest import Ingest, IngestError, Reservation, bad_request, too_large
+from meritlens.collector.receive._refusals import RefusalLog
 from meritlens.collector.store._results import json_default
 from meritlens.collector._settings import (
     DASHBOARD_PATH, EXPERIMENTS_PATH, HEALTH_PATH, READINESS_PATH, SQL_PATH, STATIC_PATH_PREFIX, TRACES_PATH,
@@ -131,6 +132,27 @@ def _public_page(request: web.Request) -> bool:
         request.path == DASHBOARD_PATH or request.path.startswith(STATIC_PATH_PREFIX))
 
 
+def _reason(response: web.StreamResponse) -> str:
+    """Why a response refused its request, read back from its body (OTLP Status or {"error": ...})."""
+    body = getattr(response, "body", None)
+    if not isinstance(body, (bytes, bytearray)):
+        return response.reason or ""
+    if response.content_type == _otlp.PROTOBUF:
+        from google.rpc import status_pb2
+
+        try:
+            return status_pb2.Status.FromString(bytes(body)).message or response.reason
+        except Exception:  # noqa: BLE001 - only for the log line
+            return response.reason or ""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return body[:200].decode("utf-8", "replace")
+    if isinstance(parsed, dict):
+        return str(parsed.get("error") or parsed.get("message") or parsed)
+    return str(parsed)
+
+
 class HttpReceiver:
     """Routes: POST /v1/traces (OTLP), POST /api/sql (read-only SQL), POST /api/readiness,
     POST /api/windows, POST /api/experiments, GET /healthz.
@@ -157,6 +179,7 @@ class HttpReceiver:
         self._idle = asyncio.Event()
         self._idle.set()
         self._draining = False
+        self.refusals = RefusalLog()
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._track, self._auth], client_max_size=_SQL_BODY_LIMIT)
@@ -211,7 +234,11 @@ class HttpReceiver:
         self._active += 1
         self._idle.clear()
         try:
-            return await handler(request)
+            response = await handler(request)
+            if response.status >= 400 and response.status != 404:
+                self.refusals.note(response.status, f"{request.method} {request.path}", _reason(response),
+                                   request.remote)
+            return response
         finally:
             self._active -= 1
             if self._active == 0:

@@ -15,7 +15,8 @@ from aiohttp import web
 from meritlens.analytics._profiles import ProfileError, TaskProfile, profile_from_dict
 from meritlens.analytics._readiness import CoverageReport, check_readiness
 from meritlens.analytics._windows import SCOPE_ALL
-from meritlens.collector.cli._query import on_file_or_collector, post_json
+from meritlens.collector.cli._query import opened_store, post_json
+from meritlens.collector.cli._resolve import Source
 from meritlens.collector._settings import READINESS_PATH
 from meritlens.collector.store._store import SpanStore
 
@@ -60,18 +61,17 @@ def readiness_handler(store: SpanStore):
 
 
 # --- from the command line ------------------------------------------------------------------------
-def readiness_through(url: str, profile: TaskProfile, *, target: str | None, scope: str) -> CoverageReport:
-    """Ask the collector at ``url`` to check and record readiness."""
-    body = post_json(url, READINESS_PATH, {"profile": profile.to_dict(), "target": target, "scope": scope})
+def readiness_through(source: Source, profile: TaskProfile, *, target: str | None, scope: str) -> CoverageReport:
+    """Ask the collector ``source`` points to to check and record readiness."""
+    body = post_json(source.url, READINESS_PATH, {"profile": profile.to_dict(), "target": target, "scope": scope},
+                     token=source.token, ca_file=source.ca_file)
     return CoverageReport.model_validate(body)
 
 
-def check_readiness_at(profile: TaskProfile, *, target: str | None, scope: str, db: str,
-                       url: str | None) -> CoverageReport:
-    """Check and record readiness: through ``url``; else on ``db`` when no process holds it; else
-    through the collector holding it (the URL beside the file, $MERITLENS_URL, or the default)."""
-    return on_file_or_collector(
-        db, url, read_only=False,
-        on_file=lambda store: check_and_record(store, profile, target=target, scope=scope),
-        through_collector=lambda collector_url: readiness_through(collector_url, profile, target=target, scope=scope),
-    )
+def check_readiness_at(profile: TaskProfile, *, target: str | None, scope: str, source: Source) -> CoverageReport:
+    """Check and record readiness where ``source`` points (collector/cli/_resolve.py): in the file
+    it names, or inside the collector."""
+    if not source.is_file:
+        return readiness_through(source, profile, target=target, scope=scope)
+    with opened_store(source, read_only=False) as store:
+        return check_and_record(store, profile, target=target, scope=scope)

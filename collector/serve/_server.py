@@ -200,10 +200,11 @@ def serve(settings: ServerSettings) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         await collector.start()
-        listening = f"OTLP/HTTP on {collector.url}"
-        if collector.grpc_address:
-            listening += f", OTLP/gRPC on {collector.grpc_address}"
-        print(f"meritlens collector: {listening} -> {settings.db}", flush=True)
+        grpc = collector.grpc_address or "off (--no-grpc)"
+        print(f"meritlens collector storing into {settings.db}\n"
+              f"  OTLP/HTTP  {collector.url}/v1/traces\n"
+              f"  OTLP/gRPC  {grpc}\n"
+              f"  dashboard  {collector.url}/", flush=True)
         await stop.wait()
         log.info("stopping: draining in-flight requests")
         await collector.shutdown()

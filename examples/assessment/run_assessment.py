@@ -1,7 +1,10 @@
 """An assessment: run a frozen case set against the target, record outcomes, then check readiness.
 
     OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 .venv/bin/python examples/assessment/run_assessment.py [CASES]
-    .venv/bin/meritlens readiness --profile examples/assessment/profile.toml --baseline
+    .venv/bin/meritlens readiness --profile examples/assessment/profile.toml --scope baseline-2026-11 --baseline
+
+`--scope baseline-2026-11` counts only this assessment's tasks; without it (scope `all`) every task
+of the target counts, the quickstart's too.
 
 With fewer cases than the profile's min_samples the readiness check lists the shortfall
 ("task_success: 5 of 12 samples") and exits 1; with all 12 it exits 0.

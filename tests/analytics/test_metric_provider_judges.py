@@ -94,7 +94,11 @@ def test_a_provider_error_is_a_judge_error(provider, judge_class, path):
 
 def test_judge_specs():
     assert judge_from_spec("fake").model == "fake-judge-2025-01-01"
-    assert judge_from_spec("fake:other-1").model == "other-1"
+    assert judge_from_spec("fake:fake-other-1").model == "fake-other-1"
+    # The fake judge never records its hash-derived scores under a real model's name.
+    for real in ("gpt-4o-2024-08-06", "claude-sonnet-4-20250514", "judge-2025-01-01"):
+        with pytest.raises(JudgeError, match="must start with 'fake-'"):
+            judge_from_spec(f"fake:{real}")
     with pytest.raises(JudgeError, match="exact model"):
         judge_from_spec("openai")
     with pytest.raises(JudgeError, match="moving alias"):

@@ -50,7 +50,7 @@ def free_port() -> int:
 
 def _port_taken(log: str) -> bool:
     text = log.lower()
-    return "address already in use" in text or "cannot listen" in text
+    return "already in use" in text or "cannot listen" in text
 
 
 class CollectorProcess:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
-import os
 import subprocess
 import urllib.error
 import urllib.request
@@ -16,7 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from meritlens.instrumentation import conventions as c
-from tests.conftest import MERITLENS, CollectorProcess
+from tests.cli_runner import run_cli
+from tests.conftest import CollectorProcess
 
 TARGET = "support-bot/answer"
 
@@ -33,8 +33,7 @@ def running_collector(db: Path):
 
 def meritlens(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """The real `meritlens` command line, without inherited MERITLENS_* settings."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MERITLENS_")}
-    return subprocess.run([MERITLENS, *args], capture_output=True, text=True, timeout=180, cwd=cwd, env=env)
+    return run_cli(*args, check=False, cwd=cwd)
 
 
 def post_json(url: str, body) -> tuple[int, dict]:

@@ -110,7 +110,7 @@ def test_a_metric_that_raises_is_recorded_failed_and_the_others_still_run(db, tm
 def test_judge_calls_are_stored_as_orchestration_spans_and_never_counted(db, tmp_path):
     tokens_before = windows(db)["input_tokens"]
     result = run_cli("evaluate", "--db", str(db), "--target", TARGET, "--run-dir", str(tmp_path / "run"),
-                     "--metrics", "task_quality,hallucination_rate", "--judge", "fake:judge-2025-01-01",
+                     "--metrics", "task_quality,hallucination_rate", "--judge", "fake:fake-judge-2025-01-01",
                      "--judge-replicas", "2")
     assert result.returncode == 0, result.stderr
     con = duckdb.connect(str(db), read_only=True)
@@ -124,7 +124,7 @@ def test_judge_calls_are_stored_as_orchestration_spans_and_never_counted(db, tmp
     finally:
         con.close()
     assert len(judge_spans) == 4 * 2 * 2  # tasks x replicas x judge-driven metrics
-    assert {(r[0], r[1], r[2]) for r in judge_spans} == {("orchestration", "judge-2025-01-01", TARGET)}
+    assert {(r[0], r[1], r[2]) for r in judge_spans} == {("orchestration", "fake-judge-2025-01-01", TARGET)}
     assert all(r[4] and r[4] > 0 for r in judge_spans)
     assert evaluators == [("hallucination_rate", 8), ("task_quality", 8)]
     stored = windows(db)
@@ -132,9 +132,11 @@ def test_judge_calls_are_stored_as_orchestration_spans_and_never_counted(db, tmp
     assert stored["input_tokens"]["evidence_digest"] == tokens_before["evidence_digest"]
     quality = stored[W("task_quality")]
     assert quality["state"] == "measured" and quality["sample_count"] == 4
-    assert "judge=judge-2025-01-01" in quality["evidence_uri"]
+    assert "judge=fake-judge-2025-01-01" in quality["evidence_uri"]
     report = json.loads((tmp_path / "run" / "evaluation.json").read_text())
-    assert report["metrics"]["task_quality"]["judge_model"] == "judge-2025-01-01"
+    assert report["metrics"]["task_quality"]["judge_model"] == "fake-judge-2025-01-01"
+    assert report["metrics"]["task_quality"]["judge_fake"] is True
+    assert "judge: fake-judge-2025-01-01 (fake" in result.stdout
 
 
 def test_an_assessment_scope_and_the_default_run_directory(db, tmp_path):

@@ -45,7 +45,7 @@ def test_out_of_range_and_non_numeric_scores_are_left_out_not_clamped(compute, c
 
 def test_judge_path_averages_replicas_and_records_the_pinned_model(compute, tmp_path):
     replies = iter([0.2, 0.4, 0.9, "not json at all", 1.0, 0.5])
-    judge = FakeJudge(model="judge-model-2025-06-01", scorer=lambda prompt: next(replies))
+    judge = FakeJudge(model="fake-judge-model-2025-06-01", scorer=lambda prompt: next(replies))
     spans = [
         make_span(task_id="t1", case_id="c1", attributes=output_attributes("4", input_text="What is 2+2?")),
         make_span(task_id="t2", case_id="c1", attributes=output_attributes("5", input_text="What is 2+3?")),
@@ -54,14 +54,14 @@ def test_judge_path_averages_replicas_and_records_the_pinned_model(compute, tmp_
     [m] = compute(TaskQuality, spans, judge=s)
     # t1: mean(0.2, 0.4, 0.9) = 0.5; t2: one malformed reply left out -> mean(1.0, 0.5) = 0.75
     assert m.value == pytest.approx(0.625)
-    assert "judge-model-2025-06-01" in m.summary
+    assert "fake-judge-model-2025-06-01" in m.summary
     assert len(judge.prompts) == 6
     assert "What is 2+2?" in judge.prompts[0] and "\n4\n" in judge.prompts[0]
     assert [call.score for call in s.calls] == [0.2, 0.4, 0.9, None, 1.0, 0.5]
     assert s.calls[3].error.startswith("malformed judge reply")
-    assert {call.model for call in s.calls} == {"judge-model-2025-06-01"}
+    assert {call.model for call in s.calls} == {"fake-judge-model-2025-06-01"}
     rows = [json.loads(l) for l in (tmp_path / "task_quality.jsonl").read_text().splitlines()]
-    assert len(rows) == 6 and all(r["judge_model"] == "judge-model-2025-06-01" for r in rows)
+    assert len(rows) == 6 and all(r["judge_model"] == "fake-judge-model-2025-06-01" for r in rows)
 
 
 def test_a_judge_that_never_gives_a_usable_score_fails_the_metric(compute):

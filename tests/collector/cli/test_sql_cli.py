@@ -36,7 +36,7 @@ def test_query_goes_through_the_collector_while_it_holds_the_file(collector):
 
 _LOADED_AFTER_A_QUERY = """
 import contextlib, io, json, sys
-from meritlens.collector.cli._cli import main
+from meritlens.collector.cli._main import main
 sys.argv = ["meritlens", "sql", "select count(*) as n from spans", "--db", sys.argv[1], "--format", "json"]
 out = io.StringIO()
 with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
@@ -89,9 +89,9 @@ def test_writes_and_file_access_are_refused_with_a_clear_message(collector):
     assert collector.sql("select count(*) n from spans") == [{"n": 2}]
 
 
-def test_a_missing_database_and_no_collector_is_a_one_line_error(tmp_path):
-    proc = run_cli("sql", "select 1", "--db", str(tmp_path / "nope.duckdb"), check=False,
-                   env={"MERITLENS_URL": "http://127.0.0.1:9"})
+def test_no_database_and_no_collector_is_a_one_line_error(tmp_path):
+    # No --db: ./meritlens.duckdb, else the running collector ($MERITLENS_URL); here neither is there.
+    proc = run_cli("sql", "select 1", check=False, cwd=tmp_path, env={"MERITLENS_URL": "http://127.0.0.1:9"})
     assert proc.returncode == 1
     assert "no collector reachable at http://127.0.0.1:9" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
-import os
-import subprocess
 import sys
 
 import grpc
@@ -21,7 +19,8 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
-from tests.collector.collector_proc import MERITLENS, CollectorProcess, make_request
+from tests.cli_runner import run_cli as _run_cli
+from tests.collector.collector_proc import CollectorProcess, make_request
 
 TOKEN = "s3cret-token-for-tests"
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
@@ -117,9 +116,7 @@ def test_grpc_refuses_a_missing_token_and_the_exporter_sends_it_from_headers(gua
 
 
 def run_cli(*args, env=None):
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("MERITLENS_")}
-    full_env.update(env or {})
-    return subprocess.run([MERITLENS, *args], capture_output=True, text=True, env=full_env, timeout=60)
+    return _run_cli(*args, check=False, env=env, timeout=60)
 
 
 def test_cli_query_client_sends_the_token_from_env_option_or_file(guarded, token_file):
@@ -261,7 +258,7 @@ def test_a_second_collector_cannot_share_the_grpc_port(tmp_path):
     with CollectorProcess(tmp_path / "first.duckdb") as first:
         second = CollectorProcess(tmp_path / "second.duckdb", grpc_port=first.grpc_port)
         try:
-            with pytest.raises(RuntimeError, match="cannot listen for OTLP/gRPC"):
+            with pytest.raises(RuntimeError, match=r"port \d+ on 127.0.0.1 is already in use: choose another with --grpc-port"):
                 second.start(timeout=20)
             assert second.proc.wait(10) == 1
             assert listening_addresses(second.http_port) == set()  # it closed what it had opened

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
 
 import pytest
 
-from tests.collector.collector_proc import MERITLENS, CollectorProcess, make_request
+from tests.cli_runner import run_cli
+from tests.collector.collector_proc import CollectorProcess, make_request
 
 PROTOBUF = {"Content-Type": "application/x-protobuf"}
 
@@ -151,11 +150,7 @@ def test_row_limit_cuts_the_result_and_says_so(collector):
     assert cut["truncated"] is True and cut["row_limit"] == 5
     whole = collector.sql("SELECT * FROM range(5)")
     assert whole["truncated"] is False and len(whole["rows"]) == 5
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MERITLENS_")}
-    result = subprocess.run(
-        [MERITLENS, "sql", "SELECT * FROM range(100)", "--url", collector.url, "--format", "csv"],
-        capture_output=True, text=True, env=env, timeout=60,
-    )
+    result = run_cli("sql", "SELECT * FROM range(100)", "--url", collector.url, "--format", "csv", check=False)
     assert result.returncode == 0, result.stderr
     assert len(result.stdout.splitlines()) == 6
     assert "only the first 5 rows" in result.stderr
@@ -175,12 +170,9 @@ def test_cli_on_the_file_itself_is_read_only_too(tmp_path):
     with CollectorProcess(db) as running:
         with running.client() as client:
             client.post("/v1/traces", content=make_request(2, 3).SerializeToString(), headers=PROTOBUF)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MERITLENS_")}
     for sql in ("DELETE FROM spans", "EXPLAIN ANALYZE DELETE FROM spans", "SELECT * FROM read_csv('/etc/passwd')"):
-        result = subprocess.run([MERITLENS, "sql", sql, "--db", str(db)], capture_output=True, text=True, env=env,
-                                timeout=60)
+        result = run_cli("sql", sql, "--db", str(db), check=False)
         assert result.returncode != 0, sql
         assert "refused" in result.stderr or "disabled" in result.stderr, result.stderr
-    result = subprocess.run([MERITLENS, "sql", "SELECT count(*) AS n FROM spans", "--db", str(db), "--format", "csv"],
-                            capture_output=True, text=True, env=env, timeout=60)
+    result = run_cli("sql", "SELECT count(*) AS n FROM spans", "--db", str(db), "--format", "csv", check=False)
     assert result.stdout.splitlines() == ["n", "3"]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import subprocess
 import threading
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from meritlens.collector.store._staging import StagingLog, read_staged, staging_
 from tests.store_under_test import StoreUnderTest
 from meritlens.instrumentation import conventions as c
 from tests.collector.collector_proc import make_request
-from tests.conftest import MERITLENS, CollectorProcess
+from tests.conftest import CollectorProcess, run_cli
 
 PROTOBUF = {"Content-Type": "application/x-protobuf"}
 
@@ -70,8 +69,7 @@ def test_a_killed_collector_loses_no_acknowledged_span_that_was_only_staged(tmp_
         collector.kill9()
         assert _stored(db) == (0, None)  # ... and not yet in DuckDB
         assert sum(t.num_rows for t in read_staged(str(log)).tables) == 5
-        looked = subprocess.run([MERITLENS, "sql", "--db", str(db), "--format", "csv", "select count(*) n from spans"],
-                                capture_output=True, text=True, timeout=60)
+        looked = run_cli("sql", "--db", str(db), "--format", "csv", "select count(*) n from spans", check=False)
         assert looked.returncode == 0, looked.stderr
         assert looked.stdout.split() == ["n", "0"]
         assert f"{log} holds {log.stat().st_size} bytes of spans a collector acknowledged" in looked.stderr
@@ -406,8 +404,7 @@ def test_at_the_bound_staging_waits_for_a_slow_move_instead_of_refusing(tmp_path
 
 @pytest.mark.parametrize("value", ["-1", "61"])
 def test_stage_seconds_out_of_range_is_refused_by_name(tmp_path, value):
-    result = subprocess.run([MERITLENS, "serve", "--db", str(tmp_path / "x.duckdb"), "--stage-seconds", value],
-                            capture_output=True, text=True, timeout=60)
+    result = run_cli("serve", "--db", str(tmp_path / "x.duckdb"), "--stage-seconds", value, check=False)
     assert result.returncode == 2
     assert f"stage seconds must be between 0 and 60, got {float(value)}" in result.stderr
 

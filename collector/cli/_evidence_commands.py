@@ -1,0 +1,88 @@
+"""Evidence for a decision: `meritlens profile check` and `meritlens readiness`.
+
+The logic lives in meritlens.analytics and collector/serve/_evidence.py (recording readiness);
+these commands parse options and print."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from meritlens.collector.cli._options import UsageFailure, connection_options, format_option
+
+
+@click.group()
+def profile() -> None:
+    """Task profiles: which metrics a decision needs and how they are sampled."""
+
+
+@profile.command("check")
+@click.argument("file", type=click.Path(dir_okay=False))
+@connection_options
+def profile_check(file: str, connection) -> None:
+    """Validate the profile FILE: print every problem and exit 1, or print its plan and exit 0.
+
+    When the windows can be read (a database or collector, see --db/--url), the plan shows each
+    metric's current state and an estimate of the runs' application cost."""
+    from meritlens.analytics._profiles import ProfileError, format_plan, load_profile
+    from meritlens.analytics._windows import SCOPE_ALL, Window, list_windows_sql
+    from meritlens.collector.cli._query import QueryError, run_query
+
+    try:
+        task_profile = load_profile(file)
+    except ProfileError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(1)
+    note = None
+    asked = connection.db is not None or connection.url is not None
+    try:
+        # A database or collector the user named must be there; without one, the plan is shown alone.
+        source = connection.source()
+    except click.ClickException as exc:
+        if asked:
+            raise
+        source, note = None, f"(current windows not shown: {exc.format_message()})"
+    current = None
+    if source is not None:
+        try:
+            result = run_query(list_windows_sql(target=task_profile.target, scope=SCOPE_ALL, with_unmeasured=False),
+                               source=source)
+            current = {w.metric: w for w in (Window.from_row(row, result.columns) for row in result.rows)}
+        except QueryError as exc:
+            note = f"(current windows not shown: {exc})"
+    click.echo(format_plan(task_profile, current, source=file))
+    if note:
+        click.echo(note)
+
+
+@click.command()
+@click.option("--profile", "profile_path", required=True, type=click.Path(dir_okay=False),
+              help="The task profile (TOML).")
+@click.option("--target", default=None, help="Check this target instead of the profile's.")
+@click.option("--scope", default="all", show_default=True,
+              help="Which windows count: 'all' (every span of the target) or an assessment id (only the spans "
+                   "carrying that meritlens.assessment.id).")
+@click.option("--baseline", is_flag=True, help="Exit 0 only when the baseline is ready too.")
+@connection_options
+@format_option("text", "json")
+def readiness(profile_path: str, target: str | None, scope: str, baseline: bool, connection, fmt: str) -> None:
+    """Check that every metric the profile requires has a live collector (and, for the baseline,
+    enough evidence). Records the check in the database it reads (see the `coverage` view).
+    Exit 0 ready, 1 not, 2 error."""
+    from meritlens.analytics._profiles import ProfileError, load_profile
+    from meritlens.analytics._readiness import format_report, report_json
+    from meritlens.collector.cli._query import QueryError
+    from meritlens.collector.serve._evidence import check_readiness_at
+
+    try:
+        task_profile = load_profile(profile_path)
+    except ProfileError as exc:
+        raise UsageFailure(str(exc)) from None
+    source = connection.source()
+    try:
+        report = check_readiness_at(task_profile, target=target, scope=scope, source=source)
+    except QueryError as exc:
+        raise UsageFailure(str(exc)) from None
+    click.echo(report_json(report) if fmt == "json" else format_report(report))
+    sys.exit(0 if (report.baseline_ready if baseline else report.ready) else 1)

@@ -1,0 +1,112 @@
+"""Options and failures every command group shares: the connection options, output formats, usage errors."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import click
+
+from meritlens.collector._settings import (
+    DEFAULT_DB, DEFAULT_URL, ENV_DB, ENV_TLS_CA, ENV_TOKEN, ENV_TOKEN_FILE, ENV_URL,
+)
+
+
+class UsageFailure(click.ClickException):
+    """A command could not run as asked (bad profile, bad arguments): exit status 2."""
+
+    exit_code = 2
+
+
+def env_help(text: str, env: str | None = None, default=None) -> str:
+    """An option's help in the one notation every command uses: 'text [env NAME; default VALUE]'."""
+    notes = [f"env {env}"] if env else []
+    if default is not None:
+        notes.append(f"default {default}")
+    return f"{text} [{'; '.join(notes)}]" if notes else text
+
+
+@dataclass(frozen=True)
+class Connection:
+    """The connection options as given; ``source()`` resolves them (collector/cli/_resolve.py)."""
+
+    db: str | None
+    url: str | None
+    token: str | None
+    token_file: str | None
+    tls_ca: str | None
+    create: bool = False
+
+    def source(self):
+        """Where the command's data is; a one-line error (exit 1) when nowhere usable."""
+        from meritlens.collector.cli._resolve import ResolveError, resolve
+
+        try:
+            return resolve(self.db, self.url, token=self.token, token_file=self.token_file, ca_file=self.tls_ca,
+                           create=self.create)
+        except ResolveError as exc:
+            raise click.ClickException(str(exc)) from None
+
+
+_CONNECTION_PARAMS = ("db", "url", "token", "token_file", "tls_ca")
+
+
+def connection_options(command=None, *, create: bool = False):
+    """--db, --url, --token, --token-file and --tls-ca, handed to the command as ``connection``."""
+
+    def decorate(function):
+        @functools.wraps(function)
+        def wrapper(*args, **kwargs):
+            given = {name: kwargs.pop(name) for name in _CONNECTION_PARAMS}
+            return function(*args, connection=Connection(**given, create=create), **kwargs)
+
+        db_text = ("DuckDB file to write into, created if missing" if create else
+                   "DuckDB file; it must exist. Without --db and --url: ./meritlens.duckdb when it exists, else "
+                   "the running collector")
+        for option in reversed((
+            click.option("--db", envvar=ENV_DB, default=None, metavar="PATH",
+                         help=env_help(f"{db_text}. When a collector holds the file, the command goes through it.",
+                                       ENV_DB, DEFAULT_DB)),
+            click.option("--url", default=None,
+                         help=env_help("Go through this running collector instead of opening a file; "
+                                       f"${ENV_URL} is used only when no --db is given", ENV_URL,
+                                       f"{DEFAULT_URL} when no --db is given and no file exists")),
+            click.option("--token", default=None,
+                         help=env_help("Bearer token the collector requires; prefer --token-file", ENV_TOKEN)),
+            click.option("--token-file", type=click.Path(dir_okay=False), default=None,
+                         help=env_help("File whose first line is the collector's bearer token", ENV_TOKEN_FILE)),
+            click.option("--tls-ca", type=click.Path(dir_okay=False), default=None,
+                         help=env_help("CA file to trust for an https collector", ENV_TLS_CA, "the system CAs")),
+        )):
+            wrapper = option(wrapper)
+        return wrapper
+
+    return decorate(command) if command is not None else decorate
+
+
+def format_option(*choices: str, default: str | None = None, extra: str = ""):
+    """--format with these choices (first is the default)."""
+    choices = choices or ("table", "csv", "json")
+    return click.option("--format", "fmt", type=click.Choice(choices), default=default or choices[0],
+                        show_default=True, help=f"How to print the result{extra}.")
+
+
+progress_option = click.option(
+    "--progress/--no-progress", default=None,
+    help="Show a progress bar on stderr [default: when stderr is a terminal].",
+)
+
+
+def iso_time(ctx, param, value):
+    """An ISO 8601 time with a time zone (or None)."""
+    import datetime as dt
+
+    if value is None:
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not an ISO 8601 time (e.g. 2025-01-31T12:00:00+00:00)") from None
+    if parsed.tzinfo is None:
+        raise click.BadParameter(f"{value!r} has no time zone; add one (e.g. +00:00 or Z)")
+    return parsed

@@ -1,0 +1,81 @@
+"""Reading the store: `meritlens sql` and `meritlens windows`."""
+
+from __future__ import annotations
+
+import click
+
+from meritlens.collector.cli._options import connection_options, format_option
+
+# Listed in `sql --help`: what a query can read.
+TABLES = ("spans", "windows", "tasks", "coverage", "catalogue")
+
+
+@click.command()
+@click.argument("query")
+@connection_options
+@format_option("table", "csv", "json", extra=" (JSON and CSV keep every digit; tables round)")
+def sql(query: str, connection, fmt: str) -> None:
+    """Run one read-only SQL QUERY (SELECT, WITH or EXPLAIN).
+
+    Tables: `spans` (one row per span), `windows` (one row per target, metric and scope), and the
+    views `tasks` (one row per task), `coverage` (the latest readiness check per target) and
+    `catalogue` (the metric catalogue). Writes, file and URL access and extensions are refused."""
+    from meritlens.collector._settings import staging_path
+    from meritlens.collector.cli._output import render
+    from meritlens.collector.cli._query import QueryError, run_query
+
+    source = connection.source()
+    try:
+        result = run_query(query, source=source)
+    except QueryError as exc:
+        raise click.ClickException(str(exc)) from None
+    render(result, fmt)
+    if result.truncated:
+        click.echo(f"note: only the first {len(result.rows)} rows are shown (the collector's row limit)", err=True)
+    if result.windows_behind:
+        click.echo("warning: the collector's windows do not yet include every stored span (the window processor"
+                   " is behind or failing; see its log): window rows may be stale", err=True)
+    if result.staged_bytes:
+        click.echo(f"warning: {staging_path(source.db)} holds {result.staged_bytes} bytes of spans a collector"
+                   " acknowledged before it stopped without a clean shutdown; those it had not stored yet are not"
+                   " in the result until the next `meritlens serve` (or another writing command) on this file"
+                   " stores them", err=True)
+
+
+_WINDOW_TABLE_COLUMNS = ("target_id", "scope", "metric", "state", "aggregation", "value", "unit", "sample_count")
+
+
+@click.command()
+@click.option("--target", default=None, help="Only this target.")
+@click.option("--scope", default=None, help="Only this scope ('all' or an assessment id).")
+@click.option("--metric", default=None, help="Only this metric.")
+@connection_options
+@format_option("table", "csv", "json", "signal", extra="; 'signal': one metric_window_available JSON object a line")
+def windows(target: str | None, scope: str | None, metric: str | None, connection, fmt: str) -> None:
+    """List metric windows: every catalogue metric of each (target, scope), with its state.
+
+    Metrics no window was stored for are listed as not_configured. `--format signal` prints only
+    windows with evidence, as `metric_window_available` signals (JSON lines)."""
+    import json
+
+    from meritlens.analytics._windows import Window, list_windows_sql
+    from meritlens.collector.cli._output import render
+    from meritlens.collector.cli._query import QueryError, run_query
+    from meritlens.collector.store._results import QueryResult
+
+    sql_text = list_windows_sql(target=target, scope=scope, metric=metric, with_unmeasured=fmt != "signal")
+    try:
+        result = run_query(sql_text, source=connection.source())
+    except QueryError as exc:
+        raise click.ClickException(str(exc)) from None
+    if fmt == "table":
+        keep = [result.columns.index(c) for c in _WINDOW_TABLE_COLUMNS]
+        result = QueryResult([result.columns[i] for i in keep], [result.types[i] for i in keep if result.types],
+                             [tuple(row[i] for i in keep) for row in result.rows])
+    if fmt != "signal":
+        render(result, fmt)
+        return
+    for row in result.rows:
+        window = Window.from_row(row, result.columns)
+        if window.has_evidence:
+            click.echo(json.dumps(window.to_signal()))

@@ -1,0 +1,144 @@
+"""Where a command's data is: the DuckDB file it was given, or a running collector.
+
+Every command that reads or writes data resolves its connection options here, once:
+
+- ``--url`` given (or $MERITLENS_URL without a ``--db``): that collector.
+- ``--db`` given (or $MERITLENS_DB): that file when no process holds it; the collector holding
+  it (the URL it wrote beside the file) when one does. A path that does not exist is an error
+  (only `import` creates a file), never a reason to read some other database.
+- neither given: ./meritlens.duckdb as above when it exists, else the running collector
+  ($MERITLENS_URL, else http://127.0.0.1:4318), as the README's quickstart uses it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+from meritlens.collector._settings import (
+    DEFAULT_DB, DEFAULT_URL, ENV_DB, ENV_URL, HEALTH_PATH, address_file, resolve_token, SettingsError,
+)
+
+__all__ = ["ResolveError", "Source", "collector_url_beside", "describe_lock_holder", "is_lock_conflict", "resolve"]
+
+
+class ResolveError(RuntimeError):
+    """No usable database or collector for the options given; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a command goes: ``via`` is "file" (open ``db`` itself) or "collector" (``url``)."""
+
+    via: str
+    db: str
+    url: str | None = None
+    token: str | None = None
+    ca_file: str | None = None
+
+    @property
+    def is_file(self) -> bool:
+        return self.via == "file"
+
+    @property
+    def where(self) -> str:
+        return self.db if self.is_file else f"the collector at {self.url}"
+
+
+def is_lock_conflict(exc: BaseException) -> bool:
+    """True when DuckDB refused to open a file because another process holds it."""
+    text = str(exc).lower()
+    return "lock" in text and ("conflicting" in text or "could not set" in text)
+
+
+_HOLDER = re.compile(r"held in (.+?) \(PID (\d+)\)")
+
+
+def describe_lock_holder(exc: BaseException) -> str:
+    """'process 123 (meritlens serve --db x.duckdb)' from DuckDB's lock error, else 'another process'."""
+    found = _HOLDER.search(str(exc))
+    if not found:
+        return "another process"
+    program, pid = found.groups()
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = [a.decode(errors="replace") for a in fh.read().split(b"\0") if a]
+    except OSError:
+        argv = []
+    # A console script runs as "python .../bin/meritlens serve ...": show it as "meritlens serve ...".
+    if len(argv) > 1 and os.path.basename(argv[1]) == "meritlens":
+        argv = argv[1:]
+    command = " ".join([os.path.basename(argv[0]), *argv[1:]]) if argv else program
+    return f"process {pid} ({command[:120]})"
+
+
+def collector_url_beside(db: str) -> str | None:
+    """The URL a running collector wrote beside ``db`` (see `meritlens serve`), if any."""
+    try:
+        with open(address_file(db), encoding="utf-8") as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None
+
+
+def _probe(url: str, token: str | None, ca_file: str | None) -> str | None:
+    """None when a collector answers at ``url``; else why not (one line)."""
+    from meritlens.collector.cli._query import client_ssl_context  # imports duckdb: only on this path
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(url.rstrip("/") + HEALTH_PATH, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=5, context=client_ssl_context(url, ca_file)):
+            return None
+    except urllib.error.HTTPError:
+        return None  # it answered (a 401 is reported by the command itself, with the token advice)
+    except (urllib.error.URLError, OSError) as exc:
+        return str(getattr(exc, "reason", exc))
+
+
+def resolve(db: str | None, url: str | None, *, token: str | None = None, token_file: str | None = None,
+            ca_file: str | None = None, create: bool = False) -> Source:
+    """The source for ``--db`` (None: not given), ``--url``, ``--token``/``--token-file`` and
+    ``--tls-ca``. ``create``: a missing ``db`` is made (`import`). Raises ResolveError."""
+    try:
+        token = resolve_token(token, token_file)
+    except SettingsError as exc:
+        raise ResolveError(str(exc)) from None
+    path = db or DEFAULT_DB
+    # An explicit --db wins over $MERITLENS_URL: a URL from the environment never redirects a named file.
+    url = url or (None if db is not None else os.environ.get(ENV_URL) or None)
+    if url:
+        return Source("collector", path, url.rstrip("/"), token, ca_file)
+    if not os.path.exists(path):
+        if create:
+            parent = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(parent):
+                raise ResolveError(f"cannot create {path}: the directory {parent} does not exist")
+            return Source("file", path, None, token, ca_file)
+        if db is not None:
+            raise ResolveError(f"no database at {path}: check --db (or ${ENV_DB}), or give --url to use a "
+                               "running collector")
+        fallback = collector_url_beside(path) or os.environ.get(ENV_URL) or DEFAULT_URL
+        problem = _probe(fallback, token, ca_file)
+        if problem is not None:
+            raise ResolveError(f"no database at {path} (no --db given) and no collector reachable at {fallback} "
+                               f"({problem}): start `meritlens serve`, or give --db or --url")
+        return Source("collector", path, fallback.rstrip("/"), token, ca_file)
+    import duckdb
+
+    from meritlens.collector.store._sqlguard import open_read_only
+
+    try:
+        open_read_only(path).close()
+    except duckdb.Error as exc:
+        if not is_lock_conflict(exc):
+            raise ResolveError(f"cannot open {path}: {str(exc).splitlines()[0]}") from None
+        holder = collector_url_beside(path)
+        if holder is None:
+            raise ResolveError(f"{path} is held by {describe_lock_holder(exc)} and no collector address is beside it "
+                               f"({address_file(path)}): give --url of the collector that holds it") from None
+        return Source("collector", path, holder.rstrip("/"), token, ca_file)
+    return Source("file", path, None, token, ca_file)

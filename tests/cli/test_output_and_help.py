@@ -1,0 +1,113 @@
+"""What people read: tables rounded with units and the statistic named, nothing cut; CSV and JSON
+exact; every read command takes the same connection options; help texts describe every option in
+one notation for environment variables."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from meritlens.collector.cli._group import cli
+from meritlens.analytics._format import format_value
+from meritlens.collector.cli._output import render
+from meritlens.collector.store._results import QueryResult
+
+LONG_TARGET = "support-bot/answer-with-a-very-long-target-identifier-that-must-never-be-cut-in-a-table"
+WINDOW_COLUMNS = ["target_id", "metric", "aggregation", "value", "unit", "p95"]
+ROWS = [
+    (LONG_TARGET, "end_to_end_latency", "percentile", 0.26098677979999996, "s", 0.26098677979999996),
+    (LONG_TARGET, "total_task_cost", "sum", 0.0012345678, "USD", None),
+    (LONG_TARGET, "input_tokens", "mean", 1234.5678, "tokens", 1500.0),
+]
+
+
+def _table(columns, rows) -> str:
+    out = io.StringIO()
+    render(QueryResult(columns, [], rows), "table", out)
+    return out.getvalue()
+
+
+def test_tables_round_name_units_and_the_statistic():
+    text = _table(WINDOW_COLUMNS, ROWS)
+    assert "0.26098677979999996" not in text and "0.2609867" not in text
+    assert "261 ms" in text  # seconds as ms below one second
+    assert "$0.001235" in text  # USD with a dollar sign, four significant digits
+    assert "1,235" in text and "1,500" in text
+    assert "p95" in text and "percentile" not in text
+    assert "NULL" in text  # missing stays visibly missing, never 0
+
+
+def test_tables_never_cut_an_identifier():
+    text = _table(WINDOW_COLUMNS, ROWS)
+    assert LONG_TARGET in text  # widened to its cells when not on a terminal
+    assert "…" not in text
+
+
+def test_sql_columns_get_units_by_name():
+    text = _table(["cost_usd", "duration_s", "ttft_s", "input_tokens"], [(0.000123456, 1.23456, 0.0456, 12)])
+    assert "$0.0001235" in text and "1.235 s" in text and "45.6 ms" in text and " 12 " in text
+
+
+def test_csv_and_json_stay_exact():
+    out = io.StringIO()
+    render(QueryResult(WINDOW_COLUMNS, [], ROWS), "json", out)
+    rows = json.loads(out.getvalue())
+    assert rows[0]["value"] == 0.26098677979999996 and rows[0]["aggregation"] == "percentile"
+    assert rows[1]["p95"] is None
+    out = io.StringIO()
+    render(QueryResult(WINDOW_COLUMNS, [], ROWS), "csv", out)
+    parsed = list(csv.reader(io.StringIO(out.getvalue())))
+    assert float(parsed[1][3]) == 0.26098677979999996 and parsed[1][0] == LONG_TARGET
+
+
+@pytest.mark.parametrize("value, unit, shown", [
+    (0.26098677979999996, None, "0.261"), (2.5, "s", "2.5 s"), (0.0005, "s", "0.5 ms"), (12.0, "USD", "$12"),
+    (7, "tokens", "7"), (0.0, "ratio", "0"), (-0.5, "USD", "-$0.5"),
+])
+def test_format_value(value, unit, shown):
+    assert format_value(value, unit) == shown
+
+
+def _commands(group: click.Group, prefix=()):
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            yield from _commands(command, (*prefix, name))
+        else:
+            yield (*prefix, name), command
+
+
+READ_COMMANDS = [("sql",), ("windows",), ("readiness",), ("profile", "check"), ("evaluate",), ("export",),
+                 ("import",), ("compare",), ("frontier",), ("experiment", "show"), ("experiment", "list"),
+                 ("experiment", "create"), ("experiment", "arm"), ("experiment", "start"), ("experiment", "finish")]
+
+
+def test_every_data_command_takes_the_same_connection_options():
+    commands = dict(_commands(cli))
+    for path in READ_COMMANDS:
+        names = {p.name for p in commands[path].params}
+        assert {"db", "url", "token", "token_file", "tls_ca"} <= names, path
+
+
+def test_every_option_is_described_in_one_environment_notation():
+    for path, command in _commands(cli):
+        for param in command.params:
+            if not isinstance(param, click.Option):
+                continue
+            assert param.help and param.help.strip(), f"{' '.join(path)} {param.opts[0]} has no help"
+            assert "(env " not in param.help and "env var" not in param.help, (path, param.opts, param.help)
+            for mention in re.findall(r"MERITLENS_[A-Z_]+", param.help):
+                assert re.search(rf"\[env \$?{mention}[;\]]", param.help) or f"${mention}" in param.help, \
+                    (path, param.opts, param.help)
+
+
+def test_sql_help_names_every_table():
+    result = CliRunner().invoke(cli, ["sql", "--help"])
+    assert result.exit_code == 0
+    for table in ("spans", "windows", "tasks", "coverage", "catalogue"):
+        assert f"`{table}`" in result.output, table
