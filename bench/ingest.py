@@ -15,7 +15,7 @@ one event, one span a trace, over 4 targets).
 
 Correctness (both): `spans` holds exactly the spans sent and the windows count exactly them.
 
-usage: python bench/ingest.py [--spans 1000000] [--batch 1000] [--clients 2] [--memory-limit 256MiB]
+usage: python bench/ingest.py [--spans 1000000] [--batch 1000] [--clients 2] [--memory-limit 512MiB]
        python bench/ingest.py --rate 10000 --seconds 600
 """
 
@@ -91,7 +91,7 @@ class Collector:
         args = [os.path.join(BIN, "meritlens"), "serve", "--db", os.path.join(tmp, "bench.duckdb"),
                 "--http-port", str(self.port), "--no-grpc"]
         if memory_limit:
-            args += ["--db-memory-bytes", memory_limit]
+            args += ["--memory-limit", memory_limit]
         self.log = open(os.path.join(tmp, "collector.log"), "w")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
@@ -168,7 +168,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=2)
     parser.add_argument("--rate", type=float, default=0.0, help="spans/s; with --seconds, a sustained load")
     parser.add_argument("--seconds", type=float, default=0.0)
-    parser.add_argument("--memory-limit", default=None, help="the collector's --db-memory-bytes")
+    parser.add_argument("--memory-limit", default=None, help="the collector's --memory-limit")
     args = parser.parse_args()
     spans = int(args.rate * args.seconds) if args.rate else args.spans
     r = run(spans, args.batch, args.clients, args.rate, args.seconds, args.memory_limit)

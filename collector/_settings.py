@@ -14,10 +14,7 @@ ENV_GRPC_PORT = "MERITLENS_GRPC_PORT"
 ENV_MAX_BODY_BYTES = "MERITLENS_MAX_BODY_BYTES"
 ENV_MAX_PENDING_BATCHES = "MERITLENS_MAX_PENDING_BATCHES"
 ENV_MAX_INFLIGHT_BYTES = "MERITLENS_MAX_INFLIGHT_BYTES"
-ENV_WINDOW_MEMORY_BYTES = "MERITLENS_WINDOW_MEMORY_BYTES"
-ENV_KEY_FILTER_BYTES = "MERITLENS_KEY_FILTER_BYTES"
-ENV_SPAN_INDEX_BYTES = "MERITLENS_SPAN_INDEX_BYTES"
-ENV_DB_MEMORY_BYTES = "MERITLENS_DB_MEMORY_BYTES"
+ENV_MEMORY_LIMIT = "MERITLENS_MEMORY_LIMIT"
 ENV_CHECKPOINT_WAL_BYTES = "MERITLENS_CHECKPOINT_WAL_BYTES"
 ENV_DB_THREADS = "MERITLENS_DB_THREADS"
 ENV_STAGE_SECONDS = "MERITLENS_STAGE_SECONDS"
@@ -44,7 +41,11 @@ DEFAULT_MAX_BODY_BYTES = 20 * 1024 * 1024
 DEFAULT_MAX_PENDING_BATCHES = 64
 DEFAULT_MAX_SPANS_PER_REQUEST = 50_000
 DEFAULT_MAX_INFLIGHT_BYTES = 128 * 1024 * 1024
-DEFAULT_WINDOW_MEMORY_BYTES = 256 * 1024 * 1024
+DEFAULT_MEMORY_LIMIT = 512 * 1024 * 1024
+"""The memory the collector's bounded parts may take together (`MemoryBudget`)."""
+MIN_MEMORY_LIMIT = 256 * 1024 * 1024
+"""Below this DuckDB's half can run out of memory committing a batch, which invalidates the database."""
+DEFAULT_WINDOW_MEMORY_BYTES = DEFAULT_MEMORY_LIMIT // 4
 """Window processor state kept in memory; beyond it, least recently written targets are rebuilt on demand."""
 DEFAULT_WINDOW_LAG_ROWS = 50_000
 """Committed span rows that may wait for the window processor; appends wait beyond it (bounds memory)."""
@@ -67,23 +68,21 @@ DEFAULT_QUERY_WAIT_S = 10.0
 """How long a query waits for the windows to include the spans committed before it."""
 REBUILD_POOL_BYTES_PER_ROW = 2048
 """DuckDB pool memory a window rebuild plans per scoped row (an application span counts once, and
-once more when it has an assessment): it reads ``--db-memory-bytes`` / this many rows per statement.
+once more when it has an assessment): it reads DuckDB's memory limit / this many rows per statement.
 The per-task aggregation does not spill; measured on one-span tasks, 150k rows fit in 128MiB and 187k
 did not (~0.7-0.9 KiB a row)."""
 MIN_REBUILD_ROWS_PER_PARTITION = 10_000
-DEFAULT_KEY_FILTER_BYTES = 32 * 1024 * 1024
+DEFAULT_KEY_FILTER_BYTES = DEFAULT_MEMORY_LIMIT // 16
 """Largest size of the filter of seen trace/task keys: it grows with its keys (~4 bytes a key) up to
 this size; past it more keys only cost more reads of stored spans. At 10M keys it answers a wrong
 "maybe" for ~0.004% of new keys."""
-DEFAULT_SPAN_INDEX_BYTES = 128 * 1024 * 1024
+DEFAULT_SPAN_INDEX_BYTES = DEFAULT_MEMORY_LIMIT * 3 // 16
 """Largest size of the locator of stored span, trace and task keys (more keys only cost larger reads).
-Its blocks fill as spans arrive (~6 bytes a span); they hold ~16M spans before merging starts."""
-DEFAULT_DB_MEMORY_BYTES = 256 * 1024 * 1024
+Its blocks fill as spans arrive (~6 bytes a span)."""
+DEFAULT_DB_MEMORY_BYTES = DEFAULT_MEMORY_LIMIT // 2
 """DuckDB's memory limit (its buffer pool; larger operations spill to a temporary directory). DuckDB
 keeps the blocks it writes and reads cached up to this limit, so a long-running collector's memory
 grows towards it. A larger limit makes large ad-hoc queries and the start-up rebuild faster."""
-MIN_DB_MEMORY_BYTES = 128 * 1024 * 1024
-"""Below this DuckDB can run out of memory committing a batch, which invalidates the database until restart."""
 DEFAULT_CHECKPOINT_WAL_BYTES = 64 * 1024 * 1024
 """Write-ahead log size at which DuckDB checkpoints the file (its own default is 16MiB). Each
 checkpoint compresses the row group still being filled again, so checkpointing less often costs less
@@ -251,12 +250,8 @@ class ServerSettings:
     max_spans_per_request: int = field(
         default_factory=lambda: _env_int(ENV_MAX_SPANS_PER_REQUEST, DEFAULT_MAX_SPANS_PER_REQUEST)
     )
-    window_memory_bytes: int = field(
-        default_factory=lambda: _env_bytes(ENV_WINDOW_MEMORY_BYTES, DEFAULT_WINDOW_MEMORY_BYTES)
-    )
-    key_filter_bytes: int = field(default_factory=lambda: _env_bytes(ENV_KEY_FILTER_BYTES, DEFAULT_KEY_FILTER_BYTES))
-    span_index_bytes: int = field(default_factory=lambda: _env_bytes(ENV_SPAN_INDEX_BYTES, DEFAULT_SPAN_INDEX_BYTES))
-    db_memory_bytes: int = field(default_factory=lambda: _env_bytes(ENV_DB_MEMORY_BYTES, DEFAULT_DB_MEMORY_BYTES))
+    memory_limit: int = field(default_factory=lambda: _env_bytes(ENV_MEMORY_LIMIT, DEFAULT_MEMORY_LIMIT))
+    """What DuckDB, the window state and the key filters may take together (`memory_budget`)."""
     checkpoint_wal_bytes: int = field(
         default_factory=lambda: _env_bytes(ENV_CHECKPOINT_WAL_BYTES, DEFAULT_CHECKPOINT_WAL_BYTES)
     )
@@ -283,6 +278,9 @@ class ServerSettings:
     profiles: tuple[str, ...] = ()
     """Task profiles (TOML files, or directories of them) the dashboard checks readiness against."""
 
+    def memory_budget(self) -> "MemoryBudget":
+        return MemoryBudget.of(self.memory_limit)
+
     @property
     def tls(self) -> bool:
         return bool(self.tls_cert)
@@ -306,19 +304,16 @@ class ServerSettings:
             "max attribute bytes": self.max_attribute_bytes,
             "gRPC max concurrent RPCs": self.grpc_max_concurrent_rpcs,
             "SQL max rows": self.sql_max_rows,
-            "window memory bytes": self.window_memory_bytes,
-            "key filter bytes": self.key_filter_bytes,
-            "span index bytes": self.span_index_bytes,
-            "DuckDB memory bytes": self.db_memory_bytes,
+            "memory limit": self.memory_limit,
             "checkpoint WAL bytes": self.checkpoint_wal_bytes,
             "DuckDB threads": self.db_threads,
         }
         for name, value in positive.items():
             if value <= 0:
                 raise SettingsError(f"{name} must be positive, got {value}")
-        if self.db_memory_bytes < MIN_DB_MEMORY_BYTES:
-            raise SettingsError(f"DuckDB memory bytes must be at least {MIN_DB_MEMORY_BYTES // (1024 * 1024)}MiB"
-                                f" (DuckDB can fail a commit below it), got {self.db_memory_bytes}")
+        if self.memory_limit < MIN_MEMORY_LIMIT:
+            raise SettingsError(f"the memory limit must be at least {MIN_MEMORY_LIMIT >> 20}MiB"
+                                f" (DuckDB can fail a commit below half of it), got {self.memory_limit}")
         if not 0 <= self.stage_s <= 60:
             raise SettingsError(f"stage seconds must be between 0 and 60, got {self.stage_s}")
         if self.sql_timeout_s <= 0 or self.shutdown_timeout_s < 0:
@@ -340,3 +335,19 @@ class ServerSettings:
         for name, path in (("TLS certificate", self.tls_cert), ("TLS key", self.tls_key)):
             if path and not os.access(path, os.R_OK):
                 raise SettingsError(f"{name} {path} is not a readable file")
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """`--memory-limit` split among the collector's bounded parts: half for DuckDB's buffer pool
+    (its `memory_limit`; larger operations spill to disk), a quarter for the window state, the rest for
+    the store's key locator (3/16) and the window processor's filter of seen keys (1/16)."""
+
+    duckdb: int
+    window_state: int
+    span_index: int
+    key_filter: int
+
+    @classmethod
+    def of(cls, limit: int) -> "MemoryBudget":
+        return cls(duckdb=limit // 2, window_state=limit // 4, span_index=limit * 3 // 16, key_filter=limit // 16)

@@ -9,7 +9,7 @@ import click
 
 from meritlens.collector._settings import (
     DEFAULT_DB,
-    DEFAULT_DB_MEMORY_BYTES,
+    DEFAULT_MEMORY_LIMIT,
     DEFAULT_DB_THREADS,
     DEFAULT_GRPC_MAX_CONCURRENT_RPCS,
     DEFAULT_GRPC_PORT,
@@ -25,7 +25,7 @@ from meritlens.collector._settings import (
     DEFAULT_TARGET_FALLBACK,
     ENV_CHECKPOINT_WAL_BYTES,
     ENV_DB,
-    ENV_DB_MEMORY_BYTES,
+    ENV_MEMORY_LIMIT,
     ENV_DB_THREADS,
     ENV_GRPC_MAX_CONCURRENT_RPCS,
     ENV_GRPC_PORT,
@@ -46,7 +46,6 @@ from meritlens.collector._settings import (
     ENV_TLS_KEY,
     ENV_TOKEN,
     ENV_TOKEN_FILE,
-    ENV_WINDOW_MEMORY_BYTES,
     ServerSettings,
     SettingsError,
     parse_bytes,
@@ -86,13 +85,10 @@ def _size(ctx, param, value):
 @click.option("--max-inflight-bytes", callback=_size, default=None,
               help="Memory budget of requests being processed (bodies plus an estimate per span); over it "
                    f"requests get 503/UNAVAILABLE [env {ENV_MAX_INFLIGHT_BYTES}; default 128MiB].")
-@click.option("--window-memory-bytes", callback=_size, default=None,
-              help="Memory for the window processor's state, e.g. 256MiB; beyond it the least recently written "
-                   f"targets are rebuilt from their spans when written again [env {ENV_WINDOW_MEMORY_BYTES}; "
-                   "default 256MiB].")
-@click.option("--db-memory-bytes", callback=_size, default=None,
-              help=f"DuckDB's memory limit, e.g. 512MiB; a long-running collector's RSS grows towards it "
-                   f"[env {ENV_DB_MEMORY_BYTES}; default {DEFAULT_DB_MEMORY_BYTES >> 20}MiB].")
+@click.option("--memory-limit", callback=_size, default=None,
+              help="What the collector's bounded parts may take together, e.g. 1GiB: half for DuckDB's buffer "
+                   "pool (larger operations spill to disk), a quarter for the window state, the rest for the key "
+                   f"filters; at least 256MiB [env {ENV_MEMORY_LIMIT}; default {DEFAULT_MEMORY_LIMIT >> 20}MiB].")
 @click.option("--checkpoint-wal-bytes", callback=_size, default=None,
               help="Write-ahead log size at which DuckDB checkpoints the file; larger: less CPU per span, a "
                    f"larger WAL to replay after a crash [env {ENV_CHECKPOINT_WAL_BYTES}; default 64MiB].")

@@ -46,9 +46,10 @@ class Collector:
     def __init__(self, settings: ServerSettings):
         settings.validate()
         self.settings = settings
-        self.store = SpanStore(settings.db, memory_limit_bytes=settings.db_memory_bytes,
+        budget = settings.memory_budget()
+        self.store = SpanStore(settings.db, memory_limit_bytes=budget.duckdb,
                                checkpoint_wal_bytes=settings.checkpoint_wal_bytes, db_threads=settings.db_threads,
-                               span_index_bytes=settings.span_index_bytes, staging=settings.stage_s > 0,
+                               span_index_bytes=budget.span_index, staging=settings.stage_s > 0,
                                stage_move_s=settings.stage_s)
         self.windows: WindowProcessor | None = None
         self.pipeline = IngestPipeline(self.store, max_pending_batches=settings.max_pending_batches)
@@ -85,8 +86,9 @@ class Collector:
             log.warning("the native span scanner (collector/process/_spanscan.c) is not built: spans are normalized by the"
                         " Python walk, ~4x slower; reinstall with a C compiler present (pip install -e .)")
         self.store.start()
-        self.windows = WindowProcessor(self.store, key_filter_bytes=s.key_filter_bytes,
-                                       window_memory_bytes=s.window_memory_bytes)
+        budget = s.memory_budget()
+        self.windows = WindowProcessor(self.store, key_filter_bytes=budget.key_filter,
+                                       window_memory_bytes=budget.window_state)
         keys, resumed = self.windows.open_windows()
         self.windows.start()
         log.info("opened %s; windows of %d keys %s", s.db, keys, "taken up" if resumed else "recomputed")

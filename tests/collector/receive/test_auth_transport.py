@@ -241,12 +241,10 @@ def test_invalid_settings_are_refused_at_start_with_a_clear_message(tmp_path, to
     assert result.returncode == 2 and "--tls-key" in result.stderr
     result = run_cli("serve", "--db", str(tmp_path / "x.duckdb"), "--max-body-bytes", "lots")
     assert result.returncode == 2 and "is not a byte count" in result.stderr
-    result = run_cli("serve", "--db", str(tmp_path / "x.duckdb"), "--window-memory-bytes", "0")
-    assert result.returncode == 2 and "window memory bytes must be positive" in result.stderr
-    result = run_cli("serve", "--db", str(tmp_path / "x.duckdb"), env={"MERITLENS_DB_MEMORY_BYTES": "0"})
-    assert result.returncode == 2 and "DuckDB memory bytes must be positive" in result.stderr
-    result = run_cli("serve", "--db", str(tmp_path / "x.duckdb"), "--db-memory-bytes", "64MiB")
-    assert result.returncode == 2 and "DuckDB memory bytes must be at least 128MiB" in result.stderr
+    result = run_cli("serve", "--db", str(tmp_path / "x.duckdb"), env={"MERITLENS_MEMORY_LIMIT": "0"})
+    assert result.returncode == 2 and "memory limit must be positive" in result.stderr
+    result = run_cli("serve", "--db", str(tmp_path / "x.duckdb"), "--memory-limit", "128MiB")
+    assert result.returncode == 2 and "the memory limit must be at least 256MiB" in result.stderr
     result = run_cli("serve", "--db", str(tmp_path / "x.duckdb"), "--checkpoint-wal-bytes", "0")
     assert result.returncode == 2 and "checkpoint WAL bytes must be positive" in result.stderr
     assert not (tmp_path / "x.duckdb").exists()

@@ -61,9 +61,9 @@ def test_overload_gets_503_with_retry_after_bounded_memory_and_no_lost_span(tmp_
                         refusals.append(response.headers.get("Retry-After", "missing").encode() + b" " + response.content)
                     time.sleep(float(response.headers["Retry-After"]) * rng.uniform(0.05, 0.3))
 
-    # The key filter is configured fixed memory that fills as keys arrive (32 MiB by default); a
-    # small one keeps the growth measured here the receivers'.
-    with CollectorProcess(tmp_path / "busy.duckdb", args=args, env={"MERITLENS_KEY_FILTER_BYTES": "1MiB"}) as collector:
+    # The key filters grow with the keys they hold up to their share of the memory limit; the
+    # smallest limit keeps the growth measured here the receivers'.
+    with CollectorProcess(tmp_path / "busy.duckdb", args=args, env={"MERITLENS_MEMORY_LIMIT": "256MiB"}) as collector:
         with collector.client() as http:  # warm up: first request's imports and allocations
             assert http.post("/v1/traces", content=_request(10_000).SerializeToString(), headers=PROTOBUF).status_code == 200
         idle_rss = collector.rss_bytes()
