@@ -14,7 +14,6 @@ import secrets
 import urllib.error
 import urllib.request
 
-import duckdb
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
@@ -25,7 +24,7 @@ from meritlens.analytics._window_io import window_to_json
 from meritlens.analytics._windows import SCOPE_ALL, Window
 from meritlens.collector.process._normalize import normalize
 from meritlens.collector.cli._query import QueryError, client_ssl_context
-from meritlens.collector.cli._resolve import Source, describe_lock_holder, is_lock_conflict
+from meritlens.collector.cli._resolve import Source, open_file_or_explain
 from meritlens.collector._settings import SQL_PATH, TRACES_PATH, WINDOWS_PATH
 from meritlens.collector.windows._local import LocalStore
 from meritlens.instrumentation import conventions as c
@@ -176,10 +175,4 @@ def open_evaluation_store(source: Source):
     db_name = os.path.basename(source.db)
     if not source.is_file:
         return CollectorEvaluationStore(source.url, db_name=db_name, token=source.token, ca_file=source.ca_file)
-    try:
-        return FileEvaluationStore(source.db)
-    except duckdb.Error as exc:
-        if is_lock_conflict(exc):
-            raise EvaluationError(f"{source.db} is held by {describe_lock_holder(exc)}; give --url of the collector"
-                                  " that holds it") from None
-        raise EvaluationError(f"cannot open {source.db}: {str(exc).splitlines()[0]}") from None
+    return open_file_or_explain(source.db, lambda: FileEvaluationStore(source.db), EvaluationError)

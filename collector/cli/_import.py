@@ -23,7 +23,6 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import duckdb
 import pyarrow as pa
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -33,7 +32,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from meritlens.collector.cli._import_files import ROWS_PER_REQUEST, Chunk, FileProblem, read_file, _span_count, _split
 from meritlens.collector.cli._query import QueryError, client_ssl_context
-from meritlens.collector.cli._resolve import Source, describe_lock_holder, is_lock_conflict
+from meritlens.collector.cli._resolve import Source, open_file_or_explain
 from meritlens.collector.process import _otlp
 from meritlens.collector.process._normalize import NormalizeOptions, normalize
 from meritlens.collector.receive._auth import authorization_header
@@ -238,13 +237,7 @@ def open_destination(source: Source,
     if not source.is_file:
         return CollectorDestination(source.url, token=source.token, ca_file=source.ca_file)
     store = SpanStore(source.db)
-    try:
-        store.start()
-    except duckdb.Error as exc:
-        if is_lock_conflict(exc):
-            raise ImportFailed(f"{source.db} is held by {describe_lock_holder(exc)}; give --url of the collector"
-                               " that holds it") from None
-        raise ImportFailed(f"cannot open {source.db}: {str(exc).splitlines()[0]}") from None
+    open_file_or_explain(source.db, store.start, ImportFailed)
     if options is None:
         from meritlens.collector.serve._server import normalize_options
         from meritlens.collector._settings import ServerSettings

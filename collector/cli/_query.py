@@ -14,7 +14,7 @@ import duckdb
 
 from meritlens.collector.receive._auth import authorization_header
 from meritlens.collector._settings import ENV_TLS_CA, SQL_PATH, SettingsError, resolve_token, staging_path
-from meritlens.collector.cli._resolve import ResolveError, Source, describe_lock_holder, is_lock_conflict, resolve
+from meritlens.collector.cli._resolve import ResolveError, Source, open_file_or_explain, resolve
 from meritlens.collector.store._results import QueryResult
 from meritlens.collector.store._sqlguard import open_read_only, run_read_only
 
@@ -94,13 +94,7 @@ def opened_store(source: Source, *, read_only: bool) -> Iterator[SpanStore]:
     from meritlens.collector.store._store import SpanStore
 
     store = SpanStore(source.db, read_only=read_only)
-    try:
-        store.start()
-    except duckdb.Error as exc:
-        if is_lock_conflict(exc):
-            raise QueryError(f"{source.db} is held by {describe_lock_holder(exc)}; give --url of the collector"
-                             " that holds it") from None
-        raise QueryError(f"cannot open {source.db}: {str(exc).splitlines()[0]}") from None
+    open_file_or_explain(source.db, store.start, QueryError)
     try:
         yield store
     finally:

@@ -17,12 +17,14 @@ import re
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from typing import Callable, TypeVar
 
 from meritlens.collector._settings import (
     DEFAULT_DB, DEFAULT_URL, ENV_DB, ENV_URL, HEALTH_PATH, address_file, resolve_token, SettingsError,
 )
 
-__all__ = ["ResolveError", "Source", "collector_url_beside", "describe_lock_holder", "is_lock_conflict", "resolve"]
+__all__ = ["ResolveError", "Source", "collector_url_beside", "describe_lock_holder", "is_lock_conflict",
+           "open_file_or_explain", "resolve"]
 
 
 class ResolveError(RuntimeError):
@@ -52,6 +54,22 @@ def is_lock_conflict(exc: BaseException) -> bool:
     """True when DuckDB refused to open a file because another process holds it."""
     text = str(exc).lower()
     return "lock" in text and ("conflicting" in text or "could not set" in text)
+
+
+T = TypeVar("T")
+
+
+def open_file_or_explain(path: str, open_file: Callable[[], T], error: type[Exception]) -> T:
+    """``open_file()`` (which opens the DuckDB file ``path``); a file another process holds, or one
+    DuckDB cannot open, raises ``error`` with one line saying which and what to do."""
+    import duckdb  # a resolved collector source needs none of it
+
+    try:
+        return open_file()
+    except duckdb.Error as exc:
+        if is_lock_conflict(exc):
+            raise error(f"{path} is held by {describe_lock_holder(exc)}; give --url of the collector that holds it") from None
+        raise error(f"cannot open {path}: {str(exc).splitlines()[0]}") from None
 
 
 _HOLDER = re.compile(r"held in (.+?) \(PID (\d+)\)")
