@@ -1,0 +1,40 @@
+"""Window versions on a lake: each run of the windows job publishes a whole new file, then points
+``windows/CURRENT`` at it in one atomic replace. A reader reads CURRENT, then that file: it sees one
+run's windows entirely or the previous run's, never a mix. The version before the current one is
+kept (a reader may still be reading it); older ones are removed.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+
+import pyarrow as pa
+
+from meritlens.analytics._schema import WINDOW_COLUMN_NAMES
+from meritlens.collector.lake._layout import CURRENT, WINDOWS_DIR, Lake, unique_stem, windows_schema
+
+KEEP_VERSIONS = 2
+
+
+def current_windows_file(lake: Lake) -> str | None:
+    """The path of the current windows version, None before the first run."""
+    name = (lake.read_text(WINDOWS_DIR, CURRENT) or "").strip()
+    return lake.path(WINDOWS_DIR, name) if name else None
+
+
+def windows_table(windows: list) -> pa.Table:
+    """Window rows (`meritlens.analytics.Window`) as a table of the lake's windows schema."""
+    columns = {name: [getattr(w, name) for w in windows] for name in WINDOW_COLUMN_NAMES}
+    return pa.table(columns, schema=windows_schema())
+
+
+def publish_windows(lake: Lake, windows: list, computed_at: _dt.datetime) -> str:
+    """Publish ``windows`` as the current version; return its file name."""
+    lake.make_dirs()
+    name = unique_stem(f"windows-{computed_at.strftime('%Y%m%dT%H%M%S')}-") + ".parquet"
+    lake.publish_parquet(WINDOWS_DIR, name, windows_table(windows))
+    lake.write_text(WINDOWS_DIR, CURRENT, name + "\n")
+    for old in lake.files(WINDOWS_DIR)[:-KEEP_VERSIONS]:
+        if not old.endswith("/" + name):
+            lake.delete(old)
+    return name
