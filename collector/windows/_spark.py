@@ -128,6 +128,23 @@ def sample_schema() -> pa.Schema:
         con.close()
 
 
+_SPARK_TYPES = {"string": "STRING", "int8": "TINYINT", "int32": "INT", "int64": "BIGINT", "double": "DOUBLE",
+                "bool": "BOOLEAN"}
+
+
+@lru_cache(maxsize=1)
+def window_input_ddl() -> str:
+    """The Spark schema (DDL) of the span columns the windows read, from the lake's Arrow schema."""
+    from meritlens.collector.lake._layout import spans_schema
+
+    schema = spans_schema()
+
+    def spark_type(t: pa.DataType) -> str:
+        return "TIMESTAMP" if pa.types.is_timestamp(t) else _SPARK_TYPES[str(t)]
+
+    return ", ".join(f"{name} {spark_type(schema.field(name).type)}" for name in WINDOW_INPUT_COLUMNS)
+
+
 class SparkEngine:
     """Samples of the span segments ``files`` (URIs Spark reads), computed on ``spark`` (a SparkSession).
     ``scratch`` is a directory beside them (on a filesystem the workers and the driver share) where
@@ -145,7 +162,8 @@ class SparkEngine:
         """The spans of the files, each (trace_id, span_id) once: the first received copy."""
         from pyspark.sql import Window, functions as F
 
-        raw = self.spark.read.parquet(*self.files).select(*WINDOW_INPUT_COLUMNS)
+        # the schema given, not inferred: no footer of the many small segments is read to plan the job
+        raw = self.spark.read.schema(window_input_ddl()).parquet(*self.files)
         first = Window.partitionBy("trace_id", "span_id").orderBy("received_at")
         return raw.withColumn("_copy", F.row_number().over(first)).where("_copy = 1").drop("_copy")
 

@@ -14,10 +14,17 @@ from pathlib import Path
 import pyspark
 
 from tests.collector.collector_proc import free_ports
+from tests.prerequisites import require_program
 
 SPARK_HOME = Path(pyspark.__file__).parent
 LOOPBACK_ENV = {"SPARK_LOCAL_IP": "127.0.0.1", "SPARK_HOME": str(SPARK_HOME)}
 """Spark binds to the host's interface address unless told otherwise: everything stays on loopback."""
+JAVA = os.environ.get("MERITLENS_TEST_JAVA", "/usr/bin/java")
+
+
+def require_java() -> str:
+    return require_program(JAVA, what="a Java 17 runtime for the Spark lake tests",
+                           install="apt-get install openjdk-17-jre-headless")
 
 
 class SparkCluster:
@@ -39,6 +46,11 @@ class SparkCluster:
         log.close()
 
     def start(self, timeout: float = 120.0) -> "SparkCluster":
+        return self.launch().wait_ready(timeout)
+
+    def launch(self) -> "SparkCluster":
+        """Start the daemons without waiting for them (`wait_ready`)."""
+        require_java()
         self._launch("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                      "--port", str(self.port), "--webui-port", str(self.ui_port))
         for i in range(self.workers):
@@ -46,6 +58,9 @@ class SparkCluster:
             self._launch(f"worker{i}", "org.apache.spark.deploy.worker.Worker", self.master_url, "--host", "127.0.0.1",
                          "--port", str(port), "--webui-port", str(ui), "--cores", "1", "--memory", "1g",
                          "--work-dir", str(self.work / f"worker{i}"))
+        return self
+
+    def wait_ready(self, timeout: float = 120.0) -> "SparkCluster":
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for proc in self.procs:

@@ -33,7 +33,7 @@ _COMPARED = ("target_id", "scope", "metric", "aggregation", "value", "unit", "sa
 def cluster(tmp_path_factory):
     spark = SparkCluster(tmp_path_factory.mktemp("spark"))
     try:
-        yield spark.start()
+        yield spark.launch()  # comes up while the spans are sent; `wait_ready` before the job
     finally:
         spark.stop()
 
@@ -75,9 +75,9 @@ def _windows(*where: str) -> list[dict]:
 def test_spark_windows_of_three_collectors_equal_one_node(tmp_path, cluster):
     lake = tmp_path / "lake"
     single = CollectorProcess(tmp_path / "single.duckdb").start()
-    collectors = [lake_collector(tmp_path, lake, f"c{i}", "--stage-seconds", "0.5").start() for i in range(3)]
+    collectors = [lake_collector(tmp_path, lake, f"c{i}").start() for i in range(3)]
     try:
-        exports = varied_spans(range(500, 620))
+        exports = varied_spans(range(500, 590))
         for spans in exports:  # the single node gets every export once
             assert post(single.url, spans).status_code == 200
         # each export goes to one collector and again to another (a retry through a load balancer)
@@ -102,6 +102,7 @@ def test_spark_windows_of_three_collectors_equal_one_node(tmp_path, cluster):
         for process in (single, *collectors):
             process.stop()
 
+    cluster.wait_ready()
     job = run_cli("lake", "windows", "--lake", str(lake), "--master", cluster.master_url, env=LOOPBACK_ENV)
     assert "computed" in job.stdout and "segments" in job.stdout, job.stdout
 
