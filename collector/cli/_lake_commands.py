@@ -61,15 +61,15 @@ def lake_status(lake: str) -> None:
     """Segments and spans on the lake, and when its windows were computed."""
     from meritlens.collector.cli._query import QueryError, run_query
     from meritlens.collector.lake._layout import SPANS_DIR, Lake
+    from meritlens.collector.lake._versions import current_computed_at
 
     source = _lake_source(lake)
     try:
-        result = run_query("SELECT (SELECT count(*) FROM spans) AS spans,"
-                           " (SELECT max(computed_at) FROM windows) AS windows_computed_at,"
-                           " (SELECT count(*) FROM windows) AS windows", source=source)
+        spans, windows = run_query("SELECT (SELECT count(*) FROM spans), (SELECT count(*) FROM windows)",
+                                   source=source).rows[0]
     except QueryError as exc:
         raise click.ClickException(str(exc)) from None
-    spans, computed_at, windows = result.rows[0]
-    segments = len(Lake(lake).files(SPANS_DIR))
+    on_lake = Lake(lake)
+    segments, computed_at = len(on_lake.files(SPANS_DIR)), current_computed_at(on_lake)
     when = computed_at.isoformat() if computed_at is not None else "never (run `meritlens lake windows`)"
     click.echo(f"{segments} segments, {spans} distinct spans; {windows} windows, computed {when}")

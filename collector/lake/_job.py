@@ -99,6 +99,9 @@ def run_windows_job(lake_path: str, master: str, *, driver_host: str | None = No
     lake = Lake(lake_path)
     if not lake.exists():
         raise FileNotFoundError(f"no span lake at {lake_path} (no {SPANS_DIR}/ directory)")
+    if not lake.files(SPANS_DIR):  # nothing to compute: no Spark application is started for it
+        computed_at = _dt.datetime.now(_dt.timezone.utc)
+        return JobResult(0, 0, 0, publish_windows(lake, [], computed_at), computed_at, 0.0)
     os.environ.setdefault("PYSPARK_PYTHON", _python())
     spark = spark_session(master, driver_host=driver_host, conf=conf)
     try:

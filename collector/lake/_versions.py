@@ -16,10 +16,21 @@ from meritlens.collector.lake._layout import CURRENT, WINDOWS_DIR, Lake, unique_
 KEEP_VERSIONS = 2
 
 
+def _current(lake: Lake) -> list[str]:
+    """CURRENT's lines: the current version's file name, and when it was computed (ISO 8601)."""
+    return (lake.read_text(WINDOWS_DIR, CURRENT) or "").split()
+
+
 def current_windows_file(lake: Lake) -> str | None:
     """The path of the current windows version, None before the first run."""
-    name = (lake.read_text(WINDOWS_DIR, CURRENT) or "").strip()
-    return lake.path(WINDOWS_DIR, name) if name else None
+    lines = _current(lake)
+    return lake.path(WINDOWS_DIR, lines[0]) if lines else None
+
+
+def current_computed_at(lake: Lake) -> _dt.datetime | None:
+    """When the current windows were computed (known even when the run found no windows)."""
+    lines = _current(lake)
+    return _dt.datetime.fromisoformat(lines[1]) if len(lines) > 1 else None
 
 
 def windows_table(windows: list) -> pa.Table:
@@ -33,7 +44,7 @@ def publish_windows(lake: Lake, windows: list, computed_at: _dt.datetime) -> str
     lake.make_dirs()
     name = unique_stem(f"windows-{computed_at.strftime('%Y%m%dT%H%M%S')}-") + ".parquet"
     lake.publish_parquet(WINDOWS_DIR, name, windows_table(windows))
-    lake.write_text(WINDOWS_DIR, CURRENT, name + "\n")
+    lake.write_text(WINDOWS_DIR, CURRENT, f"{name}\n{computed_at.isoformat()}\n")
     for old in lake.files(WINDOWS_DIR)[:-KEEP_VERSIONS]:
         if not old.endswith("/" + name):
             lake.delete(old)
