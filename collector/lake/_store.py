@@ -13,7 +13,7 @@ class LakeStore(LakeReader):
 
     def __init__(self, root: str, collector_id: str | None = None, *, stage_move_s: float | None = None):
         super().__init__(Lake(root), must_exist=False)
-        options = {} if stage_move_s is None or stage_move_s <= 0 else {"stage_move_s": stage_move_s}
+        options = {} if stage_move_s is None else {"stage_move_s": max(0.0, stage_move_s)}  # 0: a segment per write
         self.writer = SegmentWriter(self.lake, collector_id or default_collector_id(), **options)
 
     def start(self) -> None:
