@@ -48,6 +48,7 @@ def spark_session(master: str, *, driver_host: str | None = None, conf: dict[str
     """A SparkSession on ``master`` (``local[*]``, ``spark://host:7077``). Raises RuntimeError with
     one line when pyspark is not installed."""
     try:
+        import sqlglot  # noqa: F401 - the window SQL's translation to Spark SQL
         from pyspark.sql import SparkSession
     except ImportError:
         raise RuntimeError("the windows job needs pyspark and a Java runtime: pip install 'meritlens[spark]'"
