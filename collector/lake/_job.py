@@ -34,19 +34,21 @@ class JobResult:
     seconds: float
 
 
-def driver_host_for(master: str) -> str | None:
+def driver_host_for(master: str | None) -> str | None:
     """The address the driver binds and announces: loopback for a local master or one on loopback
     (workers there reach it), else Spark's default (the host's address)."""
+    if master is None:
+        return None
     if master.startswith("local"):
         return "127.0.0.1"
     host = urlparse(master).hostname or ""
     return "127.0.0.1" if host in _LOOPBACK or host.startswith("127.") else None
 
 
-def spark_session(master: str, *, driver_host: str | None = None, conf: dict[str, str] | None = None,
+def spark_session(master: str | None, *, driver_host: str | None = None, conf: dict[str, str] | None = None,
                   app_name: str = "meritlens-windows"):
-    """A SparkSession on ``master`` (``local[*]``, ``spark://host:7077``). Raises RuntimeError with
-    one line when pyspark is not installed."""
+    """A SparkSession on ``master`` (``local[*]``, ``spark://host:7077``; None: the one `spark-submit`
+    gives). Raises RuntimeError with one line when pyspark or sqlglot is not installed."""
     try:
         import sqlglot  # noqa: F401 - the window SQL's translation to Spark SQL
         from pyspark.sql import SparkSession
@@ -54,7 +56,9 @@ def spark_session(master: str, *, driver_host: str | None = None, conf: dict[str
         raise RuntimeError("the windows job needs pyspark and a Java runtime: pip install 'meritlens[spark]'"
                            " and a JRE 17 (Debian: apt-get install openjdk-17-jre-headless)") from None
     host = driver_host or driver_host_for(master)
-    builder = SparkSession.builder.master(master).appName(app_name)
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
     settings = {"spark.sql.session.timeZone": "UTC", "spark.ui.enabled": "false",
                 "spark.sql.shuffle.partitions": "8", "spark.ui.showConsoleProgress": "false"}
     if host:
@@ -94,9 +98,10 @@ def _file_uri(lake: Lake, path: str) -> str:
     return ("file://" + path) if not lake.remote else lake.root.split("://")[0] + "://" + path
 
 
-def run_windows_job(lake_path: str, master: str, *, driver_host: str | None = None,
+def run_windows_job(lake_path: str, master: str | None = None, *, driver_host: str | None = None,
                     conf: dict[str, str] | None = None) -> JobResult:
-    """`meritlens lake windows`: start a Spark application on ``master``, compute, publish, stop."""
+    """`meritlens lake windows`: start a Spark application on ``master`` (None under `spark-submit`,
+    which gives it), compute, publish, stop."""
     lake = Lake(lake_path)
     if not lake.exists():
         raise FileNotFoundError(f"no span lake at {lake_path} (no {SPANS_DIR}/ directory)")
