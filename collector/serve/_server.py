@@ -146,7 +146,7 @@ class Collector:
                 "listening on %s without a token: anyone who can reach it can send spans and read every"
                 " stored span through SQL; set --token-file (or %s)", s.host, "MERITLENS_TOKEN",
             )
-        if s.lake:
+        if s.lake:  # commands find a lake by its path; no one collector answers for it
             return
         try:
             with open(address_file(s.db), "w", encoding="utf-8") as fh:

@@ -12,10 +12,10 @@ from tests.collector.windows.test_incremental_windows import _random_spans
 from tests.conftest import CollectorProcess, run_cli
 
 
-def lake_collector(tmp: Path, lake: Path, collector_id: str, *args: str) -> CollectorProcess:
+def lake_collector(tmp: Path, lake: Path, collector_id: str, *args: str, **options) -> CollectorProcess:
     """A real `meritlens serve --lake` process (not started), logging to tmp/<id>.log."""
     return CollectorProcess(tmp / f"{collector_id}.duckdb", args=("--lake", str(lake), "--collector-id", collector_id,
-                                                                 *args))
+                                                                 *args), **options)
 
 
 def varied_spans(seeds: range) -> list[list[Span]]:

@@ -71,12 +71,17 @@ def test_three_collectors_share_a_lake_and_repeats_count_once(tmp_path):
     assert rows == [{"n": len(expected), "d": len(expected)}]
     copies = lake_sql(lake, "select count(*) as n from spans where trace_id is not null")  # the view, not the files
     assert copies[0]["n"] == len(expected)
-    # the collector's own SQL endpoint and dashboard read the lake too
-    with lake_collector(tmp_path, lake, "c0") as reader:
+    # the collector's own SQL endpoint and dashboard read the lake too, behind its token as on one node
+    (tmp_path / "token").write_text("s3cret\n")
+    with lake_collector(tmp_path, lake, "c0", "--token-file", str(tmp_path / "token"), token="s3cret") as reader:
         body = reader.client().post("/api/sql", json={"sql": "select count(*) from spans"}).json()
         assert body["rows"] == [[len(expected)]]
-        targets = reader.client().get("/api/dashboard/targets")
-        assert targets.status_code == 200
+        targets = reader.client().get("/api/dashboard/targets").json()
+        assert {t["target_id"] for t in targets["targets"]} == {"bot-a", "bot-b", "bot-c"}
+        assert targets["db"] == "lake"
+        anonymous = __import__("httpx").post(reader.url + "/v1/traces", content=b"",
+                                             headers={"Content-Type": "application/x-protobuf"})
+        assert anonymous.status_code == 401
     # before any windows run: no windows, never zeros
     assert lake_sql(lake, "select count(*) as n from windows") == [{"n": 0}]
     status = run_cli("lake", "status", "--lake", str(lake)).stdout

@@ -122,6 +122,11 @@ def test_spark_windows_of_three_collectors_equal_one_node(tmp_path, cluster):
     computed = lake_sql(lake, "select count(distinct computed_at) as runs, max(computed_at) is not null as dated "
                               "from windows")
     assert computed == [{"runs": 1, "dated": True}]
+    with lake_collector(tmp_path, lake, "c0") as dashboard:  # the dashboard of a collector on the lake shows them
+        shown = dashboard.client().get("/api/dashboard/windows", params={"target": "sdk-bot", "scope": "all"}).json()
+    stored = lake_sql(lake, "select metric, value from windows where target_id = 'sdk-bot' and scope = 'all'")
+    assert {r["metric"]: r["value"] for r in shown["windows"]} == {r["metric"]: r["value"] for r in stored}
+    assert len(stored) > 5
 
     # readiness reasons exactly as on one node, and is recorded on the lake
     profile = write_profile(tmp_path / "p.toml", "bot-a", {"task_success": 3, "total_task_cost": 3,
