@@ -33,12 +33,14 @@ def lake_group() -> None:
 @click.option("--driver-host", default=None,
               help="Address the workers reach this driver at (default: 127.0.0.1 for a local or loopback master).")
 @click.option("--conf", "conf", multiple=True, metavar="KEY=VALUE", help="A Spark setting (repeatable).")
-def lake_windows(lake: str, master: str, driver_host: str | None, conf: tuple[str, ...]) -> None:
+@click.option("--full", is_flag=True, help="Recompute from every segment, not from the last run's state.")
+def lake_windows(lake: str, master: str, driver_host: str | None, conf: tuple[str, ...], full: bool) -> None:
     """Compute every window of the lake's spans on Spark and publish them as the lake's windows.
 
     Each span counts once however many collectors or retries stored it; the result replaces the
-    previous windows at once (readers see one run's windows or the other's). Every run recomputes
-    every window from all segments."""
+    previous windows at once (readers see one run's windows or the other's). A run reads only the
+    segments published since the last run (it keeps that run's window state), or every segment with
+    --full or when that state cannot be used."""
     from meritlens.collector.lake._job import run_windows_job
 
     settings = {}
@@ -48,10 +50,11 @@ def lake_windows(lake: str, master: str, driver_host: str | None, conf: tuple[st
             raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--conf")
         settings[key.strip()] = value
     try:
-        result = run_windows_job(lake, master, driver_host=driver_host, conf=settings)
+        result = run_windows_job(lake, master, driver_host=driver_host, conf=settings, full=full)
     except (FileNotFoundError, RuntimeError, ValueError) as exc:
         raise click.ClickException(" ".join(str(exc).split())) from None
-    click.echo(f"computed {result.windows} windows from {result.segments} segments ({result.sample_rows} samples)"
+    click.echo(f"computed {result.windows} windows from {result.segments} segments ({result.mode}:"
+               f" {result.new_segments} read, {result.sample_rows} samples)"
                f" in {result.seconds:.1f}s; published {result.version} (computed_at {result.computed_at.isoformat()})")
 
 

@@ -7,6 +7,7 @@ kept (a reader may still be reading it); older ones are removed.
 from __future__ import annotations
 
 import datetime as _dt
+from typing import Callable
 
 import pyarrow as pa
 
@@ -39,11 +40,21 @@ def windows_table(windows: list) -> pa.Table:
     return pa.table(columns, schema=windows_schema())
 
 
-def publish_windows(lake: Lake, windows: list, computed_at: _dt.datetime) -> str:
-    """Publish ``windows`` as the current version; return its file name."""
+def current_version(lake: Lake) -> str | None:
+    """The current version's file name, None before the first run."""
+    lines = _current(lake)
+    return lines[0] if lines else None
+
+
+def publish_windows(lake: Lake, windows: list, computed_at: _dt.datetime,
+                    before_current: Callable[[str], None] | None = None) -> str:
+    """Publish ``windows`` as the current version; return its file name. ``before_current(name)``
+    runs once the file is published and before it becomes current (the run's state is saved there)."""
     lake.make_dirs()
     name = unique_stem(f"windows-{computed_at.strftime('%Y%m%dT%H%M%S')}-") + ".parquet"
     lake.publish_parquet(WINDOWS_DIR, name, windows_table(windows))
+    if before_current is not None:
+        before_current(name)
     lake.write_text(WINDOWS_DIR, CURRENT, f"{name}\n{computed_at.isoformat()}\n")
     for old in lake.files(WINDOWS_DIR)[:-KEEP_VERSIONS]:
         if not old.endswith("/" + name):

@@ -32,9 +32,11 @@ from sqlglot import exp
 
 from meritlens.analytics import _windows
 from meritlens.analytics._schema import SPANS_DDL, SPANS_TABLE
-from meritlens.analytics._windows import WINDOW_INPUT_COLUMNS, sample_rows_sql
+from meritlens.analytics._windows import APPLICATION_SPANS, TASK_KEY, WINDOW_INPUT_COLUMNS, sample_rows_sql
 
 BATCH_ROWS = 65_536
+MAX_ROUNDS = 20
+"""Rounds of widening the spans new segments reach before the run gives up on them (recomputes all)."""
 _DECIMAL_U64 = "DECIMAL(20, 0)"
 
 
@@ -151,6 +153,7 @@ class SparkEngine:
     the samples are written; it is removed afterwards."""
 
     def __init__(self, spark, files: list[str], scratch: str, *, scratch_local: str | None = None):
+        """``files``: the segments `samples` reads."""
         self.spark = spark
         self.files = files
         self.scratch = scratch
@@ -158,27 +161,68 @@ class SparkEngine:
         """The scratch directory as the driver's pyarrow reads it (a local path), when not ``scratch``."""
         self.sample_rows = 0
 
-    def spans(self):
+    def spans(self, files: list[str] | None = None):
         """The spans of the files, each (trace_id, span_id) once: the first received copy."""
         from pyspark.sql import Window, functions as F
 
         # the schema given, not inferred: no footer of the many small segments is read to plan the job
-        raw = self.spark.read.schema(window_input_ddl()).parquet(*self.files)
+        raw = self.spark.read.schema(window_input_ddl()).parquet(*(self.files if files is None else files))
         first = Window.partitionBy("trace_id", "span_id").orderBy("received_at")
         return raw.withColumn("_copy", F.row_number().over(first)).where("_copy = 1").drop("_copy")
 
     def samples(self) -> Iterator[pa.Table]:
         if not self.files:
             return
-        self.spans().createOrReplaceTempView("lake_spans")
-        self.spark.sql(spark_sample_sql("lake_spans")).write.mode("overwrite").parquet(self.scratch)
-        local = self.scratch_local or self.scratch
+        yield from self._computed(self.spans(), "all")
+
+    def _computed(self, spans, name: str) -> Iterator[pa.Table]:
+        """The sample rows of ``spans`` (a DataFrame of span rows, each once), through Parquet in the scratch directory."""
+        view = f"lake_{name}"
+        spans.createOrReplaceTempView(view)
+        self.spark.sql(spark_sample_sql(view)).write.mode("overwrite").parquet(f"{self.scratch}/{name}")
         schema = sample_schema()
-        try:
-            for batch in pads.dataset(local, format="parquet").to_batches(batch_size=BATCH_ROWS):
-                table = pa.Table.from_batches([batch]).select(schema.names)
-                self.sample_rows += table.num_rows
-                yield table.cast(schema)
-        finally:
-            if self.scratch_local:
-                shutil.rmtree(self.scratch_local, ignore_errors=True)
+        local = f"{self.scratch_local or self.scratch}/{name}"
+        for batch in pads.dataset(local, format="parquet").to_batches(batch_size=BATCH_ROWS):
+            table = pa.Table.from_batches([batch]).select(schema.names)
+            self.sample_rows += table.num_rows
+            yield table.cast(schema)
+
+    def delta_samples(self, old_files: list[str], new_files: list[str]) -> tuple[pa.Table, pa.Table]:
+        """The sample rows that the spans of ``new_files`` change, as they were over ``old_files``
+        alone (removed) and are over both (added). They are the samples of every task and trace the
+        new spans reach, and of every task and trace those reach in turn (whole components: a task's
+        sample needs all its spans, and a span's flags all the spans of its trace)."""
+        from pyspark.sql import functions as F
+
+        old = self.spans(old_files) if old_files else None
+        new = self.spans(new_files)
+        if old is not None:
+            new = new.join(old.select("trace_id", "span_id"), ["trace_id", "span_id"], "left_anti")
+            both = old.withColumn("_new", F.lit(False)).unionByName(new.withColumn("_new", F.lit(True)))
+        else:
+            both = new.withColumn("_new", F.lit(True))
+        app = both.where(APPLICATION_SPANS).withColumn("_task", F.expr(TASK_KEY)).localCheckpoint()
+        reached = app.where("_new")
+        size = -1
+        for _ in range(MAX_ROUNDS):
+            traces = reached.select("trace_id").distinct()
+            tasks = reached.select("target_id", "_task").distinct()
+            reached = app.join(traces, "trace_id", "left_semi").unionByName(
+                app.join(tasks, ["target_id", "_task"], "left_semi")).dropDuplicates(["trace_id", "span_id"])
+            reached = reached.localCheckpoint()
+            grown = reached.count()
+            if grown == size:
+                break
+            size = grown
+        else:
+            raise RuntimeError(f"the spans the new segments reach did not close in {MAX_ROUNDS} rounds")
+        columns = list(WINDOW_INPUT_COLUMNS)
+        removed = list(self._computed(reached.where("NOT _new").select(*columns), "removed"))
+        added = list(self._computed(reached.select(*columns), "added"))
+        schema = sample_schema()
+        return (pa.concat_tables(removed) if removed else schema.empty_table(),
+                pa.concat_tables(added) if added else schema.empty_table())
+
+    def close(self) -> None:
+        if self.scratch_local:
+            shutil.rmtree(self.scratch_local, ignore_errors=True)
