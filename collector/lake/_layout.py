@@ -3,6 +3,7 @@
     PATH/spans/<collector>-<first µs>-<random>.parquet   immutable span segments (any number of writers)
     PATH/windows/windows-<µs>-<random>.parquet           window versions written by the windows job
     PATH/windows/CURRENT                                 the current version's name and time (replaced atomically)
+    PATH/state/<version>.parquet, .json                  a run's window state and consumed segments
     PATH/coverage/<µs>-<random>.parquet                  one readiness check each
     PATH/collectors/<collector>.lock, .staging           a collector's lock and its staging log
 

@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from meritlens.instrumentation import conventions as c
+from tests.analytics.evidence_helpers import S, Span
 from tests.analytics.test_evidence_readiness import write_profile
 from tests.conftest import CollectorProcess, run_cli
 from tests.collector.lake.lake_helpers import lake_collector, lake_sql, post, varied_spans
@@ -72,29 +73,53 @@ def _windows(*where: str) -> list[dict]:
     return sorted(({k: r[k] for k in _COMPARED} for r in rows), key=lambda r: (r["target_id"], r["scope"], r["metric"]))
 
 
+def _joining(exports: list) -> list:
+    """Spans that join tasks and traces of earlier exports: a late tool call under each of a few task roots."""
+    roots = [s for spans in exports for s in spans if s.name == "task"][:8]
+    return [Span(r.trace_id, f"{0x5000 + i:016x}", "execute_tool late", r.end_ns + S, r.end_ns + 2 * S,
+                 {c.TARGET_ID: r.attributes[c.TARGET_ID], c.TASK_ID: r.attributes.get(c.TASK_ID),
+                  c.ASSESSMENT_ID: r.attributes.get(c.ASSESSMENT_ID), c.GEN_AI_OPERATION_NAME: c.OP_EXECUTE_TOOL,
+                  c.GEN_AI_TOOL_NAME: "search"}, parent_span_id=r.span_id, status_code=2 * (i % 2))
+            for i, r in enumerate(roots)]
+
+
+def _deliver_twice(collectors: list, exports: list, kill: int | None = None) -> None:
+    """Each export to one collector and again to another (a retry through a load balancer); with
+    ``kill``, that collector is killed with SIGKILL halfway through its share and restarted."""
+    shares = [[e for n, e in enumerate(exports) if n % 3 == k] for k in range(3)]
+    acked: list[list] = [[] for _ in range(3)]
+    senders = [threading.Thread(target=_send_until_acknowledged,
+                                args=(collectors[k], shares[k] + shares[(k + 1) % 3], acked[k])) for k in range(3)]
+    for t in senders:
+        t.start()
+    if kill is not None:
+        while len(acked[kill]) < len(shares[kill]) // 2:
+            time.sleep(0.01)
+        collectors[kill].kill9()
+        time.sleep(0.3)
+        collectors[kill].start()
+    for t in senders:
+        t.join()
+    assert [len(a) for a in acked] == [len(shares[k]) + len(shares[(k + 1) % 3]) for k in range(3)]
+
+
 def test_spark_windows_of_three_collectors_equal_one_node(tmp_path, cluster):
     lake = tmp_path / "lake"
     single = CollectorProcess(tmp_path / "single.duckdb").start()
     collectors = [lake_collector(tmp_path, lake, f"c{i}").start() for i in range(3)]
     try:
-        exports = varied_spans(range(500, 590))
-        for spans in exports:  # the single node gets every export once
+        exports = varied_spans(range(500, 580))
+        first, later = exports[:40], [*exports[40:], _joining(exports[:40])]
+        for spans in exports + later[-1:]:  # the single node gets every export once
             assert post(single.url, spans).status_code == 200
-        # each export goes to one collector and again to another (a retry through a load balancer)
-        shares = [[e for n, e in enumerate(exports) if n % 3 == k] for k in range(3)]
-        acked: list[list] = [[] for _ in range(3)]
-        senders = [threading.Thread(target=_send_until_acknowledged, args=(collectors[k], shares[k] + shares[(k + 1) % 3],
-                                                                           acked[k])) for k in range(3)]
-        for t in senders:
-            t.start()
-        while len(acked[1]) < len(shares[1]) // 2:  # collector 1 is killed under load, then restarted
-            time.sleep(0.01)
-        collectors[1].kill9()
-        time.sleep(0.3)
-        collectors[1].start()
-        for t in senders:
-            t.join()
-        assert [len(a) for a in acked] == [len(shares[k]) + len(shares[(k + 1) % 3]) for k in range(3)]
+        _deliver_twice(collectors, first)
+        expected = len({(s.trace_id, s.span_id) for spans in first for s in spans})
+        while lake_sql(lake, "select count(*) as n from spans") != [{"n": expected}]:  # published
+            time.sleep(0.2)
+        cluster.wait_ready()
+        job = run_cli("lake", "windows", "--lake", str(lake), "--master", cluster.master_url, env=LOOPBACK_ENV)
+        assert "(full:" in job.stdout, job.stdout
+        _deliver_twice(collectors, later, kill=1)  # one collector is killed under load, then restarted
         _sdk_spans([GrpcExporter(endpoint=collectors[0].grpc_target, insecure=True),
                     HttpExporter(endpoint=collectors[2].url + "/v1/traces"),
                     HttpExporter(endpoint=single.url + "/v1/traces")])
@@ -102,9 +127,9 @@ def test_spark_windows_of_three_collectors_equal_one_node(tmp_path, cluster):
         for process in (single, *collectors):
             process.stop()
 
-    cluster.wait_ready()
+    # only the segments published since the first run are read
     job = run_cli("lake", "windows", "--lake", str(lake), "--master", cluster.master_url, env=LOOPBACK_ENV)
-    assert "computed" in job.stdout and "segments" in job.stdout, job.stdout
+    assert "(incremental:" in job.stdout, job.stdout
 
     # spans: each once, the same as the single node's
     single_db = str(tmp_path / "single.duckdb")
@@ -121,7 +146,7 @@ def test_spark_windows_of_three_collectors_equal_one_node(tmp_path, cluster):
         assert lake_row == node_row
     computed = lake_sql(lake, "select count(distinct computed_at) as runs, max(computed_at) is not null as dated "
                               "from windows")
-    assert computed == [{"runs": 1, "dated": True}]
+    assert computed == [{"runs": 1, "dated": True}]  # one run's windows, never a mix
     with lake_collector(tmp_path, lake, "c0") as dashboard:  # the dashboard of a collector on the lake shows them
         shown = dashboard.client().get("/api/dashboard/windows", params={"target": "sdk-bot", "scope": "all"}).json()
     stored = lake_sql(lake, "select metric, value from windows where target_id = 'sdk-bot' and scope = 'all'")

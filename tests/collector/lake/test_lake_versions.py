@@ -51,3 +51,30 @@ def test_the_job_on_a_lake_without_spans_publishes_no_windows(tmp_path):
     assert "computed 20" in run_cli("lake", "status", "--lake", str(lake)).stdout  # the run's time, not "never"
     bad = run_cli("lake", "windows", "--lake", str(lake), "--conf", "novalue", check=False)
     assert bad.returncode == 2 and "'novalue' is not KEY=VALUE" in bad.stderr
+
+
+def test_a_runs_state_is_taken_up_only_by_the_same_definitions(tmp_path):
+    import json
+
+    from meritlens.analytics._accumulate import WindowBook
+    from meritlens.collector.lake._incremental import load_run, save_run
+    from meritlens.collector.windows._engine import fill_book
+
+    con = duckdb.connect()
+    con.execute(SPANS_DDL)
+    con.register("_rows", span_rows([s for spans in varied_spans(range(40, 46)) for s in spans]))
+    con.execute("INSERT INTO spans SELECT *, now() FROM _rows")
+    book = WindowBook()
+    keys = fill_book(book, DuckDBEngine(con).samples())
+    lake = Lake(str(tmp_path / "lake"))
+    lake.make_dirs()
+    save_run(lake, "windows-x.parquet", book, ["c0-1.parquet", "c1-2.parquet"])
+    saved = load_run(lake, "windows-x.parquet")
+    assert saved.segments == {"c0-1.parquet", "c1-2.parquet"}
+    when = dt.datetime.now(dt.timezone.utc)
+    assert [saved.book.windows(k, "lake", when) for k in sorted(keys)] == [book.windows(k, "lake", when)
+                                                                            for k in sorted(keys)]
+    manifest = tmp_path / "lake" / "state" / "windows-x.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "definitions": "another version"}))
+    assert load_run(lake, "windows-x.parquet") is None
+    assert load_run(lake, "windows-y.parquet") is None
