@@ -31,7 +31,6 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import duckdb  # noqa: E402
-import httpx  # noqa: E402
 
 from _history import span_table  # noqa: E402
 from loadgen import build_bodies, run as send  # noqa: E402

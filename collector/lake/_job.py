@@ -95,7 +95,7 @@ def compute_lake_windows(spark, lake: Lake, *, computed_at: _dt.datetime | None 
         log.info("segments the last run consumed are gone: every window is recomputed")
         saved = None
     try:
-        book, new = (None, len(files)) if saved is None else _follow(engine, saved, files)
+        book, new = _follow(engine, saved, names) if saved is not None else (None, len(files))
         if book is None:
             book, new = WindowBook(), len(files)
             fill_book(book, engine.samples())
@@ -113,11 +113,12 @@ def compute_lake_windows(spark, lake: Lake, *, computed_at: _dt.datetime | None 
     return result
 
 
-def _follow(engine, saved: SavedRun, files: list[str]) -> tuple[WindowBook | None, int]:
+def _follow(engine, saved: SavedRun, names: list[str]) -> tuple[WindowBook | None, int]:
     """The saved book brought up to the segments published since it was saved (None when it
-    cannot follow them), and how many those are."""
-    old = [_file_uri_of(engine, f) for f in files if _base(f) in saved.segments]
-    new = [_file_uri_of(engine, f) for f in files if _base(f) not in saved.segments]
+    cannot follow them), and how many those are. ``names``: the segments' base names, in the
+    order of ``engine.files``."""
+    old = [uri for name, uri in zip(names, engine.files) if name in saved.segments]
+    new = [uri for name, uri in zip(names, engine.files) if name not in saved.segments]
     if not new:
         return saved.book, 0
     removed, added = engine.delta_samples(old, new)
@@ -125,17 +126,12 @@ def _follow(engine, saved: SavedRun, files: list[str]) -> tuple[WindowBook | Non
         saved.book.apply_delta(removed if removed.num_rows else None, added if added.num_rows else None)
     except StateMismatch as exc:
         log.info("the saved windows cannot follow the new segments (%s): every window is recomputed", exc)
-        return None, len(files)
+        return None, len(names)
     return saved.book, len(new)
 
 
 def _base(path: str) -> str:
     return path.rsplit("/", 1)[-1]
-
-
-def _file_uri_of(engine, path: str) -> str:
-    """The URI ``engine`` read ``path`` by (the same list, in the same order)."""
-    return next(uri for uri in engine.files if uri.endswith("/" + _base(path)))
 
 
 def _file_uri(lake: Lake, path: str) -> str:

@@ -15,14 +15,14 @@ it sees every segment published before it started.
 from __future__ import annotations
 
 import datetime as _dt
-import threading
 
 import duckdb
 import pyarrow as pa
 import pyarrow.dataset as pads
 
-from meritlens.analytics._schema import COVERAGE_DDL, COVERAGE_COLUMN_NAMES, SPANS_DDL, SPANS_TABLE, WINDOWS_DDL
-from meritlens.analytics._schema import COVERAGE_TABLE, WINDOWS_TABLE
+from meritlens.analytics._schema import (
+    COVERAGE_COLUMN_NAMES, COVERAGE_DDL, COVERAGE_TABLE, SPANS_DDL, SPANS_TABLE, WINDOWS_DDL, WINDOWS_TABLE,
+)
 from meritlens.analytics._views import STORE_DDL
 from meritlens.collector.lake._layout import (
     COVERAGE_DIR, SPANS_DIR, Lake, coverage_schema, spans_schema, unique_stem, windows_schema,
@@ -57,7 +57,6 @@ class LakeReader:
         if must_exist and not self.lake.exists():
             raise LakeNotFound(f"no span lake at {self.lake.root} (no {SPANS_DIR}/ directory): start"
                                f" `meritlens serve --lake {self.lake.root}` first")
-        self._lock = threading.Lock()
 
     @property
     def path(self) -> str:

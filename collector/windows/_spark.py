@@ -19,7 +19,6 @@ Parquet next to the lake; the driver streams them back in Arrow batches (`sample
 
 from __future__ import annotations
 
-import os
 import shutil
 from functools import lru_cache
 from typing import Iterator
