@@ -3,8 +3,8 @@ and the ingest of three collectors writing one lake.
 
 compute: N synthetic spans (bench/_history.py) written as lake segments of --segment-rows each and
 into an in-memory DuckDB `spans` table; the windows are computed by the single node's engine
-(`DuckDBEngine` + `compute_windows`) and by the Spark job (`compute_lake_windows` on --master, its
-session start timed apart). Correctness: the two sets of window rows are equal (every column but
+(`DuckDBEngine` + `compute_windows`) and by the Spark job (`compute_lake_windows` on --master, the
+driver's start timed apart). Correctness: the two sets of window rows are equal (every column but
 computed_at).
 
 ingest: three `meritlens serve --lake` processes on loopback; bench/loadgen.py's bodies are sent to
@@ -68,14 +68,14 @@ def compute(spans: int, segment_rows: int, master: str, targets: int = 8) -> dic
         single = compute_windows(DuckDBEngine(con), lake.name, now)
         duck_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        session = spark_session(master)
-        session_s = time.perf_counter() - t0
+        spark = spark_session(master)
+        start_s = time.perf_counter() - t0
         try:
             t0 = time.perf_counter()
-            result = compute_lake_windows(session, lake, computed_at=now)
+            result = compute_lake_windows(spark, lake, computed_at=now)
             spark_s = time.perf_counter() - t0
         finally:
-            session.stop()
+            spark.stop()
         on_lake = LakeReader(lake).query("SELECT * FROM windows")
         from meritlens.analytics._windows import Window
 
@@ -83,7 +83,7 @@ def compute(spans: int, segment_rows: int, master: str, targets: int = 8) -> dic
         if _rows(lake_windows) != _rows(single):
             raise SystemExit("the Spark windows differ from the single node's")
         return {"spans": spans, "segments": result.segments, "windows": result.windows, "duckdb_s": duck_s,
-                "spark_session_s": session_s, "spark_s": spark_s}
+                "spark_start_s": start_s, "spark_s": spark_s}
 
 
 def ingest(total: int, batch: int, concurrency: int, targets: int = 4) -> dict:
@@ -145,7 +145,7 @@ def main() -> None:
         r = compute(args.spans, args.segment_rows, args.master)
         print(f"compute {r['spans']:,} spans ({r['segments']} segments, {r['windows']} windows, equal rows): "
               f"DuckDB {r['duckdb_s']:.1f}s; Spark {args.master} {r['spark_s']:.1f}s"
-              f" (+ {r['spark_session_s']:.1f}s session start)")
+              f" (+ {r['spark_start_s']:.1f}s driver start)")
     if args.what in ("ingest", "both"):
         r = ingest(args.ingest_spans, args.batch, args.concurrency)
         print(f"ingest {r['spans']:,} spans into 3 collectors on one lake: {r['acked_per_s']:,.0f} acknowledged spans/s,"
