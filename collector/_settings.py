@@ -7,6 +7,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
+ENV_LAKE = "MERITLENS_LAKE"
+ENV_COLLECTOR_ID = "MERITLENS_COLLECTOR_ID"
 ENV_DB = "MERITLENS_DB"
 ENV_HOST = "MERITLENS_HOST"
 ENV_HTTP_PORT = "MERITLENS_HTTP_PORT"
@@ -277,6 +279,10 @@ class ServerSettings:
 
     profiles: tuple[str, ...] = ()
     """Task profiles (TOML files, or directories of them) the dashboard checks readiness against."""
+    lake: str | None = field(default_factory=lambda: _env_str(ENV_LAKE))
+    """A span lake (directory or pyarrow filesystem URI): spans go there as Parquet segments, not into ``db``."""
+    collector_id: str | None = field(default_factory=lambda: _env_str(ENV_COLLECTOR_ID))
+    """This collector's name on the lake (its segments' prefix); default: the host name."""
 
     def memory_budget(self) -> "MemoryBudget":
         return MemoryBudget.of(self.memory_limit)

@@ -1,6 +1,6 @@
-"""Programs some tests need beyond the venv (Debian's chromium; more may follow). `make test`
-installs them when missing and run as root; otherwise a test that needs one fails with one line
-naming it and the command that installs it."""
+"""Programs some tests need beyond the venv (Debian's chromium, prometheus and openjdk-17-jre-headless).
+`make test` installs them when missing and run as root; otherwise a test that needs one fails with
+one line naming it and the command that installs it."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ def profile() -> None:
 
 @profile.command("check")
 @click.argument("file", type=click.Path(dir_okay=False))
-@connection_options
+@connection_options(lake=True)
 def profile_check(file: str, connection) -> None:
     """Validate the profile FILE: print every problem and exit 1, or print its plan and exit 0.
 
@@ -35,7 +35,7 @@ def profile_check(file: str, connection) -> None:
         click.echo(str(exc), err=True)
         sys.exit(1)
     note = None
-    asked = connection.db is not None or connection.url is not None
+    asked = connection.db is not None or connection.url is not None or connection.lake is not None
     try:
         # A database or collector the user named must be there; without one, the plan is shown alone.
         source = connection.source()
@@ -64,7 +64,7 @@ def profile_check(file: str, connection) -> None:
               help="Which windows count: 'all' (every span of the target) or an assessment id (only the spans "
                    "carrying that meritlens.assessment.id).")
 @click.option("--baseline", is_flag=True, help="Exit 0 only when the baseline is ready too.")
-@connection_options
+@connection_options(lake=True)
 @format_option("text", "json")
 def readiness(profile_path: str, target: str | None, scope: str, baseline: bool, connection, fmt: str) -> None:
     """Check that every metric the profile requires has a live collector (and, for the baseline,

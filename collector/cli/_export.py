@@ -105,9 +105,9 @@ def _error_message(body: bytes) -> str:
 
 @contextmanager
 def open_source(source: Source) -> Iterator[_Source]:
-    """The rows of ``source`` (collector/cli/_resolve.py): the file opened read-only, or the
+    """The rows of ``source`` (collector/cli/_resolve.py): the file opened read-only, the lake, or the
     collector's Arrow endpoint (sent the token; over https verified against the CA file)."""
-    if not source.is_file:
+    if source.is_collector:
         yield _collector_source(source.url, token=source.token, ca_file=source.ca_file)
         return
     try:

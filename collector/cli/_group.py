@@ -10,6 +10,7 @@ import click
 from meritlens.collector.cli._evaluate import evaluate, list_metrics, observations
 from meritlens.collector.cli._evidence_commands import profile, readiness
 from meritlens.collector.cli._experiments import compare, experiment, frontier
+from meritlens.collector.cli._lake_commands import lake_group
 from meritlens.collector.cli._query_commands import sql, windows
 from meritlens.collector.cli._serve import serve
 from meritlens.collector.cli._transfer import export_command, import_command
@@ -38,5 +39,5 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 
 for _command in (serve, sql, windows, profile, readiness, evaluate, list_metrics, observations, experiment, compare,
-                 frontier, import_command, export_command):
+                 frontier, import_command, export_command, lake_group):
     cli.add_command(_command)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import click
 
 from meritlens.collector._settings import (
-    DEFAULT_DB, DEFAULT_URL, ENV_DB, ENV_TLS_CA, ENV_TOKEN, ENV_TOKEN_FILE, ENV_URL,
+    DEFAULT_DB, DEFAULT_URL, ENV_DB, ENV_LAKE, ENV_TLS_CA, ENV_TOKEN, ENV_TOKEN_FILE, ENV_URL,
 )
 
 
@@ -36,6 +36,8 @@ class Connection:
     token_file: str | None
     tls_ca: str | None
     create: bool = False
+    lake: str | None = None
+    lake_allowed: bool = False
 
     def source(self):
         """Where the command's data is; a one-line error (exit 1) when nowhere usable."""
@@ -43,7 +45,7 @@ class Connection:
 
         try:
             return resolve(self.db, self.url, token=self.token, token_file=self.token_file, ca_file=self.tls_ca,
-                           create=self.create)
+                           create=self.create, lake=self.lake, lake_allowed=self.lake_allowed)
         except ResolveError as exc:
             raise click.ClickException(str(exc)) from None
 
@@ -51,14 +53,17 @@ class Connection:
 _CONNECTION_PARAMS = ("db", "url", "token", "token_file", "tls_ca")
 
 
-def connection_options(command=None, *, create: bool = False):
-    """--db, --url, --token, --token-file and --tls-ca, handed to the command as ``connection``."""
+def connection_options(command=None, *, create: bool = False, lake: bool = False):
+    """--db, --url, --token, --token-file and --tls-ca, handed to the command as ``connection``;
+    with ``lake``, --lake too (a command that reads a span lake's files as it reads a DuckDB file)."""
 
     def decorate(function):
         @functools.wraps(function)
         def wrapper(*args, **kwargs):
             given = {name: kwargs.pop(name) for name in _CONNECTION_PARAMS}
-            return function(*args, connection=Connection(**given, create=create), **kwargs)
+            if lake:
+                given["lake"] = kwargs.pop("lake")
+            return function(*args, connection=Connection(**given, create=create, lake_allowed=lake), **kwargs)
 
         db_text = ("DuckDB file to write into, created if missing" if create else
                    "DuckDB file; it must exist. Without --db and --url: ./meritlens.duckdb when it exists, else "
@@ -77,11 +82,19 @@ def connection_options(command=None, *, create: bool = False):
                          help=env_help("File whose first line is the collector's bearer token", ENV_TOKEN_FILE)),
             click.option("--tls-ca", type=click.Path(dir_okay=False), default=None,
                          help=env_help("CA file to trust for an https collector", ENV_TLS_CA, "the system CAs")),
+            *([lake_option] if lake else []),
         )):
             wrapper = option(wrapper)
         return wrapper
 
     return decorate(command) if command is not None else decorate
+
+
+lake_option = click.option(
+    "--lake", default=None, metavar="PATH",
+    help=env_help("Read this span lake (a directory or URI written by `serve --lake`; windows by `lake windows`) "
+                  f"instead of a DuckDB file or collector; ${ENV_LAKE} is used only when neither --db nor --url is "
+                  "given", ENV_LAKE))
 
 
 def format_option(*choices: str, default: str | None = None, extra: str = ""):

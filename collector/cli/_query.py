@@ -47,8 +47,11 @@ def run_query(
             source = resolve(db, url, token=token, ca_file=ca_file)
         except ResolveError as exc:
             raise QueryError(str(exc)) from None
-    if not source.is_file:
+    if source.is_collector:
         return query_url(sql, source.url, token=source.token, ca_file=source.ca_file)
+    if source.is_lake:
+        with opened_store(source, read_only=True) as lake:
+            return query_store(lake, sql)
     # The file itself, not the store: a read needs neither the store's imports nor its set-up.
     try:
         con = open_read_only(source.db)
@@ -90,7 +93,13 @@ def query_store(store: SpanStore, sql: str) -> QueryResult:
 
 @contextlib.contextmanager
 def opened_store(source: Source, *, read_only: bool) -> Iterator[SpanStore]:
-    """The store of a "file" source, opened (read-only or not) for the length of the block."""
+    """The store of a "file" source, opened (read-only or not) for the length of the block; for a
+    "lake" source, the lake's reader (the same read interface; what it records is a file of its own)."""
+    if source.is_lake:
+        from meritlens.collector.lake._reader import LakeReader
+
+        yield LakeReader(source.db)
+        return
     from meritlens.collector.store._store import SpanStore
 
     store = SpanStore(source.db, read_only=read_only)

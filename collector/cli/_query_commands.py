@@ -12,7 +12,7 @@ TABLES = ("spans", "windows", "tasks", "coverage", "catalogue")
 
 @click.command()
 @click.argument("query")
-@connection_options
+@connection_options(lake=True)
 @format_option("table", "csv", "json", extra=" (JSON and CSV keep every digit; tables round)")
 def sql(query: str, connection, fmt: str) -> None:
     """Run one read-only SQL QUERY (SELECT, WITH or EXPLAIN).
@@ -49,7 +49,7 @@ _WINDOW_TABLE_COLUMNS = ("target_id", "scope", "metric", "state", "aggregation",
 @click.option("--target", default=None, help="Only this target.")
 @click.option("--scope", default=None, help="Only this scope ('all' or an assessment id).")
 @click.option("--metric", default=None, help="Only this metric.")
-@connection_options
+@connection_options(lake=True)
 @format_option("table", "csv", "json", "signal", extra="; 'signal': one metric_window_available JSON object a line")
 def windows(target: str | None, scope: str | None, metric: str | None, connection, fmt: str) -> None:
     """List metric windows: every catalogue metric of each (target, scope), with its state.

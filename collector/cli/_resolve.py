@@ -1,4 +1,4 @@
-"""Where a command's data is: the DuckDB file it was given, or a running collector.
+"""Where a command's data is: the DuckDB file it was given, a running collector, or a span lake.
 
 Every command that reads or writes data resolves its connection options here, once:
 
@@ -8,6 +8,8 @@ Every command that reads or writes data resolves its connection options here, on
   (only `import` creates a file), never a reason to read some other database.
 - neither given: ./meritlens.duckdb as above when it exists, else the running collector
   ($MERITLENS_URL, else http://127.0.0.1:4318), as the README's quickstart uses it.
+- ``--lake`` given (or $MERITLENS_LAKE without a ``--db`` or ``--url``): that span lake's files (written
+  by `serve --lake`, windows by `lake windows`), read in this process; never together with ``--db``/``--url``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 from typing import Callable, TypeVar
 
 from meritlens.collector._settings import (
-    DEFAULT_DB, DEFAULT_URL, ENV_DB, ENV_URL, HEALTH_PATH, address_file, resolve_token, SettingsError,
+    DEFAULT_DB, DEFAULT_URL, ENV_DB, ENV_LAKE, ENV_URL, HEALTH_PATH, address_file, resolve_token, SettingsError,
 )
 
 __all__ = ["ResolveError", "Source", "collector_url_beside", "describe_lock_holder", "is_lock_conflict",
@@ -33,7 +35,8 @@ class ResolveError(RuntimeError):
 
 @dataclass(frozen=True)
 class Source:
-    """Where a command goes: ``via`` is "file" (open ``db`` itself) or "collector" (``url``)."""
+    """Where a command goes: ``via`` is "file" (open ``db`` itself), "collector" (``url``) or "lake"
+    (the span lake whose path or URI is ``db``)."""
 
     via: str
     db: str
@@ -46,7 +49,17 @@ class Source:
         return self.via == "file"
 
     @property
+    def is_lake(self) -> bool:
+        return self.via == "lake"
+
+    @property
+    def is_collector(self) -> bool:
+        return self.via == "collector"
+
+    @property
     def where(self) -> str:
+        if self.is_lake:
+            return f"the lake {self.db}"
         return self.db if self.is_file else f"the collector at {self.url}"
 
 
@@ -118,13 +131,22 @@ def _probe(url: str, token: str | None, ca_file: str | None) -> str | None:
 
 
 def resolve(db: str | None, url: str | None, *, token: str | None = None, token_file: str | None = None,
-            ca_file: str | None = None, create: bool = False) -> Source:
-    """The source for ``--db`` (None: not given), ``--url``, ``--token``/``--token-file`` and
-    ``--tls-ca``. ``create``: a missing ``db`` is made (`import`). Raises ResolveError."""
+            ca_file: str | None = None, create: bool = False, lake: str | None = None,
+            lake_allowed: bool = False) -> Source:
+    """The source for ``--db`` (None: not given), ``--url``, ``--token``/``--token-file``,
+    ``--tls-ca`` and, where the command reads lakes (``lake_allowed``), ``--lake``. ``create``: a
+    missing ``db`` is made (`import`). Raises ResolveError."""
     try:
         token = resolve_token(token, token_file)
     except SettingsError as exc:
         raise ResolveError(str(exc)) from None
+    if lake_allowed:
+        if lake and (db is not None or url):
+            raise ResolveError("--lake reads the lake's files: give it without --db and --url")
+        # Like $MERITLENS_URL, $MERITLENS_LAKE never redirects a command given --db or --url.
+        lake = lake or (None if db is not None or url else os.environ.get(ENV_LAKE) or None)
+        if lake:
+            return _lake_source(lake, token, ca_file)
     path = db or DEFAULT_DB
     # An explicit --db wins over $MERITLENS_URL: a URL from the environment never redirects a named file.
     url = url or (None if db is not None else os.environ.get(ENV_URL) or None)
@@ -160,3 +182,14 @@ def resolve(db: str | None, url: str | None, *, token: str | None = None, token_
                                f"({address_file(path)}): give --url of the collector that holds it") from None
         return Source("collector", path, holder.rstrip("/"), token, ca_file)
     return Source("file", path, None, token, ca_file)
+
+
+def _lake_source(lake: str, token: str | None, ca_file: str | None) -> Source:
+    """The lake at ``lake``; an error naming how to create it when there is none."""
+    from meritlens.collector.lake._reader import LakeNotFound, LakeReader
+
+    try:
+        LakeReader(lake)
+    except (LakeNotFound, ValueError, OSError) as exc:
+        raise ResolveError(" ".join(str(exc).split())) from None
+    return Source("lake", lake, None, token, ca_file)

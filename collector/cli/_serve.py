@@ -24,6 +24,7 @@ from meritlens.collector._settings import (
     DEFAULT_STAGE_MOVE_S,
     DEFAULT_TARGET_FALLBACK,
     ENV_CHECKPOINT_WAL_BYTES,
+    ENV_COLLECTOR_ID,
     ENV_DB,
     ENV_MEMORY_LIMIT,
     ENV_DB_THREADS,
@@ -31,6 +32,7 @@ from meritlens.collector._settings import (
     ENV_GRPC_PORT,
     ENV_HOST,
     ENV_HTTP_PORT,
+    ENV_LAKE,
     ENV_MAX_ATTRIBUTE_BYTES,
     ENV_MAX_ATTRIBUTES,
     ENV_MAX_BODY_BYTES,
@@ -129,6 +131,12 @@ def _size(ctx, param, value):
 @click.option("--profile", "profiles", multiple=True, type=click.Path(exists=True),
               help="A task profile (TOML), or a directory of them; the dashboard at / shows each "
                    "profile's target's readiness. Repeatable.")
+@click.option("--lake", default=None, metavar="PATH",
+              help="Store spans as Parquet segments in this lake (a directory or URI shared with other collectors) "
+                   f"instead of --db; its windows come from `meritlens lake windows` [env {ENV_LAKE}].")
+@click.option("--collector-id", default=None,
+              help=f"This collector's name on the lake, unique among its collectors [env {ENV_COLLECTOR_ID}; "
+                   "default the host name].")
 def serve(token: str | None, token_file: str | None, no_grpc: bool, **options) -> None:
     """Receive OTLP spans, store them in DuckDB and keep the metric windows current.
 
@@ -167,7 +175,7 @@ def check_free(settings: ServerSettings) -> None:
     so that nothing is logged as if a collector had run."""
     import os
 
-    if os.path.exists(settings.db):
+    if not settings.lake and os.path.exists(settings.db):
         import duckdb
 
         from meritlens.collector.cli._resolve import describe_lock_holder, is_lock_conflict

@@ -76,7 +76,7 @@ def import_command(ctx: click.Context, files: tuple[str, ...], connection, fmt: 
 @click.command("export")
 @click.option("--parquet", "parquet_dir", required=True, type=click.Path(file_okay=False),
               help="Write <DIR>/spans.parquet and <DIR>/windows.parquet.")
-@connection_options
+@connection_options(lake=True)
 @click.option("--table", "tables", multiple=True, type=click.Choice(["spans", "windows"]),
               help="Only these tables (repeatable; default both).")
 @click.option("--compression", type=click.Choice(["snappy", "zstd", "gzip", "none"]), default="snappy",
@@ -88,7 +88,7 @@ def export_command(parquet_dir: str, connection, tables: tuple[str, ...], compre
     """Export spans and windows as Parquet files (readable by DuckDB, pandas, Spark).
 
     Reads the DuckDB file read-only when no process holds it, else the collector that holds it
-    (its read-only /api/arrow endpoint)."""
+    (its read-only /api/arrow endpoint); with --lake, the lake's spans (each once) and windows."""
     from meritlens.collector.cli._export import ExportFailed, export_parquet
     from meritlens.collector.cli._output import render
     from meritlens.collector.cli._progress import progress_bar

@@ -70,8 +70,8 @@ def readiness_through(source: Source, profile: TaskProfile, *, target: str | Non
 
 def check_readiness_at(profile: TaskProfile, *, target: str | None, scope: str, source: Source) -> CoverageReport:
     """Check and record readiness where ``source`` points (collector/cli/_resolve.py): in the file
-    it names, or inside the collector."""
-    if not source.is_file:
+    it names, on the lake (the check is a file of the lake's), or inside the collector."""
+    if source.is_collector:
         return readiness_through(source, profile, target=target, scope=scope)
     with opened_store(source, read_only=False) as store:
         return check_and_record(store, profile, target=target, scope=scope)

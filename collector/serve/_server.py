@@ -47,10 +47,15 @@ class Collector:
         settings.validate()
         self.settings = settings
         budget = settings.memory_budget()
-        self.store = SpanStore(settings.db, memory_limit_bytes=budget.duckdb,
-                               checkpoint_wal_bytes=settings.checkpoint_wal_bytes, db_threads=settings.db_threads,
-                               span_index_bytes=budget.span_index, staging=settings.stage_s > 0,
-                               stage_move_s=settings.stage_s)
+        if settings.lake:  # spans go to Parquet segments of a lake shared with other collectors
+            from meritlens.collector.lake._store import LakeStore
+
+            self.store = LakeStore(settings.lake, settings.collector_id, stage_move_s=settings.stage_s)
+        else:
+            self.store = SpanStore(settings.db, memory_limit_bytes=budget.duckdb,
+                                   checkpoint_wal_bytes=settings.checkpoint_wal_bytes, db_threads=settings.db_threads,
+                                   span_index_bytes=budget.span_index, staging=settings.stage_s > 0,
+                                   stage_move_s=settings.stage_s)
         self.windows: WindowProcessor | None = None
         self.pipeline = IngestPipeline(self.store, max_pending_batches=settings.max_pending_batches)
         self.budget = InflightBudget(settings.max_inflight_bytes)
@@ -86,20 +91,25 @@ class Collector:
             log.warning("the native span scanner (collector/process/_spanscan.c) is not built: spans are normalized by the"
                         " Python walk, ~4x slower; reinstall with a C compiler present (pip install -e .)")
         self.store.start()
-        budget = s.memory_budget()
-        self.windows = WindowProcessor(self.store, key_filter_bytes=budget.key_filter,
-                                       window_memory_bytes=budget.window_state)
-        keys, resumed = self.windows.open_windows()
-        self.windows.start()
-        log.info("opened %s; windows of %d keys %s", s.db, keys, "taken up" if resumed else "recomputed")
+        if s.lake:  # the lake's windows come from `meritlens lake windows` (Spark)
+            log.info("writing span segments to %s as %s", s.lake, self.store.writer.collector_id)
+        else:
+            budget = s.memory_budget()
+            self.windows = WindowProcessor(self.store, key_filter_bytes=budget.key_filter,
+                                           window_memory_bytes=budget.window_state)
+            keys, resumed = self.windows.open_windows()
+            self.windows.start()
+            log.info("opened %s; windows of %d keys %s", s.db, keys, "taken up" if resumed else "recomputed")
+        window_lag = self.windows.window_lag if self.windows else (lambda: (0, 0))
         self.pipeline.start()
         self._http = HttpReceiver(
             self.ingest, self.store, max_body_bytes=s.max_body_bytes, token=self.token,
-            sql_max_rows=s.sql_max_rows, sql_timeout_s=s.sql_timeout_s, window_lag=self.windows.window_lag,
+            sql_max_rows=s.sql_max_rows, sql_timeout_s=s.sql_timeout_s,
+            window_lag=window_lag,
         )
         app = self._http.app()
         Dashboard(self.store, readiness=self.readiness, token=self.token).install(app)
-        MetricsEndpoint(self.store, readiness=self.readiness, window_lag=self.windows.window_lag).install(app)
+        MetricsEndpoint(self.store, readiness=self.readiness, window_lag=window_lag).install(app)
         count_exports(self.ingest)
         time_writes(self.pipeline)
         self._runner = web.AppRunner(
@@ -138,6 +148,8 @@ class Collector:
                 "listening on %s without a token: anyone who can reach it can send spans and read every"
                 " stored span through SQL; set --token-file (or %s)", s.host, "MERITLENS_TOKEN",
             )
+        if s.lake:  # commands find a lake by its path; no one collector answers for it
+            return
         try:
             with open(address_file(s.db), "w", encoding="utf-8") as fh:
                 fh.write(self.url + "\n")
@@ -184,12 +196,12 @@ class Collector:
         if self.windows is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.windows.shutdown)
         self.store.shutdown()
-        if self.http_port is not None:
+        if self.http_port is not None and not self.settings.lake:
             try:
                 os.remove(address_file(self.settings.db))
             except OSError:
                 pass
-        log.info("stopped; every acknowledged span is committed to %s", self.settings.db)
+        log.info("stopped; every acknowledged span is committed to %s", self.settings.lake or self.settings.db)
 
 
 def serve(settings: ServerSettings) -> None:
@@ -203,7 +215,7 @@ def serve(settings: ServerSettings) -> None:
             loop.add_signal_handler(sig, stop.set)
         await collector.start()
         grpc = collector.grpc_address or "off (--no-grpc)"
-        print(f"meritlens collector storing into {settings.db}\n"
+        print(f"meritlens collector storing into {settings.lake or settings.db}\n"
               f"  OTLP/HTTP  {collector.url}/v1/traces\n"
               f"  OTLP/gRPC  {grpc}\n"
               f"  dashboard  {collector.url}/", flush=True)
