@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -100,8 +101,9 @@ def ingest(total: int, batch: int, concurrency: int, targets: int = 4) -> dict:
             deadline = time.monotonic() + 60
             while True:
                 text = open(os.path.join(tmp, f"c{i}.log")).read()
-                if "OTLP/HTTP on " in text:
-                    urls.append(text.split("OTLP/HTTP on ")[1].split()[0].rstrip(",") + "/v1/traces")
+                banner = re.search(r"OTLP/HTTP\s+(http://\S+/v1/traces)", text)  # the start-up banner's line
+                if banner:
+                    urls.append(banner.group(1))
                     break
                 if procs[i].poll() is not None or time.monotonic() > deadline:
                     raise SystemExit(f"collector c{i} did not start:\n{text}")
