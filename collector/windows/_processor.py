@@ -142,6 +142,16 @@ class WindowProcessor:
         self.con.close()
         self.con = None
 
+    @property
+    def window_lag_rows(self) -> int:
+        """Committed rows that may wait for the windows (appends wait beyond it)."""
+        return self._window_lag_rows
+
+    @property
+    def closing(self) -> bool:
+        """A shutdown is under way: long work (a replay) stops between its steps."""
+        return self._closing
+
     def close_queue(self) -> None:
         with self._changed:
             self._closing = True

@@ -76,11 +76,11 @@ def _resume(p: WindowProcessor) -> tuple[int | None, int | None]:
     book, state_us = _state.load_saved_state(con, watermark, digest)
     if state_us is not None and state_us < watermark:
         behind = _count_committed_after(p, state_us)
-        if behind > max(p._window_lag_rows, p.store.stored_rows // MAX_REPLAY_FRACTION):
+        if behind > max(p.window_lag_rows, p.store.stored_rows // MAX_REPLAY_FRACTION):
             log.info("the saved window state is %d spans behind; targets are rebuilt from their spans", behind)
             book, state_us = WindowBook(), None
     later = _count_committed_after(p, watermark)
-    if state_us is None and later > p._window_lag_rows:
+    if state_us is None and later > p.window_lag_rows:
         log.info("%d spans were committed after the stored windows; recomputing them", later)
         return None, None
     replaying = state_us is not None and state_us < watermark
@@ -131,8 +131,8 @@ def replay(p: WindowProcessor) -> None:
             f"SELECT epoch_us(received_at), count(*) FROM {SPANS_TABLE}"
             f" WHERE received_at > {timestamp_sql(p.windowed_us)} AND received_at <= {timestamp_sql(until_us)}"
             " GROUP BY 1 ORDER BY 1").fetchall()
-        for lo, hi in _state.replay_chunks(batches, p.windowed_us, floor_us, p._window_lag_rows):
-            if p._closing:
+        for lo, hi in _state.replay_chunks(batches, p.windowed_us, floor_us, p.window_lag_rows):
+            if p.closing:
                 log.info("replaying the saved window state stopped for the shutdown after %d stored spans;"
                          " the next start replays from the saved state", replayed)
                 return
