@@ -11,14 +11,15 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-# `make run` needs the collector (.[server]); `make test` adds the test tools (.[server,test]).
+# `make run` needs the collector and what the README's examples import (.[server,examples]); `make test`
+# adds the test tools (.[server,examples,test]).
 # setup.py builds the optional native span scanner (collector/process/_spanscan.c): a change to it reinstalls.
 $(RUN_STAMP): pyproject.toml setup.py collector/process/_spanscan.c | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[server]'
+	$(BIN)/pip install --quiet -e '.[server,examples]'
 	touch $@
 
 $(TEST_STAMP): $(RUN_STAMP)
-	$(BIN)/pip install --quiet -e '.[server,test]'
+	$(BIN)/pip install --quiet -e '.[server,examples,test]'
 	touch $@
 
 install: $(TEST_STAMP)
@@ -36,15 +37,18 @@ run: bytecode
 
 # Programs the tests need beyond the venv, installed only when missing and only as root (CI runs as
 # root), saying what is installed; elsewhere a test that needs one fails naming the package to install.
+# Only what the tests run: no recommended packages (Prometheus would bring its node exporter and
+# hardware tools, Chromium and Java their desktop extras).
+APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends
 CHROMIUM := /usr/bin/chromium
 
 browser:
 	@if [ ! -x $(CHROMIUM) ]; then \
 		if [ "$$(id -u)" = "0" ]; then \
-			echo "make test: installing Debian's chromium package for the dashboard tests (apt-get install chromium)"; \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+			echo "make test: installing Debian's chromium package for the dashboard tests (apt-get install --no-install-recommends chromium)"; \
+			apt-get update -qq && $(APT_INSTALL) chromium; \
 		else \
-			echo "make test: $(CHROMIUM) is missing; the dashboard tests need it: sudo apt-get install chromium"; \
+			echo "make test: $(CHROMIUM) is missing; the dashboard tests need it: sudo apt-get install --no-install-recommends chromium"; \
 		fi; \
 	fi
 
@@ -53,10 +57,10 @@ PROMETHEUS := /usr/bin/prometheus
 prometheus:
 	@if [ ! -x $(PROMETHEUS) ]; then \
 		if [ "$$(id -u)" = "0" ]; then \
-			echo "make test: installing Debian's prometheus package for the /metrics test (apt-get install prometheus)"; \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus; \
+			echo "make test: installing Debian's prometheus package for the /metrics test (apt-get install --no-install-recommends prometheus)"; \
+			apt-get update -qq && $(APT_INSTALL) prometheus; \
 		else \
-			echo "make test: $(PROMETHEUS) is missing; the /metrics test needs it: sudo apt-get install prometheus"; \
+			echo "make test: $(PROMETHEUS) is missing; the /metrics test needs it: sudo apt-get install --no-install-recommends prometheus"; \
 		fi; \
 	fi
 
@@ -67,10 +71,10 @@ JAVA := /usr/bin/java
 java:
 	@if [ ! -x $(JAVA) ]; then \
 		if [ "$$(id -u)" = "0" ]; then \
-			echo "make test: installing Debian's openjdk-17-jre-headless package for the Spark lake tests (apt-get install openjdk-17-jre-headless)"; \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless; \
+			echo "make test: installing Debian's openjdk-17-jre-headless package for the Spark lake tests (apt-get install --no-install-recommends openjdk-17-jre-headless)"; \
+			apt-get update -qq && $(APT_INSTALL) openjdk-17-jre-headless; \
 		else \
-			echo "make test: $(JAVA) is missing; the Spark lake tests need it: sudo apt-get install openjdk-17-jre-headless"; \
+			echo "make test: $(JAVA) is missing; the Spark lake tests need it: sudo apt-get install --no-install-recommends openjdk-17-jre-headless"; \
 		fi; \
 	fi
 

@@ -33,6 +33,7 @@ from meritlens.analytics._bootstrap import (
 )
 from meritlens.analytics._catalogue import METRICS, Aggregation, Direction
 from meritlens.analytics._experiments import ArmCheck, ExperimentManifest, canonical_json, check_arm
+from meritlens.analytics._format import format_signed, format_value
 from meritlens.analytics._profiles import TaskProfile, text_table
 from meritlens.analytics._schema import WINDOW_COLUMN_NAMES, WINDOWS_TABLE
 from meritlens.analytics._windows import (
@@ -674,18 +675,16 @@ def _challenger_result(calc: _Calculator, rule: MetricRule, baseline: str, name:
 
 
 # --- text -------------------------------------------------------------------------------------------
-def _num(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.4g}"
+def _num(value: float | None, unit: str) -> str:
+    return "-" if value is None else format_value(value, unit)
 
 
-def _ci(low: float | None, high: float | None) -> str:
-    return "-" if low is None else f"[{low:.4g}, {high:.4g}]"
+def _ci(low: float | None, high: float | None, unit: str) -> str:
+    return "-" if low is None else f"[{format_value(low, unit)}, {format_value(high, unit)}]"
 
 
-def _signed(value: float | None) -> str:
-    return "-" if value is None else f"{value:+.4g}"
+def _signed(value: float | None, unit: str) -> str:
+    return "-" if value is None else format_signed(value, unit)
 
 
 def _yes(value: bool | None) -> str:
@@ -712,11 +711,12 @@ def format_comparison(comparison: Comparison) -> str:
     rows = []
     for mc in comparison.metrics:
         r = mc.rule
-        bound = "-" if r.constraint is None else (">=" if r.direction is Direction.HIGHER else "<=") + f" {r.constraint:g}"
+        bound = "-" if r.constraint is None else (
+            (">=" if r.direction is Direction.HIGHER else "<=") + f" {format_value(r.constraint, r.unit)}")
         b = mc.baseline
         rows.append([
-            f"{r.metric} ({r.aggregation.value}, {r.unit})", f"{b.arm} (baseline)", _num(b.value),
-            _ci(b.ci_low, b.ci_high), str(b.samples), "", "", _num(r.tolerance),
+            f"{r.metric} ({r.aggregation.value})", f"{b.arm} (baseline)", _num(b.value, r.unit),
+            _ci(b.ci_low, b.ci_high, r.unit), str(b.samples), "", "", _num(r.tolerance, r.unit),
             f"{bound} {_yes(b.meets_constraint)}" if r.constraint is not None else "-",
             b.state.value if b.state is not ResultState.MEASURED else "",
         ])
@@ -726,8 +726,8 @@ def format_comparison(comparison: Comparison) -> str:
             else:
                 result = c.state.value
             rows.append([
-                "", c.arm, _num(c.value.value), _ci(c.value.ci_low, c.value.ci_high), str(c.value.samples),
-                _signed(c.difference), _ci(c.ci_low, c.ci_high),
+                "", c.arm, _num(c.value.value, r.unit), _ci(c.value.ci_low, c.value.ci_high, r.unit),
+                str(c.value.samples), _signed(c.difference, r.unit), _ci(c.ci_low, c.ci_high, r.unit),
                 f"meets: {_yes(c.meets_tolerance)}" if c.state is ResultState.COMPARED else "",
                 f"{bound} {_yes(c.value.meets_constraint)}" if r.constraint is not None else "-",
                 result,

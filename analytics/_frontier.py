@@ -32,6 +32,7 @@ from meritlens.analytics._compare import (
     statistic_for,
 )
 from meritlens.analytics._experiments import ArmCheck, ExperimentManifest, check_arm
+from meritlens.analytics._format import format_value
 from meritlens.analytics._profiles import TaskProfile, text_table
 
 
@@ -256,8 +257,9 @@ def format_frontier(result: Frontier) -> str:
         cells = []
         for a in result.axes:
             v = arm.values[a.metric]
+            interval = f" [{format_value(v.ci_low, a.unit)}, {format_value(v.ci_high, a.unit)}]"
             cells.append("-" if v.value is None else
-                         f"{v.value:.4g}" + (f" [{v.ci_low:.4g}, {v.ci_high:.4g}]" if v.ci_low is not None else ""))
+                         format_value(v.value, a.unit) + (interval if v.ci_low is not None else ""))
         by = ", ".join(d.by + ("" if d.confident else " (not confident)") for d in arm.dominated_by)
         rows.append([arm.arm, arm.status, *cells, by or "-"])
     lines.append(text_table(headers, rows))

@@ -20,7 +20,6 @@ Loading checks every rule at once and reports each problem with the metric and f
 
 from __future__ import annotations
 
-import difflib
 import tomllib
 from dataclasses import dataclass
 from enum import Enum
@@ -37,7 +36,7 @@ from meritlens.analytics._catalogue import (
     SampleUnit,
     unknown_metric_message,
 )
-from meritlens.analytics._format import format_value, significant
+from meritlens.analytics._format import format_value, significant, suggestion
 from meritlens.analytics._windows import SPAN_WINDOW_METRICS
 
 
@@ -121,8 +120,7 @@ class ProfileError(ValueError):
 
 
 def _suggest(key: str, valid: tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(key, valid, n=1)
-    return f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(valid)}"
+    return suggestion(key, valid, "valid keys")
 
 
 def plan_problems(metric_id: str, plan: Mapping[str, Any]) -> list[ProfileProblem]:

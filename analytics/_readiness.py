@@ -14,9 +14,11 @@ from typing import Any, Callable, Protocol, Sequence
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
 from meritlens.analytics._catalogue import METRICS
-from meritlens.analytics._format import format_value
+from meritlens.analytics._format import format_value, suggestion
 from meritlens.analytics._profiles import TaskProfile, text_table
-from meritlens.analytics._schema import COVERAGE_COLUMN_NAMES, COVERAGE_TABLE, WINDOW_COLUMN_NAMES, WINDOWS_TABLE
+from meritlens.analytics._schema import (
+    COVERAGE_COLUMN_NAMES, COVERAGE_TABLE, SPANS_TABLE, WINDOW_COLUMN_NAMES, WINDOWS_TABLE,
+)
 from meritlens.analytics._windows import (
     EVALUATED_SUFFIX,
     SCOPE_ALL,
@@ -213,6 +215,34 @@ def check_readiness(
     )
 
 
+class UnknownSubject(ValueError):
+    """A readiness check asked about a target, or a scope of it, that no span and no window has."""
+
+
+def require_known(query: QueryFunction, target: str, scope: str = SCOPE_ALL) -> None:
+    """Raise UnknownSubject, naming the targets or scopes there are, unless a span or a window has
+    ``target`` (and, for a scope other than `all`, that assessment id). The windows are asked first:
+    they are few, and the spans are read only when they do not know the answer."""
+    windows = query(f"SELECT DISTINCT target_id, scope FROM {WINDOWS_TABLE}").rows
+    target_sql = sql_string(target)
+    scopes = {s for t, s in windows if t == target}
+    if scopes and (scope == SCOPE_ALL or scope in scopes):
+        return
+    in_scope = "" if scope == SCOPE_ALL else f" AND assessment_id = {sql_string(scope)}"
+    if query(f"SELECT 1 FROM {SPANS_TABLE} WHERE target_id = {target_sql}{in_scope} LIMIT 1").rows:
+        return
+    if not scopes and not query(f"SELECT 1 FROM {SPANS_TABLE} WHERE target_id = {target_sql} LIMIT 1").rows:
+        spans = query(f"SELECT DISTINCT target_id FROM {SPANS_TABLE} WHERE target_id IS NOT NULL").rows
+        targets = sorted({t for t, _ in windows} | {t for (t,) in spans})
+        raise UnknownSubject(f"unknown target {target!r}: no span or window has it"
+                             f"{suggestion(target, targets, 'known targets')}")
+    spans = query(f"SELECT DISTINCT assessment_id FROM {SPANS_TABLE} WHERE target_id = {target_sql} "
+                  "AND assessment_id IS NOT NULL").rows
+    known = sorted(scopes | {s for (s,) in spans} | {SCOPE_ALL})
+    raise UnknownSubject(f"unknown scope {scope!r} of target {target!r}: no span or window of the target has it"
+                         f"{suggestion(scope, known, 'known scopes')}")
+
+
 def record_coverage_sql() -> str:
     """Parameterised INSERT of one coverage report into `coverage_checks` (see ``coverage_row``)."""
     placeholders = ", ".join("?" for _ in COVERAGE_COLUMN_NAMES)
@@ -233,9 +263,17 @@ def coverage_row(report: CoverageReport) -> list[Any]:
     return [row[name] for name in COVERAGE_COLUMN_NAMES]
 
 
-def report_json(report: CoverageReport) -> str:
-    """The report as indented JSON."""
-    return json.dumps(report.model_dump(mode="json"), indent=2)
+def judged(report: CoverageReport, baseline: bool) -> tuple[str, bool]:
+    """What a check judges (coverage alone, or with ``baseline`` the baseline too) and its verdict."""
+    if baseline:
+        return "coverage and baseline", report.baseline_ready
+    return "coverage", report.ready
+
+
+def report_json(report: CoverageReport, *, baseline: bool = False) -> str:
+    """The report as indented JSON, with what was judged (``judged``) and the verdict (``verdict_ready``)."""
+    what, verdict = judged(report, baseline)
+    return json.dumps({"judged": what, "verdict_ready": verdict, **report.model_dump(mode="json")}, indent=2)
 
 
 def _unit(metric: str) -> str | None:
@@ -243,16 +281,23 @@ def _unit(metric: str) -> str | None:
     return spec.unit if spec is not None else None
 
 
-def format_report(report: CoverageReport) -> str:
-    """The report as text: coverage, baseline shortfalls, then one line per required metric."""
+def _ready(ready: bool) -> str:
+    return "READY" if ready else "NOT READY"
+
+
+def format_report(report: CoverageReport, *, baseline: bool = False) -> str:
+    """The report as text: coverage, the baseline and its shortfalls, the verdict on what was judged
+    (the baseline only with ``baseline``), then one line per required metric."""
     covered = f"{len(report.covered)} of {len(report.required)} required metrics covered"
+    what, verdict = judged(report, baseline)
     lines = [
         f"readiness of {report.target} (scope {report.scope}), checked {report.checked_at.isoformat()}",
-        f"coverage: {'READY' if report.ready else 'NOT READY'} ({covered}"
+        f"coverage: {_ready(report.ready)} ({covered}"
         + (f"; missing: {', '.join(report.missing)})" if report.missing else ")"),
-        f"baseline: {'READY' if report.baseline_ready else 'NOT READY'}",
+        f"baseline: {_ready(report.baseline_ready)}" + ("" if baseline else " (not judged: add --baseline to judge it)"),
     ]
     lines += [f"  - {shortfall}" for shortfall in report.shortfalls]
+    lines.append(f"verdict: {_ready(verdict)} ({what} judged)")
     rows = [
         [m.metric, m.collector, "yes" if m.live else "no", m.state,
          "-" if m.value is None else format_value(m.value, _unit(m.metric)), f"{m.sample_count}/{m.min_samples}",

@@ -27,7 +27,7 @@ _FLAGS = (
 
 def require_chromium() -> str:
     return require_program(CHROMIUM, what="headless Chromium for the dashboard tests",
-                           install="apt-get install chromium")
+                           install="apt-get install --no-install-recommends chromium")
 
 
 def _run(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess:

@@ -166,7 +166,9 @@ def test_the_readme_runs_in_order_and_says_what_happens(workdir):
             # Rounded to four significant digits, with units: the cost in $, a sub-second latency in ms.
             assert re.search(r"total_task_cost .* measured\s+\$0\.0*[1-9]\d{0,3}\s", result.stdout), result.stdout
             assert re.search(r"end_to_end_latency .* measured\s+\d{1,3}(\.\d{1,3})? ms\s", result.stdout), result.stdout
-            assert re.search(r"task_success .* measured\s+(1|0\.\d{1,4})\s", result.stdout), result.stdout
+            assert re.search(r"task_success .* measured\s+\d{1,3}(\.\d{1,2})?%\s", result.stdout), result.stdout
+            # --baseline: the verdict judges the baseline too, and says so
+            assert "verdict: READY (coverage and baseline judged)" in result.stdout, result.stdout
             scope = re.search(r"--scope (\S+)", command)
             assert scope, f"`{command}`: the README's readiness check must name the assessment's scope"
             samples = re.findall(r"(\d+)/\d+\s+\w+\s*$", result.stdout, re.M)
@@ -186,3 +188,27 @@ def test_the_readme_runs_in_order_and_says_what_happens(workdir):
         prose = README.read_text()
         assert "run_assessment.py" in prose.split("meritlens readiness --profile")[0], \
             "the README must say to run the assessment before the readiness check"
+
+        # Units: the first query's table shows each window's value with its unit, as the text says.
+        table = next(r.stdout for c, r, _ in ran if "select target_id, metric, value, sample_count from windows" in c)
+        lines = {metric: next(line for line in table.splitlines() if re.search(rf"\b{metric}\b", line))
+                 for metric in ("total_task_cost", "end_to_end_latency", "input_tokens", "task_success")}
+        assert re.search(r"\$0\.0*[1-9]", lines["total_task_cost"]), table
+        assert re.search(r"\d ms\b", lines["end_to_end_latency"]), table
+        assert re.search(r"\d tokens\b", lines["input_tokens"]), table
+        assert re.search(r"\d%", lines["task_success"]), table
+
+        # The SDK examples and the plugin: their windows, and the plugin's figure as the text gives it.
+        for target in ("order-bot/agent", "refund-bot/answer"):
+            measured = proc.sql(f"select count(*) from windows where target_id = '{target}' and state = 'measured'")
+            assert measured["rows"][0][0] > 0, target
+        listed = next(r.stdout for c, r, _ in ran if c.endswith("meritlens metrics"))
+        assert re.search(r"^calls_per_task\s+plugin", listed, re.M), listed
+        claimed = re.search(r"measures (\d+) LLM calls per task", " ".join(prose.split()))
+        window = proc.sql("select value, sample_count, state from windows where target_id = 'order-bot/agent' "
+                          "and metric = 'calls_per_task'")["rows"]
+        assert claimed and window == [[float(claimed.group(1)), 3, "measured"]], (claimed, window)
+        # installed in a place of its own: the clone's ./plugins, never the .venv the test workers share
+        assert (workdir / "plugins" / "calls_per_task").is_dir()
+        shared = subprocess.run([str(ROOT / ".venv/bin/python"), "-c", "import calls_per_task"], capture_output=True)
+        assert shared.returncode != 0, "the plugin example was installed into the shared .venv"

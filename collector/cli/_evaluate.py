@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from meritlens.collector.cli._options import connection_options, format_option
@@ -58,8 +56,8 @@ def evaluate(target, scope, metric_list, connection, run_dir, schema, step_thres
              judge_base_url, judge_replicas, extra, fmt) -> None:
     """Run metric plugins on TARGET's spans in SCOPE and store each result as a window.
 
-    A re-run replaces the windows of the metrics it ran and keeps the others. Exits 1 when a
-    metric failed (the others are still stored).
+    A re-run replaces the windows of the metrics it ran and keeps the others. A metric that
+    failed is an error (exit status 2); the others are still stored.
     """
     import json as _json
     from pathlib import Path
@@ -117,15 +115,15 @@ def evaluate(target, scope, metric_list, connection, run_dir, schema, step_thres
         from meritlens.analytics._format import format_value
 
         table = Table(title=f"{target} / {scope}: {result.span_count} spans, {result.task_count} tasks")
-        for column in ("metric", "status", "value", "unit", "samples", "summary"):
+        for column in ("metric", "status", "value", "samples", "summary"):
             table.add_column(column, overflow="fold")
         for outcome in result.outcomes:
             if outcome.status == "failed":
-                table.add_row(outcome.metric, "failed", "", "", "", outcome.error or "")
+                table.add_row(outcome.metric, "failed", "", "", outcome.error or "")
             elif outcome.status == "not_applicable":
-                table.add_row(outcome.metric, "not_applicable", "", "", "", outcome.reason or "does not apply")
+                table.add_row(outcome.metric, "not_applicable", "", "", outcome.reason or "does not apply")
             for measurement, window in zip(outcome.measurements, outcome.windows):
-                table.add_row(window.metric, window.state, format_value(window.value, window.unit), window.unit,
+                table.add_row(window.metric, window.state, format_value(window.value, window.unit),
                               str(window.sample_count), measurement.summary)
         Console(width=160).print(table)
         click.echo(f"run directory: {directory}")
@@ -134,8 +132,7 @@ def evaluate(target, scope, metric_list, connection, run_dir, schema, step_thres
                 if is_fake_model(judge.model) else ""
             click.echo(f"judge: {judge.model}{label}")
     if result.failed:
-        click.echo(f"{len(result.failed)} metric(s) failed: {', '.join(o.metric for o in result.failed)}", err=True)
-        sys.exit(1)
+        raise click.ClickException(f"{len(result.failed)} metric(s) failed: {', '.join(o.metric for o in result.failed)}")
 
 
 @click.command()
@@ -184,11 +181,11 @@ def observations(metric, target, scope, run_dir, fmt) -> None:
 def list_metrics() -> None:
     """List the metrics `meritlens evaluate` can run, and installed plugins that were refused."""
     from meritlens.analytics import load_registry
+    from meritlens.collector.cli._output import first_paragraph
 
     registry = load_registry()
     for name, cls in registry.metrics.items():
         origin = "built-in" if registry.is_builtin(name) else f"plugin {registry.plugins[name]}"
-        doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
-        click.echo(f"{name}\t{origin}\t{doc}")
+        click.echo(f"{name}\t{origin}\t{first_paragraph(cls.__doc__)}")
     for refused in registry.refused:
         click.echo(f"refused: {refused.entry_point} = {refused.value}: {refused.reason}", err=True)

@@ -5,11 +5,10 @@ these commands parse options and print."""
 
 from __future__ import annotations
 
-import sys
-
 import click
 
-from meritlens.collector.cli._options import UsageFailure, connection_options, format_option
+from meritlens.collector.cli._main import answer
+from meritlens.collector.cli._options import connection_options, format_option
 
 
 @click.group()
@@ -18,10 +17,10 @@ def profile() -> None:
 
 
 @profile.command("check")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @connection_options(lake=True)
 def profile_check(file: str, connection) -> None:
-    """Validate the profile FILE: print every problem and exit 1, or print its plan and exit 0.
+    """Validate the profile FILE: print its plan, or every problem it has.
 
     When the windows can be read (a database or collector, see --db/--url), the plan shows each
     metric's current state and an estimate of the runs' application cost."""
@@ -33,7 +32,7 @@ def profile_check(file: str, connection) -> None:
         task_profile = load_profile(file)
     except ProfileError as exc:
         click.echo(str(exc), err=True)
-        sys.exit(1)
+        answer(False)
     note = None
     asked = connection.db is not None or connection.url is not None or connection.lake is not None
     try:
@@ -63,26 +62,29 @@ def profile_check(file: str, connection) -> None:
 @click.option("--scope", default="all", show_default=True,
               help="Which windows count: 'all' (every span of the target) or an assessment id (only the spans "
                    "carrying that meritlens.assessment.id).")
-@click.option("--baseline", is_flag=True, help="Exit 0 only when the baseline is ready too.")
+@click.option("--baseline", is_flag=True,
+              help="Judge the baseline too: ready only when every required metric also has enough measured "
+                   "evidence in the scope. Without it only coverage is judged.")
 @connection_options(lake=True)
 @format_option("text", "json")
 def readiness(profile_path: str, target: str | None, scope: str, baseline: bool, connection, fmt: str) -> None:
-    """Check that every metric the profile requires has a live collector (and, for the baseline,
-    enough evidence). Records the check in the database it reads (see the `coverage` view).
-    Exit 0 ready, 1 not, 2 error."""
+    """Check that every metric the profile requires has a live collector (coverage) and, with
+    --baseline, enough measured evidence in the scope (the baseline). Records the check in the
+    database it reads (see the `coverage` view). A target or scope that no span and no window has is
+    an error naming the ones there are, and nothing is recorded."""
     from meritlens.analytics._profiles import ProfileError, load_profile
-    from meritlens.analytics._readiness import format_report, report_json
+    from meritlens.analytics._readiness import UnknownSubject, format_report, judged, report_json
     from meritlens.collector.cli._query import QueryError
     from meritlens.collector.serve._evidence import check_readiness_at
 
     try:
         task_profile = load_profile(profile_path)
     except ProfileError as exc:
-        raise UsageFailure(str(exc)) from None
+        raise click.ClickException(str(exc)) from None
     source = connection.source()
     try:
         report = check_readiness_at(task_profile, target=target, scope=scope, source=source)
-    except QueryError as exc:
-        raise UsageFailure(str(exc)) from None
-    click.echo(report_json(report) if fmt == "json" else format_report(report))
-    sys.exit(0 if (report.baseline_ready if baseline else report.ready) else 1)
+    except (QueryError, UnknownSubject) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(report_json(report, baseline=baseline) if fmt == "json" else format_report(report, baseline=baseline))
+    answer(judged(report, baseline)[1])

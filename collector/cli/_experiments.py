@@ -5,11 +5,11 @@ collector/cli/_experiment_io.py (storing manifests); these commands parse option
 
 from __future__ import annotations
 
-import sys
 
 import click
 
-from meritlens.collector.cli._options import UsageFailure, connection_options, format_option, iso_time
+from meritlens.collector.cli._main import answer
+from meritlens.collector.cli._options import connection_options, format_option, iso_time
 
 
 def _read_cases(cases: tuple[str, ...], cases_file: str | None) -> list[str]:
@@ -19,15 +19,15 @@ def _read_cases(cases: tuple[str, ...], cases_file: str | None) -> list[str]:
             with open(cases_file, encoding="utf-8") as fh:
                 lines = [line.strip() for line in fh]
         except OSError as exc:
-            raise UsageFailure(f"cannot read --cases-file {cases_file}: {exc.strerror or exc}") from None
+            raise click.ClickException(f"cannot read --cases-file {cases_file}: {exc.strerror or exc}") from None
         listed += [line for line in lines if line and not line.startswith("#")]
     if not listed:
-        raise UsageFailure("give the comparable case set with --case ID (repeatable) or --cases-file FILE")
+        raise click.ClickException("give the comparable case set with --case ID (repeatable) or --cases-file FILE")
     return listed
 
 
 def _experiment_failure(exc: Exception) -> click.ClickException:
-    return UsageFailure(str(exc))
+    return click.ClickException(str(exc))
 
 
 def _print_manifest(manifest, checks=None, fmt: str = "text") -> None:
@@ -175,7 +175,7 @@ def experiment_start(experiment_id, arm_name, at, connection) -> None:
 @connection_options
 def experiment_finish(experiment_id, arm_name, at, response_models, connection) -> None:
     """Close the execution window of ARM_NAME (now) and record the model identity its spans report.
-    Prints the arm's check; exits 1 when its spans break the manifest."""
+    Prints the arm's check."""
     from meritlens.analytics._experiments import ExperimentError, ExperimentNotFound, check_arm
     from meritlens.collector.cli._experiment_io import finish, reader
     from meritlens.collector.cli._query import QueryError
@@ -188,7 +188,7 @@ def experiment_finish(experiment_id, arm_name, at, response_models, connection) 
     except (ExperimentError, ExperimentNotFound, QueryError) as exc:
         raise _experiment_failure(exc) from None
     _print_manifest(stored, [check])
-    sys.exit(1 if check.refused else 0)
+    answer(not check.refused)
 
 
 @experiment.command("show")
@@ -223,7 +223,7 @@ def experiment_list(connection, fmt) -> None:
         result = run_query(list_experiments_sql(), source=connection.source())
     except QueryError as exc:
         if "does not exist" in str(exc):
-            raise UsageFailure("no experiments are stored in this database yet") from None
+            raise click.ClickException("no experiments are stored in this database yet") from None
         raise _experiment_failure(exc) from None
     render(result, fmt)
 
@@ -256,7 +256,7 @@ def _write_text(path: str, text: str) -> None:
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(text)
     except OSError as exc:
-        raise UsageFailure(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 @click.command()
@@ -272,8 +272,7 @@ def _write_text(path: str, text: str) -> None:
 def compare(experiment_id, baseline, profile_path, seed, resamples, connection, fmt,
             output) -> None:
     """Compare the baseline arm with every challenger on each required metric: value, difference,
-    95% interval, tolerance, constraint, and a verdict only on enough evidence. Exit 0 compared,
-    1 when an arm's spans break the manifest (it is refused), 2 on a usage error."""
+    95% interval, tolerance, constraint, and a verdict only on enough evidence."""
     import json
 
     from meritlens.analytics._compare import compare as run_compare, format_comparison
@@ -288,7 +287,7 @@ def compare(experiment_id, baseline, profile_path, seed, resamples, connection, 
     click.echo(document if fmt == "json" else format_comparison(result))
     if result.refused_arms:
         click.echo(f"refused: arm(s) {', '.join(result.refused_arms)} (see the problems above)", err=True)
-        sys.exit(1)
+        answer(False)
 
 
 @click.command()
@@ -309,7 +308,7 @@ def compare(experiment_id, baseline, profile_path, seed, resamples, connection, 
 def frontier(experiment_id, x_metric, y_metric, z_metric, profile_path, seed, resamples, plot_path, json_path,
              connection, fmt) -> None:
     """The Pareto-optimal arms over two or three metrics, with their intervals; dominated arms and by
-    whom. Exit 0, or 1 when an arm's spans break the manifest (it is left out), 2 on a usage error."""
+    whom."""
     import json
 
     from meritlens.analytics._frontier import format_frontier, frontier as run_frontier
@@ -317,7 +316,7 @@ def frontier(experiment_id, x_metric, y_metric, z_metric, profile_path, seed, re
     from meritlens.collector.store._results import json_default
 
     if plot_path is not None and not plot_path.lower().endswith(PLOT_SUFFIXES):
-        raise UsageFailure(f"--plot must end in {' or '.join(PLOT_SUFFIXES)}, got {plot_path!r}")
+        raise click.ClickException(f"--plot must end in {' or '.join(PLOT_SUFFIXES)}, got {plot_path!r}")
     axes = [m for m in (x_metric, y_metric, z_metric) if m is not None]
     result = _decide(experiment_id, profile_path, connection, lambda manifest, profile, query: run_frontier(
         manifest, query, axes, profile=profile, profile_source=profile_path, seed=seed, resamples=resamples))
@@ -333,4 +332,4 @@ def frontier(experiment_id, x_metric, y_metric, z_metric, profile_path, seed, re
     refused = [c.arm for c in result.checks if c.refused]
     if refused:
         click.echo(f"refused: arm(s) {', '.join(refused)} left out (see the reasons above)", err=True)
-        sys.exit(1)
+        answer(False)

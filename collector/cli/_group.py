@@ -1,4 +1,5 @@
-"""The `meritlens` click group: every command, in the README's order."""
+"""The `meritlens` click group: every command, in the README's order, each `--help` ending with the
+exit statuses (collector/cli/_main.py maps every way out of a command to one of them)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,30 @@ from meritlens.collector.cli._evaluate import evaluate, list_metrics, observatio
 from meritlens.collector.cli._evidence_commands import profile, readiness
 from meritlens.collector.cli._experiments import compare, experiment, frontier
 from meritlens.collector.cli._lake_commands import lake_group
+from meritlens.collector.cli._output import first_sentence
 from meritlens.collector.cli._query_commands import sql, windows
 from meritlens.collector.cli._serve import serve
 from meritlens.collector.cli._transfer import export_command, import_command
+
+ERRORS = ("2 any error (usage, a path that is not there, an unreachable collector, an invalid profile, an unknown "
+          "target or scope, a failure while running)")
+"""What exit status 2 means, for every command."""
+
+NEGATIVE_ANSWERS = {
+    "readiness": "not ready (coverage; with --baseline, coverage or the baseline)",
+    "profile check": "the profile has problems (each is printed)",
+    "experiment finish": "the arm's spans break the manifest",
+    "compare": "an arm's spans break the manifest (the arm is refused)",
+    "frontier": "an arm's spans break the manifest (the arm is left out)",
+}
+"""The commands that answer a yes/no question, and what their negative answer (exit status 1) is."""
+
+
+def exit_status_help(command: str) -> str:
+    """The exit-status paragraph of ``command``'s help (its name under `meritlens`, e.g. "lake status")."""
+    negative = NEGATIVE_ANSWERS.get(command)
+    no = f"1 {negative}" if negative else "1 never (it answers no yes/no question)"
+    return f"Exit status: 0 success; {no}; {ERRORS}."
 
 
 class _InOrder(click.Group):
@@ -23,9 +45,11 @@ class _InOrder(click.Group):
         return list(self.commands)
 
 
-@click.group(cls=_InOrder, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_InOrder, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog="Exit status of every command: 0 success (or ready), 1 a negative answer only (not ready, a "
+                    f"failed check; each command's --help says which), {ERRORS}; 130 when interrupted.")
 @click.version_option(package_name="meritlens", message="%(prog)s %(version)s")
-@click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
+@click.option("--debug", is_flag=True, help="Show tracebacks and debug logs (Spark's too).")
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
     """meritlens: evidence-grade metrics for LLM applications, native to OpenTelemetry."""
@@ -38,6 +62,17 @@ def cli(ctx: click.Context, debug: bool) -> None:
     )
 
 
+def _finish_help(command: click.Command, name: str) -> None:
+    """Its whole first sentence in the command lists (click would cut it), and its exit statuses."""
+    command.short_help = first_sentence(command.help)
+    if isinstance(command, click.Group):
+        for sub_name, sub in command.commands.items():
+            _finish_help(sub, f"{name} {sub_name}")
+    else:
+        command.epilog = exit_status_help(name)
+
+
 for _command in (serve, sql, windows, profile, readiness, evaluate, list_metrics, observations, experiment, compare,
                  frontier, import_command, export_command, lake_group):
     cli.add_command(_command)
+    _finish_help(_command, _command.name)

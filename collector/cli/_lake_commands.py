@@ -5,6 +5,12 @@ collector/cli/_resolve.py); this group holds what only a lake has."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+import sys
+import tempfile
+
 import click
 
 from meritlens.collector._settings import ENV_LAKE
@@ -25,6 +31,37 @@ def lake_group() -> None:
     """A span lake: many collectors (`serve --lake`) writing Parquet, windows computed by Spark."""
 
 
+@contextlib.contextmanager
+def _spark_output_quiet(debug: bool):
+    """Spark's JVM and py4j write their own logs to stderr; unless ``debug``, they go to a file
+    instead (inherited by the JVM the job starts), removed after a run that succeeds and named in the
+    error of one that fails after Spark wrote to it."""
+    if debug:
+        yield
+        return
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines come at exit too
+    log = tempfile.NamedTemporaryFile(prefix="meritlens-spark-", suffix=".log", delete=False)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(log.fileno(), 2)
+    try:
+        yield
+    except Exception as exc:
+        sys.stderr.flush()
+        message = " ".join(str(exc).split())
+        if os.path.getsize(log.name):
+            raise click.ClickException(f"{message} (Spark's log: {log.name})") from None
+        os.unlink(log.name)
+        raise click.ClickException(message) from None
+    else:
+        os.unlink(log.name)
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        log.close()
+
+
 @lake_group.command("windows")
 @click.option("--lake", "lake", envvar=ENV_LAKE, required=True, metavar="PATH",
               help=f"The lake (a directory every collector and Spark worker reaches, or a URI) [env {ENV_LAKE}].")
@@ -34,13 +71,15 @@ def lake_group() -> None:
               help="Address the workers reach this driver at (default: 127.0.0.1 for a local or loopback master).")
 @click.option("--conf", "conf", multiple=True, metavar="KEY=VALUE", help="A Spark setting (repeatable).")
 @click.option("--full", is_flag=True, help="Recompute from every segment, not from the last run's state.")
-def lake_windows(lake: str, master: str, driver_host: str | None, conf: tuple[str, ...], full: bool) -> None:
+@click.pass_context
+def lake_windows(ctx: click.Context, lake: str, master: str, driver_host: str | None, conf: tuple[str, ...],
+                 full: bool) -> None:
     """Compute every window of the lake's spans on Spark and publish them as the lake's windows.
 
     Each span counts once however many collectors or retries stored it; the result replaces the
     previous windows at once (readers see one run's windows or the other's). A run reads only the
     segments published since the last run (it keeps that run's window state), or every segment with
-    --full or when that state cannot be used."""
+    --full or when that state cannot be used. Spark's own log is shown only with --debug."""
     from meritlens.collector.lake._job import run_windows_job
 
     settings = {}
@@ -50,7 +89,8 @@ def lake_windows(lake: str, master: str, driver_host: str | None, conf: tuple[st
             raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--conf")
         settings[key.strip()] = value
     try:
-        result = run_windows_job(lake, master, driver_host=driver_host, conf=settings, full=full)
+        with _spark_output_quiet(ctx.find_root().obj["debug"]):
+            result = run_windows_job(lake, master, driver_host=driver_host, conf=settings, full=full)
     except (FileNotFoundError, RuntimeError, ValueError) as exc:
         raise click.ClickException(" ".join(str(exc).split())) from None
     click.echo(f"computed {result.windows} windows from {result.segments} segments ({result.mode}:"

@@ -1,14 +1,37 @@
 """The `meritlens` console script. It imports only the standard library until it has checked that
-the collector's dependencies (`pip install 'meritlens[server]'`) are installed."""
+the collector's dependencies (`pip install 'meritlens[server]'`) are installed.
+
+Every command ends with one of three exit statuses, as grep's: 0 success (or ready), 1 a negative
+answer only (not ready, a failed check), 2 any error. The mapping is made here, once: a command
+signals a negative answer with ``answer(False)``; anything it raises is an error."""
 
 from __future__ import annotations
 
 import importlib.util
 import sys
+import traceback
+
+EXIT_OK = 0
+EXIT_NO = 1
+EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130
 
 # What every command needs beyond the application side (`pip install meritlens`); see pyproject's [server].
 SERVER_MODULES = ("click", "rich", "duckdb", "pyarrow", "aiohttp", "pydantic")
 SERVER_EXTRA_HINT = "pip install 'meritlens[server]'"
+
+
+class NegativeAnswer(SystemExit):
+    """A command's answer is "no" (not ready, a failed check): exit status 1, and no error message."""
+
+    def __init__(self) -> None:
+        super().__init__(EXIT_NO)
+
+
+def answer(yes: bool) -> None:
+    """End a command that answers a yes/no question: exit 0 for yes, 1 for no."""
+    if not yes:
+        raise NegativeAnswer()
 
 
 def missing_server_modules() -> list[str]:
@@ -16,12 +39,12 @@ def missing_server_modules() -> list[str]:
 
 
 def main() -> None:
-    """Console-script entry point. Exit codes: 0 ok, 1 failure, 2 usage error, 130 interrupted."""
+    """Console-script entry point: 0 success, 1 a negative answer, 2 any error, 130 interrupted."""
     missing = missing_server_modules()
     if missing:
         print(f"meritlens: the command line is part of the collector, which is not installed here "
               f"(missing {', '.join(missing)}): {SERVER_EXTRA_HINT}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(EXIT_ERROR)
     import click
 
     from meritlens.collector.cli._group import cli
@@ -29,15 +52,21 @@ def main() -> None:
     debug = "--debug" in sys.argv[1:]
     try:
         code = cli.main(prog_name="meritlens", standalone_mode=False)
-    except click.exceptions.Abort:
-        sys.exit(130)
+    except NegativeAnswer:
+        sys.exit(EXIT_NO)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        sys.exit(EXIT_INTERRUPTED)
     except click.ClickException as exc:
         exc.show()
-        sys.exit(exc.exit_code)
+        sys.exit(EXIT_ERROR)
+    except SystemExit as exc:
+        # Only a negative answer may end a command with 1; any other way out of it is 0 or an error.
+        sys.exit(EXIT_OK if exc.code in (None, EXIT_OK) else EXIT_ERROR)
     except Exception as exc:  # noqa: BLE001 - one line unless --debug
         if debug:
-            raise
+            traceback.print_exc()
+            sys.exit(EXIT_ERROR)
         message = " ".join(str(exc).split()) or type(exc).__name__
         click.echo(f"Error: {message}", err=True)
-        sys.exit(1)
-    sys.exit(code if isinstance(code, int) else 0)
+        sys.exit(EXIT_ERROR)
+    sys.exit(EXIT_OK if code in (None, EXIT_OK) else EXIT_ERROR)

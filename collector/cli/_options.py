@@ -1,4 +1,4 @@
-"""Options and failures every command group shares: the connection options, output formats, usage errors."""
+"""Options every command group shares: the connection options and output formats."""
 
 from __future__ import annotations
 
@@ -10,12 +10,6 @@ import click
 from meritlens.collector._settings import (
     DEFAULT_DB, DEFAULT_URL, ENV_DB, ENV_LAKE, ENV_TLS_CA, ENV_TOKEN, ENV_TOKEN_FILE, ENV_URL,
 )
-
-
-class UsageFailure(click.ClickException):
-    """A command could not run as asked (bad profile, bad arguments): exit status 2."""
-
-    exit_code = 2
 
 
 def env_help(text: str, env: str | None = None, default=None) -> str:
@@ -40,7 +34,7 @@ class Connection:
     lake_allowed: bool = False
 
     def source(self):
-        """Where the command's data is; a one-line error (exit 1) when nowhere usable."""
+        """Where the command's data is; a one-line error when nowhere usable."""
         from meritlens.collector.cli._resolve import ResolveError, resolve
 
         try:

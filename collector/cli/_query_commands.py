@@ -42,7 +42,8 @@ def sql(query: str, connection, fmt: str) -> None:
                    " stores them", err=True)
 
 
-_WINDOW_TABLE_COLUMNS = ("target_id", "scope", "metric", "state", "aggregation", "value", "unit", "sample_count")
+# The table's columns; each value is shown with its unit.
+_WINDOW_TABLE_COLUMNS = ("target_id", "scope", "metric", "state", "aggregation", "value", "sample_count")
 
 
 @click.command()
@@ -61,19 +62,14 @@ def windows(target: str | None, scope: str | None, metric: str | None, connectio
     from meritlens.analytics._windows import Window, list_windows_sql
     from meritlens.collector.cli._output import render
     from meritlens.collector.cli._query import QueryError, run_query
-    from meritlens.collector.store._results import QueryResult
 
     sql_text = list_windows_sql(target=target, scope=scope, metric=metric, with_unmeasured=fmt != "signal")
     try:
         result = run_query(sql_text, source=connection.source())
     except QueryError as exc:
         raise click.ClickException(str(exc)) from None
-    if fmt == "table":
-        keep = [result.columns.index(c) for c in _WINDOW_TABLE_COLUMNS]
-        result = QueryResult([result.columns[i] for i in keep], [result.types[i] for i in keep if result.types],
-                             [tuple(row[i] for i in keep) for row in result.rows])
     if fmt != "signal":
-        render(result, fmt)
+        render(result, fmt, shown=_WINDOW_TABLE_COLUMNS)
         return
     for row in result.rows:
         window = Window.from_row(row, result.columns)

@@ -175,6 +175,9 @@ def check_free(settings: ServerSettings) -> None:
     so that nothing is logged as if a collector had run."""
     import os
 
+    parent = os.path.dirname(os.path.abspath(settings.db))
+    if not settings.lake and not os.path.isdir(parent):
+        raise click.ClickException(f"cannot create {settings.db}: the directory {parent} does not exist")
     if not settings.lake and os.path.exists(settings.db):
         import duckdb
 

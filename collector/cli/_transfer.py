@@ -14,14 +14,13 @@ from meritlens.collector.cli._options import connection_options, format_option, 
 @connection_options(create=True)
 @format_option()
 @progress_option
-@click.pass_context
-def import_command(ctx: click.Context, files: tuple[str, ...], connection, fmt: str, progress: bool | None) -> None:
+def import_command(files: tuple[str, ...], connection, fmt: str, progress: bool | None) -> None:
     """Load span FILES into the store: OTLP JSON or protobuf (gzip too), JSON lines as the OTel
     Collector's file exporter writes them, or a `meritlens export` directory or spans.parquet.
 
     Writes into the DuckDB file when no process holds it (creating it if needed), else through the
-    collector that holds it (its /v1/traces). Spans already stored are not counted twice. Exits 1
-    if a file could not be read or a span was refused; everything accepted is kept."""
+    collector that holds it (its /v1/traces). Spans already stored are not counted twice. A file that
+    could not be read or a refused span is an error (exit status 2); everything accepted is kept."""
     from meritlens.collector.cli._import import ImportFailed, import_files, open_destination
     from meritlens.collector.cli._import_files import expand_paths
     from meritlens.collector.cli._output import render
@@ -68,9 +67,9 @@ def import_command(ctx: click.Context, files: tuple[str, ...], connection, fmt: 
         summary += f", {refused} refused"
     if failed:
         summary += f"; {len(failed)} file{'s' if len(failed) != 1 else ''} could not be fully read"
-    click.echo(summary, err=True)
     if refused or failed:
-        ctx.exit(1)
+        raise click.ClickException(summary)
+    click.echo(summary, err=True)
 
 
 @click.command("export")

@@ -13,7 +13,7 @@ import asyncio
 from aiohttp import web
 
 from meritlens.analytics._profiles import ProfileError, TaskProfile, profile_from_dict
-from meritlens.analytics._readiness import CoverageReport, check_readiness
+from meritlens.analytics._readiness import CoverageReport, UnknownSubject, check_readiness, require_known
 from meritlens.analytics._windows import SCOPE_ALL
 from meritlens.collector.cli._query import opened_store, post_json
 from meritlens.collector.cli._resolve import Source
@@ -22,7 +22,9 @@ from meritlens.collector.store._store import SpanStore
 
 
 def check_and_record(store: SpanStore, profile: TaskProfile, *, target: str | None, scope: str) -> CoverageReport:
-    """Compute the coverage report over ``store`` and record it."""
+    """Compute the coverage report over ``store`` and record it; a target or scope that no span and
+    no window has is refused (UnknownSubject) and nothing is recorded."""
+    require_known(store.query, target or profile.target, scope)
     report = check_readiness(profile, store.query, target=target, scope=scope)
     store.record_coverage(report)
     return report
@@ -52,9 +54,12 @@ def readiness_handler(store: SpanStore):
             profile = profile_from_dict(payload.get("profile"))
         except ProfileError as exc:
             return web.json_response({"error": str(exc), "problems": [str(p) for p in exc.problems]}, status=400)
-        report = await asyncio.get_running_loop().run_in_executor(
-            None, lambda: check_and_record(store, profile, target=target, scope=scope)
-        )
+        try:
+            report = await asyncio.get_running_loop().run_in_executor(
+                None, lambda: check_and_record(store, profile, target=target, scope=scope)
+            )
+        except UnknownSubject as exc:
+            return web.json_response({"error": str(exc)}, status=404)
         return web.json_response(report.model_dump(mode="json"))
 
     return readiness

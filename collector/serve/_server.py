@@ -76,6 +76,7 @@ class Collector:
         self._grpc_server = None
         self.http_port: int | None = None
         self.grpc_port: int | None = None
+        self._started = False  # only a collector that started says it stopped
 
     async def start(self) -> None:
         """Open the store, recompute windows, start both receivers; on failure close what was opened."""
@@ -148,6 +149,7 @@ class Collector:
                 "listening on %s without a token: anyone who can reach it can send spans and read every"
                 " stored span through SQL; set --token-file (or %s)", s.host, "MERITLENS_TOKEN",
             )
+        self._started = True
         if s.lake:  # commands find a lake by its path; no one collector answers for it
             return
         try:
@@ -201,7 +203,8 @@ class Collector:
                 os.remove(address_file(self.settings.db))
             except OSError:
                 pass
-        log.info("stopped; every acknowledged span is committed to %s", self.settings.lake or self.settings.db)
+        if self._started:
+            log.info("stopped; every acknowledged span is committed to %s", self.settings.lake or self.settings.db)
 
 
 def serve(settings: ServerSettings) -> None:

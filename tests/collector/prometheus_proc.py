@@ -19,7 +19,7 @@ PROMTOOL = str(Path(PROMETHEUS).with_name("promtool"))
 def require_prometheus() -> str:
     if not os.access(PROMETHEUS, os.X_OK):
         raise AssertionError(f"{PROMETHEUS} is missing: `make test` installs Debian's prometheus package when run "
-                             "as root (apt-get install prometheus)")
+                             "as root (apt-get install --no-install-recommends prometheus)")
     return PROMETHEUS
 
 

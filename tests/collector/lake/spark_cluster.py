@@ -24,7 +24,7 @@ JAVA = os.environ.get("MERITLENS_TEST_JAVA", "/usr/bin/java")
 
 def require_java() -> str:
     return require_program(JAVA, what="a Java 17 runtime for the Spark lake tests",
-                           install="apt-get install openjdk-17-jre-headless")
+                           install="apt-get install --no-install-recommends openjdk-17-jre-headless")
 
 
 class SparkCluster:
