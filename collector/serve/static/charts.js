@@ -80,9 +80,21 @@
     };
   }
 
-  // A time series: `series` = [{name, cls, values}] aligned with `buckets` (ISO starts); a null value
-  // is a gap (not measured in that bucket), never a zero.
-  ML.timeChart = function ({ plot, title, unit, yTitle, buckets, bucketSeconds, series, empty }) {
+  // The buckets a range spans: [lo, hi) in ms, on the bucket grid DuckDB's time_bucket uses (from the
+  // epoch), from the range's start (else the first bucket) to its end (else the last), and their count.
+  ML.bucketSpan = function (buckets, bucketSeconds, from, to) {
+    const ms = bucketSeconds * 1000, floor = (t) => Math.floor(t / ms) * ms;
+    const times = buckets.map((b) => new Date(b).getTime());
+    const starts = [...times, ...[from, to].filter(Boolean).map((t) => floor(new Date(t).getTime()))];
+    if (starts.length === 0) return { lo: 0, hi: 0, count: 0 };
+    const lo = Math.min(...starts), hi = Math.max(...starts) + ms;
+    return { lo, hi, count: Math.round((hi - lo) / ms) };
+  };
+
+  // A time series: `series` = [{name, cls, values}] aligned with `buckets` (ISO starts of the buckets
+  // with data) over the range `from`..`to`; a bucket without data, or a null value, is a gap: the line
+  // breaks there, never joining two measured buckets across it, and nothing is drawn as zero.
+  ML.timeChart = function ({ plot, title, unit, yTitle, buckets, bucketSeconds, from, to, series, empty }) {
     const times = buckets.map((b) => new Date(b).getTime());
     const all = series.flatMap((s) => s.values.filter(ML.isNum));
     if (all.length === 0) {
@@ -90,8 +102,9 @@
         el("p", { class: "plot-empty", "data-plot": plot, "data-n": 0 }, empty || "Not measured in this range."));
     }
     const axis = valueAxis(Math.max(...all), unit);
-    const f = frame(plot, { "aria-label": title, "data-n": all.length }, axis.ticks.map(axis.format));
-    const lo = times[0], hi = times[times.length - 1] + bucketSeconds * 1000;
+    const f = frame(plot, { "aria-label": title, "data-n": all.length, "data-bucket-seconds": bucketSeconds },
+      axis.ticks.map(axis.format));
+    const { lo, hi } = ML.bucketSpan(buckets, bucketSeconds, from, to);
     const xScale = (t) => f.left + (t - lo) / (hi - lo) * (f.right - f.left);
     const yHi = axis.ticks[axis.ticks.length - 1];
     const yScale = (v) => f.bottom - v / yHi * (f.bottom - f.top);
@@ -108,7 +121,7 @@
       s.values.forEach((v, i) => {
         if (!ML.isNum(v)) { path += " "; return; }
         const x = xScale(times[i] + half), y = yScale(v);
-        const joined = i > 0 && ML.isNum(s.values[i - 1]);
+        const joined = i > 0 && ML.isNum(s.values[i - 1]) && times[i] - times[i - 1] === bucketMs;
         path += (joined ? "L" : "M") + x.toFixed(1) + " " + y.toFixed(1);
         f.svg.appendChild(svgEl("circle", { class: "dot " + s.cls, cx: x, cy: y, r: 2.6 },
           svgEl("title", {}, `${s.name} ${ML.formatTime(buckets[i])}: ${ML.valueText(v, unit)}`)));

@@ -46,6 +46,9 @@ window.ML = window.ML || {};
 
   // ---- formatting ----------------------------------------------------------------------------
   ML.intFormat = new Intl.NumberFormat("en-US", { maximumFractionDigits: 0 });
+  // A number without a unit, for people: four significant digits, never float noise or an exponent.
+  const plainFormat = new Intl.NumberFormat("en-US", { maximumSignificantDigits: 4, useGrouping: false });
+  const centsFormat = new Intl.NumberFormat("en-US", { maximumSignificantDigits: 3 });
   ML.isNum = (v) => v !== null && v !== undefined && typeof v === "number" && Number.isFinite(v);
 
   ML.formatNumber = function (value, unit) {
@@ -54,7 +57,7 @@ window.ML = window.ML || {};
       case "USD":
         if (Math.abs(value) >= 100) return "$" + value.toFixed(2);
         // per-call LLM costs are often fractions of a cent: keep three significant digits
-        if (value !== 0 && Math.abs(value) < 0.01) return "$" + Number(value.toPrecision(3));
+        if (value !== 0 && Math.abs(value) < 0.01) return "$" + centsFormat.format(value);
         return "$" + value.toFixed(4);
       case "s":
         if (Math.abs(value) >= 100) return value.toFixed(0) + " s";
@@ -63,13 +66,24 @@ window.ML = window.ML || {};
       case "ratio":
         return (value * 100).toFixed(1) + "%";
       case "score":
-        return value.toFixed(3);
+        return ML.plainNumber(value);
       case "tokens":
       case "steps":
         return Number.isInteger(value) ? ML.intFormat.format(value) : value.toFixed(1);
       default:
-        return Number.isInteger(value) ? ML.intFormat.format(value) : value.toPrecision(4);
+        return Number.isInteger(value) ? ML.intFormat.format(value) : plainFormat.format(value);
     }
+  };
+
+  // Any value of the data as text for people: integers as they are (ids, codes), other numbers
+  // rounded, numbers inside objects and lists too. The exact value is the JSON's and the CSV's.
+  ML.plainNumber = (value) => Number.isInteger(value) ? String(value) : plainFormat.format(value);
+  ML.plainText = function (value) {
+    if (typeof value === "number") return ML.plainNumber(value);
+    if (value !== null && typeof value === "object") {
+      return JSON.stringify(value, (key, v) => typeof v === "number" && !Number.isInteger(v) ? Number(plainFormat.format(v)) : v);
+    }
+    return String(value);
   };
 
   // The number with its unit, when the formatted number does not already carry it.

@@ -44,7 +44,7 @@
     const costly = best("total_cost"), slow = best("latency_p95");
     const notReady = rows.filter((r) => r.readiness && !r.readiness.baseline_ready);
     const withProfile = rows.filter((r) => r.readiness).length;
-    const card = (kind, label, body, note) => el("div", { class: "callout", "data-callout": kind },
+    const card = (kind, label, body, note, verdict) => el("div", { class: "callout", "data-callout": kind, "data-verdict": verdict },
       el("div", { class: "callout-label" }, label), el("div", { class: "callout-body" }, body),
       note ? el("div", { class: "callout-note" }, note) : null);
     const targetLink = (r) => ML.link({ view: "target", target: r.target_id }, r.target_id);
@@ -53,10 +53,21 @@
         costly ? `${ML.formatNumber(costly.total_cost, "USD")} over ${ML.plural(costly.priced_tasks || 0, "priced task")}` : "no priced task yet"),
       card("slowest", "Slowest (p95 latency)", slow ? targetLink(slow) : ML.missing("no latency measured"),
         slow ? ML.formatNumber(slow.latency_p95, "s") + " p95 per task" : "no latency measured yet"),
-      card("not-ready", "Not ready", notReady.length ? notReady.map((r, i) => [i ? ", " : "", targetLink(r)])
-        : withProfile ? "every profiled target is ready" : ML.missing("no task profile"),
-        withProfile ? `${notReady.length} of ${ML.plural(withProfile, "profiled target")}`
-          : "start serve with --profile to check readiness"));
+      readinessCard(card, notReady, withProfile, targetLink));
+  }
+
+  // Headed by what its body says: the targets not ready, every profiled target ready, or no profile.
+  function readinessCard(card, notReady, withProfile, targetLink) {
+    if (!withProfile) {
+      return card("readiness", "Readiness", ML.missing("no task profile"), "start serve with --profile to check readiness",
+        "none");
+    }
+    if (notReady.length === 0) {
+      return card("readiness", "Ready", "every profiled target is ready",
+        `${ML.intFormat.format(withProfile)} of ${ML.plural(withProfile, "profiled target")} ready`, "ready");
+    }
+    return card("readiness", "Not ready", notReady.map((r, i) => [i ? ", " : "", targetLink(r)]),
+      `${ML.intFormat.format(notReady.length)} of ${ML.plural(withProfile, "profiled target")} not ready`, "not-ready");
   }
 
   function headerCell(column, rerender) {

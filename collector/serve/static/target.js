@@ -63,7 +63,10 @@
     const b = doc.buckets;
     const starts = b.map((r) => r.bucket);
     const col = (key) => b.map((r) => r[key]);
-    const common = { buckets: starts, bucketSeconds: doc.bucket_seconds };
+    const from = doc.range.from || doc.first, to = doc.range.to || doc.last;
+    const common = { buckets: starts, bucketSeconds: doc.bucket_seconds, from, to };
+    const span = ML.bucketSpan(starts, doc.bucket_seconds, from, to);
+    const label = ML.bucketLabel(doc.bucket_seconds), width = /^\d/.test(label) ? label : "1 " + label;
     const unpriced = b.reduce((n, r) => n + (r.tasks - r.priced_tasks), 0);
     const charts = [
       ML.timeChart({ ...common, plot: "series-cost", title: "Cost", unit: "USD", yTitle: "cost per bucket",
@@ -82,9 +85,10 @@
         empty: "No call reported its retries in this range." }),
     ];
     const tasks = b.reduce((n, r) => n + r.tasks, 0);
-    const caption = el("div", { class: "caption", "data-series-tasks": tasks },
+    const caption = el("div", { class: "caption", "data-series-tasks": tasks, "data-buckets": span.count },
       b.length === 0 ? "No task ended in this range." :
-        `${ML.plural(tasks, "task")} in ${ML.plural(b.length, "bucket")} of ${ML.bucketLabel(doc.bucket_seconds)}` +
+        `${ML.plural(tasks, "task")} in ${ML.intFormat.format(b.length)} of ${ML.plural(span.count, "bucket")} of ` +
+        `${width} (the line breaks where a bucket has none)` +
         (unpriced ? ` · ${ML.plural(unpriced, "task")} without a complete price (no cost, not $0)` : ""));
     return el("div", { class: "panel wide" }, el("h3", {}, "Over time"), caption, el("div", { class: "charts" }, charts));
   }

@@ -77,6 +77,8 @@
     return out;
   }
 
+  const TYPED_UNITS = { cost_usd: "USD", ttft_s: "s", quality_score: "score" };
+
   function attributeTable(span) {
     const rows = [];
     const typed = ["target_id", "role", "task_id", "case_id", "assessment_id", "operation", "provider",
@@ -86,10 +88,12 @@
     for (const key of typed) if (span[key] !== null && span[key] !== undefined) rows.push([key, span[key]]);
     for (const [key, value] of Object.entries(span.attributes || {})) rows.push(["attributes." + key, value]);
     for (const [key, value] of Object.entries(span.resource || {})) rows.push(["resource." + key, value]);
-    (span.events || []).forEach((e, i) => rows.push([`event ${i + 1}`, e.name + (e.attributes ? " " + JSON.stringify(e.attributes) : "")]));
+    (span.events || []).forEach((e, i) => rows.push([`event ${i + 1}`, e.name + (e.attributes ? " " + ML.plainText(e.attributes) : "")]));
+    // A typed figure in its unit; any other number rounded for people, the exact value on hover.
+    const shown = (key, v) => typeof v === "number" && TYPED_UNITS[key] ? ML.valueText(v, TYPED_UNITS[key]) : ML.plainText(v);
     return el("table", { class: "attributes" }, el("tbody", {}, rows.map(([k, v]) =>
       el("tr", {}, el("th", { scope: "row", class: "mono" }, k),
-        el("td", { class: "mono" }, typeof v === "object" ? JSON.stringify(v) : String(v))))));
+        el("td", { class: "mono", "data-attribute": k, title: typeof v === "number" ? String(v) : null }, shown(k, v))))));
   }
 
   ML.renderTrace = function (main, doc) {
@@ -114,16 +118,19 @@
       const error = s.status_code === 2 || s.error_type;
       return el("li", { class: "span" + (error ? " has-error" : ""), "data-span": s.span_id, "data-depth": depth },
         el("details", {},
-          el("summary", { style: null },
-            el("span", { class: "indent", "data-depth": depth }, "│ ".repeat(depth)),
-            el("span", { class: "span-name" }, s.name || "(unnamed)"),
+          // The indentation stays inside the first column, so that every row's timing bar has the same
+          // track (the widest column): a child's bar lies within its parent's.
+          el("summary", {},
+            el("span", { class: "span-label" },
+              el("span", { class: "indent", "data-depth": depth }, "│ ".repeat(depth)),
+              el("span", { class: "span-name" }, s.name || "(unnamed)"),
+              error ? el("span", { class: "bad" }, " " + (s.error_type || STATUS[s.status_code])) : null),
             el("span", { class: "span-kind muted" }, KIND[s.kind] || ""),
             el("span", { class: "span-duration", "data-duration": s.duration_s }, ML.formatNumber(s.duration_s, "s")),
-            el("span", { class: "span-figures" }, figures),
-            error ? el("span", { class: "bad" }, s.error_type || STATUS[s.status_code]) : null,
             el("span", { class: "waterfall", "aria-hidden": "true" },
               ML.svgEl("svg", { viewBox: "0 0 100 6", preserveAspectRatio: "none", class: "bar-track" },
-                ML.svgEl("rect", { x: left, y: 0, width, height: 6, class: error ? "bar error" : "bar" })))),
+                ML.svgEl("rect", { x: left, y: 0, width, height: 6, class: error ? "bar error" : "bar" }))),
+            el("span", { class: "span-figures" }, figures)),
           attributeTable(s)));
     });
     main.replaceChildren(el("section", { class: "trace-view", "data-trace": doc.trace_id },

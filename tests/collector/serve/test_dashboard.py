@@ -296,14 +296,31 @@ def test_readiness_against_the_profiles_serve_loaded(tmp_path):
         assert rows["new-bot/answer"]["spans"] == 0 and rows["new-bot/answer"]["total_cost"] is None
         assert rows[XSS_TARGET]["readiness"] is None  # no profile names it
         overview = parse_dom(dump_dom(collector.url + "/?refresh=0", tmp_path / "chromium"))
-        not_ready = overview.find("div", data_callout="not-ready")
+        not_ready = overview.find("div", data_callout="readiness")
+        assert (not_ready.attrs["data-verdict"], not_ready.find("div", class_="callout-label").text) == (
+            "not-ready", "Not ready")
         assert sorted(a.text for a in not_ready.find_all("a")) == ["new-bot/answer", TARGET]
-        assert squash(not_ready.find("div", class_="callout-note").text) == "2 of 2 profiled targets"
+        assert squash(not_ready.find("div", class_="callout-note").text) == "2 of 2 profiled targets not ready"
         cell = overview.find("tr", data_target=TARGET).find("td", data_col="readiness")
         assert cell.text == "not ready" and cell.find("span").attrs["title"] == "missing: task_success"
         assert overview.find("tr", data_target=XSS_TARGET).find("td", data_col="readiness").text == "no profile"
     finally:
         collector.stop()
+
+
+def test_the_readiness_card_is_headed_by_what_its_body_says(collector, tmp_path):
+    """Every profiled target ready: the card says "Ready" above "every profiled target is ready"."""
+    _known_spans(collector)
+    profile = tmp_path / "tokens.toml"
+    profile.write_text(PROFILE.split("\n[metrics.total_task_cost]")[0])  # input_tokens only: 5 of 5 samples
+    check = run_cli("readiness", "--profile", str(profile), "--baseline", "--db", str(collector.db), check=False)
+    assert check.returncode == 0, check.stdout + check.stderr
+    card = parse_dom(dump_dom(collector.url + "/?refresh=0", tmp_path / "chromium")).find("div", data_callout="readiness")
+    assert card.attrs["data-verdict"] == "ready"
+    assert card.find("div", class_="callout-label").text == "Ready"
+    assert squash(card.find("div", class_="callout-body").text) == "every profiled target is ready"
+    assert squash(card.find("div", class_="callout-note").text) == "1 of 1 profiled target ready"
+    assert not card.find_all("a")
 
 
 def test_the_last_recorded_check_shows_without_a_profile(collector, tmp_path):

@@ -182,7 +182,9 @@ def test_the_overview_answers_the_first_questions_at_first_paint(collector, tmp_
         callout = "document.querySelector('[data-callout=\"{}\"] .callout-body').textContent"
         assert page.evaluate(callout.format("costs-most")) == TARGET
         assert page.evaluate(callout.format("slowest")) == "cheap-bot/answer"
-        assert page.evaluate(callout.format("not-ready")) == "—"  # no profile: not known, not "ready"
+        assert page.evaluate(callout.format("readiness")) == "—"  # no profile: not known, not "ready"
+        assert page.evaluate("document.querySelector('[data-callout=\"readiness\"] .callout-label').textContent") == \
+            "Readiness"
         order = "[...document.querySelectorAll('#overview-table tbody tr')].map(r => r.dataset.target)"
         assert page.evaluate(order) == [TARGET, "cheap-bot/answer", XSS_TARGET]  # by total cost; unpriced last
         # Sorting by keyboard: focus a column's button and press Enter.
@@ -222,7 +224,18 @@ def test_the_target_page_draws_each_figure_over_time_with_labelled_axes(collecto
     retries = section.find("p", data_plot="series-retries")  # no call reported retries: said, not drawn as 0
     assert retries.text == "No call reported its retries in this range."
     caption = squash(section.find("div", data_series_tasks="5").text)
-    assert caption == "5 tasks in 5 buckets of minute · 1 task without a complete price (no cost, not $0)"
+    assert caption == ("5 tasks in 5 of 6 buckets of 1 minute (the line breaks where a bucket has none) · 1 task "
+                       "without a complete price (no cost, not $0)")
+    # the line breaks at the empty minute between the fourth and fifth task: two pieces, never one line across it
+    latency = section.find("svg", data_plot="series-latency")
+    pieces = [p.attrs["d"].count("M") for p in latency.find_all("path", class_="line")]
+    assert pieces == [2, 2], pieces  # p50 and p95
+    # auto: 10 s buckets over the 305 s the tasks span, one task a minute: every point stands alone
+    auto = parse_dom(dump_dom(_page(collector, view="target", target=TARGET), tmp_path / "chromium"))
+    latency = auto.find("svg", data_plot="series-latency")
+    assert latency.attrs["data-bucket-seconds"] == "10"
+    assert [p.attrs["d"].count("M") for p in latency.find_all("path", class_="line")] == [5, 5]
+    assert [p.attrs["d"].count("L") for p in latency.find_all("path", class_="line")] == [0, 0]
     model = section.find("table", class_="models").find("tr", data_model=MODEL)
     assert squash(model.find("td", data_col="cost").text) == "$0.6000"
 
