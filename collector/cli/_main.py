@@ -56,6 +56,10 @@ def main() -> None:
         sys.exit(EXIT_NO)
     except (click.exceptions.Abort, KeyboardInterrupt):
         sys.exit(EXIT_INTERRUPTED)
+    except click.UsageError as exc:  # one line too, naming the help that shows the usage
+        where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+        click.echo(f"Error: {' '.join(exc.format_message().split())}{where}", err=True)
+        sys.exit(EXIT_ERROR)
     except click.ClickException as exc:
         exc.show()
         sys.exit(EXIT_ERROR)

@@ -96,7 +96,7 @@ def test_a_metric_that_raises_is_recorded_failed_and_the_others_still_run(db, tm
 
     failed = run_cli("evaluate", "--db", str(db), "--target", TARGET, "--run-dir", str(run_dir),
                      "--metrics", "span_count,recovery_ability", env={**env, "MERITLENS_TEST_EXPLODE": "1"})
-    assert failed.returncode == 1
+    assert failed.returncode == 2
     assert "Traceback" in failed.stderr and "the span counter exploded" in failed.stderr
     stored = windows(db)
     assert stored[W("span_count")] == before  # a failure is not evidence: the earlier window stays
@@ -158,9 +158,9 @@ def test_errors_are_clear_and_write_nothing(db, tmp_path):
     unknown = run_cli("evaluate", "--db", str(db), "--target", TARGET, "--metrics", "tool_use_perf")
     assert unknown.returncode == 2 and "did you mean 'tool_use_performance'" in unknown.stderr
     nothing = run_cli("evaluate", "--db", str(db), "--target", "no-such-target", "--run-dir", str(tmp_path / "r"))
-    assert nothing.returncode == 1 and "no application spans for target 'no-such-target'" in nothing.stderr
+    assert nothing.returncode == 2 and "no application spans for target 'no-such-target'" in nothing.stderr
     missing = run_cli("evaluate", "--db", str(tmp_path / "absent.duckdb"), "--target", TARGET)
-    assert missing.returncode == 1 and "no database at" in missing.stderr
+    assert missing.returncode == 2 and "no database at" in missing.stderr
     assert not (tmp_path / "absent.duckdb").exists()
     assert W("tool_use_performance") not in windows(db)
 

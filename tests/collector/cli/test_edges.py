@@ -58,7 +58,7 @@ def test_a_db_that_does_not_exist_is_an_error_never_another_database(running, tm
     coverage_before = _coverage_rows(running)
     args = [a.format(profile=profile, tmp=tmp_path) for a in args]
     result = run_cli(*args, "--db", str(missing), check=False, cwd=tmp_path, env={"MERITLENS_URL": running.url})
-    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert result.returncode == 2, (result.stdout, result.stderr)
     assert result.stdout == ""
     assert result.stderr.strip().splitlines() == [f"Error: no database at {missing}: check --db (or $MERITLENS_DB), "
                                                   "or give --url to use a running collector"]
@@ -76,23 +76,37 @@ def test_the_db_env_variable_counts_as_given(running, tmp_path):
     missing = tmp_path / "typo.duckdb"
     result = run_cli("sql", "select 1", check=False, cwd=tmp_path,
                      env={"MERITLENS_URL": running.url, "MERITLENS_DB": str(missing)})
-    assert result.returncode == 1 and str(missing) in result.stderr
+    assert result.returncode == 2 and str(missing) in result.stderr
 
 
 def test_import_creates_a_missing_file_but_not_a_missing_directory(tmp_path):
     result = run_cli("import", "--db", str(tmp_path / "no-dir" / "x.duckdb"), str(__file__), check=False)
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert result.stderr.strip() == f"Error: cannot create {tmp_path / 'no-dir' / 'x.duckdb'}: the directory " \
                                     f"{tmp_path / 'no-dir'} does not exist"
 
 
 def test_a_second_serve_on_a_held_file_names_the_file_and_its_holder(running):
     result = run_cli("serve", "--db", str(running.db), "--http-port", "0", "--grpc-port", "0", check=False, timeout=60)
-    assert result.returncode == 1
+    assert result.returncode == 2
     lines = (result.stdout + result.stderr).strip().splitlines()
     assert len(lines) == 1, lines
     assert f"{running.db} is in use by process {running.proc.pid} (meritlens serve" in lines[0]
     assert "stopped" not in lines[0]
+
+
+def test_a_file_the_collector_cannot_open_is_one_line_and_nothing_says_stopped(tmp_path):
+    """The cause in one line; no "stopped; every acknowledged span is committed" from a collector that
+    never started."""
+    missing_dir = tmp_path / "nowhere" / "x.duckdb"
+    not_duckdb = tmp_path / "notes.duckdb"
+    not_duckdb.write_text("these are notes, not a database\n" * 100)
+    for db, cause in ((missing_dir, f"the directory {tmp_path / 'nowhere'} does not exist"), (not_duckdb, "notes.duckdb")):
+        result = run_cli("serve", "--db", str(db), "--http-port", "0", "--grpc-port", "0", check=False, timeout=60)
+        lines = (result.stdout + result.stderr).strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1, lines
+        assert lines[0].startswith("Error: ") and cause in lines[0], lines
+    assert not missing_dir.parent.exists()
 
 
 @pytest.mark.parametrize("flag", ["--http-port", "--grpc-port"])
@@ -104,7 +118,7 @@ def test_a_taken_port_names_the_port_and_the_flag(tmp_path, flag):
         ports = {"--http-port": str(free_port()), "--grpc-port": str(free_port()), flag: str(port)}
         result = run_cli("serve", "--db", str(tmp_path / "x.duckdb"), *[a for f, p in ports.items() for a in (f, p)],
                          check=False, timeout=60)
-    assert result.returncode == 1
+    assert result.returncode == 2
     lines = (result.stdout + result.stderr).strip().splitlines()
     assert lines == [f"Error: port {port} on 127.0.0.1 is already in use: choose another with {flag} "
                      f"(or ${'MERITLENS_HTTP_PORT' if flag == '--http-port' else 'MERITLENS_GRPC_PORT'}), "

@@ -212,7 +212,7 @@ def test_bad_input_is_reported_per_file_and_the_rest_is_kept(tmp_path):
     junk.write_bytes(b"\xff\xfe certainly not a trace")
     db = tmp_path / "meritlens.duckdb"
     proc = run_cli("import", str(mixed), str(junk), "--db", str(db), "--format", "json", check=False)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     results = {r["file"]: r for r in json.loads(proc.stdout)}
     assert results[str(mixed)]["spans"] == 3 and results[str(mixed)]["refused"] == 1
     assert "line 2: not valid JSON" in results[str(mixed)]["problem"]
@@ -228,7 +228,7 @@ def test_a_windows_export_is_refused_with_the_reason(collector, tmp_path):
     run_cli("export", "--parquet", str(tmp_path / "x"), "--db", str(collector.db))
     proc = run_cli("import", str(tmp_path / "x" / "windows.parquet"), "--db", str(tmp_path / "other.duckdb"),
                    "--format", "json", check=False)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert "windows are recomputed from spans" in json.loads(proc.stdout)[0]["problem"]
 
 
@@ -256,15 +256,15 @@ def test_exit_codes_and_one_line_errors(tmp_path):
     failures.append((("import", str(tmp_path / "one.json"), "--url", "http://127.0.0.1:9"), "no collector reachable"))
     for args, needle in failures:
         proc = run_cli(*args, check=False)
-        assert proc.returncode in (1, 2), (args, proc.stderr)
+        assert proc.returncode == 2, (args, proc.stderr)
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and needle in lines[0] and lines[0].startswith("Error: "), (args, proc.stderr)
-    assert run_cli("import", str(tmp_path / "one.json"), "--url", "http://127.0.0.1:9", check=False).returncode == 1
+    assert run_cli("import", str(tmp_path / "one.json"), "--url", "http://127.0.0.1:9", check=False).returncode == 2
     assert run_cli("--version").stdout.startswith("meritlens ")
     # --debug keeps the traceback for errors that are not the user's
     proc = run_cli("--debug", "export", "--parquet", str(tmp_path / "o"), "--db", str(tmp_path / "none.duckdb"),
                    check=False)
-    assert proc.returncode == 1 and "no database at" in proc.stderr
+    assert proc.returncode == 2 and "no database at" in proc.stderr
     assert not (tmp_path / "o").exists()  # a failed export leaves nothing behind
 
 
@@ -308,13 +308,13 @@ def test_import_and_export_send_the_collectors_token(tmp_path):
         files, _ = _files(tmp_path)
         request_json = next(path for path in files if path.name == "request.json")
         refused = run_cli("import", str(request_json), "--db", str(db), check=False)
-        assert refused.returncode == 1 and "HTTP 401" in refused.stderr
+        assert refused.returncode == 2 and "HTTP 401" in refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1
         proc = run_cli("import", str(request_json), "--db", str(db), "--format", "json", "--token", "s3cret-token")
         assert json.loads(proc.stdout)[0]["spans"] == 2
         out = tmp_path / "out"
         refused = run_cli("export", "--parquet", str(out), "--db", str(db), check=False)
-        assert refused.returncode == 1 and "HTTP 401: missing or wrong bearer token" in refused.stderr
+        assert refused.returncode == 2 and "HTTP 401: missing or wrong bearer token" in refused.stderr
         proc = run_cli("export", "--parquet", str(out), "--db", str(db), "--format", "json",
                        env={"MERITLENS_TOKEN": "s3cret-token"})
         assert json.loads(proc.stdout)[0] == {"table": "spans", "file": str(out / "spans.parquet"), "rows": 2}

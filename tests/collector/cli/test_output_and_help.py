@@ -68,7 +68,8 @@ def test_csv_and_json_stay_exact():
 
 @pytest.mark.parametrize("value, unit, shown", [
     (0.26098677979999996, None, "0.261"), (2.5, "s", "2.5 s"), (0.0005, "s", "0.5 ms"), (12.0, "USD", "$12"),
-    (7, "tokens", "7"), (0.0, "ratio", "0"), (-0.5, "USD", "-$0.5"),
+    (7, "tokens", "7 tokens"), (0.0, "ratio", "0%"), (0.8333333, "ratio", "83.33%"), (0.9, "score", "0.9"),
+    (-0.5, "USD", "-$0.5"), (2.0, "steps", "2 steps"),
 ])
 def test_format_value(value, unit, shown):
     assert format_value(value, unit) == shown

@@ -83,7 +83,7 @@ def test_writes_and_file_access_are_refused_with_a_clear_message(collector):
     ):
         for where in (("--db", str(collector.db)), ("--url", collector.url)):
             proc = run_cli("sql", query, *where, check=False)
-            assert proc.returncode == 1, (query, proc.stdout)
+            assert proc.returncode == 2, (query, proc.stdout)
             assert needle in proc.stderr, (query, proc.stderr)
             assert "Traceback" not in proc.stderr
     assert collector.sql("select count(*) n from spans") == [{"n": 2}]
@@ -92,7 +92,7 @@ def test_writes_and_file_access_are_refused_with_a_clear_message(collector):
 def test_no_database_and_no_collector_is_a_one_line_error(tmp_path):
     # No --db: ./meritlens.duckdb, else the running collector ($MERITLENS_URL); here neither is there.
     proc = run_cli("sql", "select 1", check=False, cwd=tmp_path, env={"MERITLENS_URL": "http://127.0.0.1:9"})
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert "no collector reachable at http://127.0.0.1:9" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 

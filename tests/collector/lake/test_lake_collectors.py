@@ -57,10 +57,13 @@ def test_three_collectors_share_a_lake_and_repeats_count_once(tmp_path):
         # a second collector under a name in use is refused with a one-line reason
         taken = run_cli("serve", "--lake", str(lake), "--collector-id", "c0", "--http-port", "0", "--no-grpc",
                         check=False)
-        assert taken.returncode != 0 and "collector id 'c0' is in use" in taken.stderr
+        # one line naming the cause, and no "stopped" from a collector that never started
+        assert taken.returncode == 2 and taken.stdout == "", taken.stdout
+        assert taken.stderr.strip().splitlines() == [taken.stderr.strip()] and "stopped" not in taken.stderr
+        assert "collector id 'c0' is in use" in taken.stderr
         bad_id = run_cli("serve", "--lake", str(lake), "--collector-id", "../x", "--http-port", "0", "--no-grpc",
                          check=False)
-        assert bad_id.returncode != 0 and "collector id '../x'" in bad_id.stderr
+        assert bad_id.returncode == 2 and "collector id '../x'" in bad_id.stderr
     finally:
         for c in collectors:
             c.stop()
@@ -90,12 +93,12 @@ def test_three_collectors_share_a_lake_and_repeats_count_once(tmp_path):
 
 def test_reading_a_missing_lake_is_a_one_line_error(tmp_path):
     missing = run_cli("sql", "select 1", "--lake", str(tmp_path / "nowhere"), check=False)
-    assert missing.returncode == 1
+    assert missing.returncode == 2
     assert missing.stderr.strip().splitlines() == [
         f"Error: no span lake at {tmp_path / 'nowhere'} (no spans/ directory): start"
         f" `meritlens serve --lake {tmp_path / 'nowhere'}` first"]
     (tmp_path / "lake" / "spans").mkdir(parents=True)
     refused = run_cli("sql", "select * from read_csv('/etc/passwd')", "--lake", str(tmp_path / "lake"), check=False)
-    assert refused.returncode == 1 and "file system operations are disabled" in refused.stderr
+    assert refused.returncode == 2 and "file system operations are disabled" in refused.stderr
     job = run_cli("lake", "windows", "--lake", str(tmp_path / "nowhere"), check=False)
-    assert job.returncode == 1 and "no span lake at" in job.stderr
+    assert job.returncode == 2 and "no span lake at" in job.stderr

@@ -41,7 +41,7 @@ def test_the_resolver_names_a_lake_source(tmp_path, monkeypatch):
 def test_reading_commands_take_lake_from_the_options_and_the_environment(tmp_path):
     lake = _empty_lake(tmp_path)
     both = run_cli("sql", "select 1", "--lake", str(lake), "--db", str(tmp_path / "x.duckdb"), check=False)
-    assert both.returncode == 1
+    assert both.returncode == 2
     assert both.stderr.strip().splitlines() == ["Error: --lake reads the lake's files: give it without --db and --url"]
     rows = json.loads(run_cli("sql", "select count(*) as n from spans", "--format", "json",
                               env={"MERITLENS_LAKE": str(lake)}).stdout)

@@ -258,7 +258,7 @@ def test_a_second_collector_cannot_share_the_grpc_port(tmp_path):
         try:
             with pytest.raises(RuntimeError, match=r"port \d+ on 127.0.0.1 is already in use: choose another with --grpc-port"):
                 second.start(timeout=20)
-            assert second.proc.wait(10) == 1
+            assert second.proc.wait(10) == 2
             assert listening_addresses(second.http_port) == set()  # it closed what it had opened
         finally:
             second.kill9()
