@@ -294,7 +294,8 @@ def format_report(report: CoverageReport, *, baseline: bool = False) -> str:
         f"readiness of {report.target} (scope {report.scope}), checked {report.checked_at.isoformat()}",
         f"coverage: {_ready(report.ready)} ({covered}"
         + (f"; missing: {', '.join(report.missing)})" if report.missing else ")"),
-        f"baseline: {_ready(report.baseline_ready)}" + ("" if baseline else " (not judged: add --baseline to judge it)"),
+        f"baseline: {_ready(report.baseline_ready)}"
+        + ("" if baseline else " (not judged: add --baseline to judge it)"),
     ]
     lines += [f"  - {shortfall}" for shortfall in report.shortfalls]
     lines.append(f"verdict: {_ready(verdict)} ({what} judged)")

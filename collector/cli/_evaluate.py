@@ -132,7 +132,8 @@ def evaluate(target, scope, metric_list, connection, run_dir, schema, step_thres
                 if is_fake_model(judge.model) else ""
             click.echo(f"judge: {judge.model}{label}")
     if result.failed:
-        raise click.ClickException(f"{len(result.failed)} metric(s) failed: {', '.join(o.metric for o in result.failed)}")
+        failed = ", ".join(o.metric for o in result.failed)
+        raise click.ClickException(f"{len(result.failed)} metric(s) failed: {failed}")
 
 
 @click.command()

@@ -56,7 +56,7 @@ def profile_check(file: str, connection) -> None:
 
 
 @click.command()
-@click.option("--profile", "profile_path", required=True, type=click.Path(dir_okay=False),
+@click.option("--profile", "profile_path", required=True, type=click.Path(exists=True, dir_okay=False),
               help="The task profile (TOML).")
 @click.option("--target", default=None, help="Check this target instead of the profile's.")
 @click.option("--scope", default="all", show_default=True,

@@ -73,7 +73,7 @@ def experiment() -> None:
               help="A file of case ids, one per line ('#' comments).")
 @click.option("--seed", type=int, required=True, help="Seed of the case order (recorded).")
 @click.option("--repetitions", type=int, default=1, show_default=True, help="Runs of each case per arm.")
-@click.option("--profile", "profile_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--profile", "profile_path", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Record this task profile (TOML) as the decision's rules.")
 @click.option("--description", default=None, help="A note stored with it.")
 @connection_options
@@ -262,7 +262,7 @@ def _write_text(path: str, text: str) -> None:
 @click.command()
 @click.option("--experiment", "experiment_id", required=True, help="The experiment.")
 @click.option("--baseline", default=None, help="The baseline arm (default: the manifest's, else the first arm).")
-@click.option("--profile", "profile_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--profile", "profile_path", type=click.Path(exists=True, dir_okay=False), default=None,
               help="The task profile (TOML); default: the one recorded in the manifest, else catalogue defaults.")
 @_seed_option
 @_resamples_option
@@ -295,7 +295,7 @@ def compare(experiment_id, baseline, profile_path, seed, resamples, connection, 
 @click.option("--x", "x_metric", required=True, help="Metric of the horizontal axis (e.g. total_task_cost).")
 @click.option("--y", "y_metric", required=True, help="Metric of the vertical axis (e.g. task_quality).")
 @click.option("--z", "z_metric", default=None, help="A third metric (e.g. end_to_end_latency): colour and label.")
-@click.option("--profile", "profile_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--profile", "profile_path", type=click.Path(exists=True, dir_okay=False), default=None,
               help="The task profile (TOML) giving each axis' aggregation and minimum samples.")
 @_seed_option
 @_resamples_option

@@ -113,8 +113,9 @@ def test_readiness_ready_not_ready_and_errors(work):
     _error("readiness", "--profile", str(PROFILE), "--target", "support-bot/answr", "--db", db,
            needle="did you mean 'support-bot/answer'?")
     assert run_cli("sql", coverage, "--db", db, "--format", "json").stdout == recorded
-    _error("readiness", "--profile", str(work / "misspelt.toml"), "--db", db, needle="1 problem in the profile", lines=2)
-    _error("readiness", "--profile", str(work / "nope.toml"), "--db", db, needle="nope.toml")
+    _error("readiness", "--profile", str(work / "misspelt.toml"), "--db", db, needle="1 problem in the profile",
+           lines=2)
+    _error("readiness", "--profile", str(work / "nope.toml"), "--db", db, needle="nope.toml' does not exist")
     _error("readiness", "--profile", str(PROFILE), "--db", str(work / "nope.duckdb"), needle="no database at")
     _error("readiness", "--profile", str(PROFILE), "--url", "http://127.0.0.1:9", needle="no collector reachable")
 

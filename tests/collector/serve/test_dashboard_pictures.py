@@ -53,7 +53,8 @@ def test_trace_bars_use_the_width_and_nest_inside_their_parents(collector, tmp_p
         bars = page.evaluate("""Object.fromEntries([...document.querySelectorAll('li.span')].map(li => {
             const bar = li.querySelector('rect').getBoundingClientRect();
             const track = li.querySelector('svg.bar-track').getBoundingClientRect();
-            return [li.dataset.span, {left: bar.left, right: bar.right, trackLeft: track.left, trackWidth: track.width}];
+            return [li.dataset.span,
+                    {left: bar.left, right: bar.right, trackLeft: track.left, trackWidth: track.width}];
         }))""")
         assert page.exceptions == []
     assert set(bars) == set(parents)
