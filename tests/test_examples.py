@@ -2,12 +2,43 @@
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 import subprocess
 import sys
+import tomllib
+from importlib.metadata import packages_distributions
 from pathlib import Path
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_example_imports_only_what_make_run_installs():
+    """The README runs the examples after `make run`: every module they import is the standard
+    library's, the examples' own, or comes from a distribution `make run` installs (meritlens, its
+    dependencies and the extras the Makefile's run install names)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    run_install = re.search(r"^\$\(RUN_STAMP\):.*\n\t.*pip install --quiet -e '\.\[([\w,]+)\]'",
+                            (ROOT / "Makefile").read_text(), re.M)
+    assert run_install, "the Makefile's `make run` install was not found"
+    requirements = project["dependencies"] + [r for extra in run_install.group(1).split(",")
+                                              for r in project["optional-dependencies"][extra]]
+    installed = {canonicalize_name(Requirement(r).name) for r in requirements} | {"meritlens"}
+    own = {p.stem for p in (ROOT / "examples").rglob("*.py")} | {"calls_per_task"}
+    distributions = packages_distributions()
+    for path in (ROOT / "examples").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        names = {a.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
+        names |= {node.module.split(".")[0] for node in ast.walk(tree)
+                  if isinstance(node, ast.ImportFrom) and node.module and node.level == 0}
+        for name in sorted(names - set(sys.stdlib_module_names) - own - {"__future__"}):
+            providers = {canonicalize_name(d) for d in distributions.get(name, [])}
+            assert providers & installed, f"{path.relative_to(ROOT)} imports {name} ({providers or 'not installed'}), " \
+                                          "which `make run` does not install"
 
 
 def _run_example(name: str, collector, *args: str) -> subprocess.CompletedProcess:

@@ -54,6 +54,42 @@ def test_sql_columns_get_units_by_name():
     assert "$0.0001235" in text and "1.235 s" in text and "45.6 ms" in text and " 12 " in text
 
 
+def test_window_values_carry_the_metrics_unit_without_the_unit_column():
+    """`select target_id, metric, value, sample_count from windows`: dollars, seconds, tokens and
+    ratios each with their unit, read from the catalogue by the row's metric."""
+    rows = [("t", "total_task_cost", 0.00095, 17), ("t", "end_to_end_latency", 0.2152, 17),
+            ("t", "input_tokens", 3918.0, 17), ("t", "task_success", 0.9412, 17), ("t", "task_quality", 0.9, 3),
+            ("t", "task_quality.evaluated", 0.8, 3), ("t", "calls_per_task", 2.0, 3)]
+    lines = {line.split("│")[2].strip(): line.split("│")[3].strip()
+             for line in _table(["target_id", "metric", "value", "sample_count"], rows).splitlines()
+             if line.startswith("│")}
+    assert lines == {"total_task_cost": "$0.00095", "end_to_end_latency": "215.2 ms", "input_tokens": "3,918 tokens",
+                     "task_success": "94.12%", "task_quality": "0.9", "task_quality.evaluated": "0.8",
+                     "calls_per_task": "2"}  # a plugin's metric: its unit is in the `unit` column only
+
+
+def test_every_numeric_window_column_is_in_the_metrics_unit():
+    """The columns come from the windows table's schema, not a list of names: a column it gains (a
+    standard deviation, say) is shown in the metric's unit too."""
+    from meritlens.analytics._schema import WINDOW_COLUMNS as SCHEMA
+
+    numeric = [c.name for c in SCHEMA if c.sql_type.startswith("DOUBLE")]
+    assert {"value", "mean", "min", "max", "p50", "p95", "p99"} <= set(numeric)
+    text = _table(["metric", *numeric], [("end_to_end_latency", *[0.5] * len(numeric))])
+    assert text.count("500 ms") == len(numeric)
+
+
+def test_help_texts_never_cut_a_sentence():
+    from tests.cli_runner import run_cli
+
+    for args in ((), ("profile",), ("experiment",), ("lake",)):
+        listing = run_cli(*args, "--help").stdout.split("Commands:")[1]
+        assert "..." not in listing, listing
+    for line in run_cli("metrics").stdout.splitlines():
+        name, _, description = line.split("\t")
+        assert description.endswith("."), line  # the whole first paragraph, never its first line alone
+
+
 def test_csv_and_json_stay_exact():
     out = io.StringIO()
     render(QueryResult(WINDOW_COLUMNS, [], ROWS), "json", out)
