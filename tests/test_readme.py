@@ -193,8 +193,10 @@ def test_the_readme_runs_in_order_and_says_what_happens(workdir):
         table = next(r.stdout for c, r, _ in ran if "select target_id, metric, value, sample_count from windows" in c)
         lines = {metric: next(line for line in table.splitlines() if re.search(rf"\b{metric}\b", line))
                  for metric in ("total_task_cost", "end_to_end_latency", "input_tokens", "task_success")}
+        distribution = next(r.stdout for c, r, _ in ran if "select metric, p50, p90" in c)
+        assert len(re.findall(r"\d m?s\b", distribution)) == 4, distribution  # p50 to p99, each in ms or s
         assert re.search(r"\$0\.0*[1-9]", lines["total_task_cost"]), table
-        assert re.search(r"\d ms\b", lines["end_to_end_latency"]), table
+        assert re.search(r"\d m?s\b", lines["end_to_end_latency"]), table
         assert re.search(r"\d tokens\b", lines["input_tokens"]), table
         assert re.search(r"\d%", lines["task_success"]), table
 

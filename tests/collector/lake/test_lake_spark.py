@@ -119,6 +119,7 @@ def test_spark_windows_of_three_collectors_equal_one_node(tmp_path, cluster):
         cluster.wait_ready()
         job = run_cli("lake", "windows", "--lake", str(lake), "--master", cluster.master_url, env=LOOPBACK_ENV)
         assert "(full:" in job.stdout, job.stdout
+        assert job.stderr == "", job.stderr  # Spark's own log only with --debug
         _deliver_twice(collectors, later, kill=1)  # one collector is killed under load, then restarted
         _sdk_spans([GrpcExporter(endpoint=collectors[0].grpc_target, insecure=True),
                     HttpExporter(endpoint=collectors[2].url + "/v1/traces"),
