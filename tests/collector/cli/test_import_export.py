@@ -218,8 +218,9 @@ def test_bad_input_is_reported_per_file_and_the_rest_is_kept(tmp_path):
     assert "line 2: not valid JSON" in results[str(mixed)]["problem"]
     assert "is not a hex string" in results[str(mixed)]["problem"]
     assert "not OTLP JSON, OTLP protobuf or a meritlens Parquet export" in results[str(junk)]["problem"]
-    assert proc.stderr.strip().splitlines() == [
-        f"read 3 spans from 2 files into {db}: 1 new, 1 already stored, 1 refused; 2 files could not be fully read"]
+    assert proc.stderr.strip().splitlines() == [  # an error (exit status 2) in one line, with the summary
+        f"Error: read 3 spans from 2 files into {db}: 1 new, 1 already stored, 1 refused; 2 files could not be "
+        "fully read"]
     assert run_sql("select count(*) n from spans", db=db) == [{"n": 1}]  # the good span stays
 
 
