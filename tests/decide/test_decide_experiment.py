@@ -273,7 +273,9 @@ def test_arms_whose_spans_break_the_manifest_are_refused(experiment):
                                  started_at=arm_window(11)[0], response_models=("o3-mini-2025-01-31",)))
     save_experiment(stored, db=db, url=url)
     send_with_sdk(url, leaky_tasks + arm_tasks(swapped, 11, order))
-    finish_arm("audit", "leaky", db=db, url=url, at=arm_window(10)[1])
+    # `experiment finish`'s negative answer (exit 1): the arm is finished, and its spans break the manifest
+    finished = meritlens("experiment", "finish", "audit", "leaky", "--db", db, "--at", arm_window(10)[1].isoformat())
+    assert finished.returncode == 1 and "REFUSED" in finished.stdout + finished.stderr, finished.stdout + finished.stderr
     finish_arm("audit", "swapped", db=db, url=url, at=arm_window(11)[1])
 
     result = meritlens("compare", "--experiment", "audit", "--db", db, "--format", "json")
