@@ -17,7 +17,7 @@ import time
 
 import httpx
 
-from spangen import Tally
+from _tally import Tally
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BIN = os.path.dirname(sys.executable)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from spangen import SpanStream, Tally, rows
+from _tally import Tally
+from spangen import SpanStream, rows
 
 from meritlens.collector.windows import LocalStore
 

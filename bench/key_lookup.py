@@ -106,9 +106,11 @@ def main() -> None:
     args = parser.parse_args()
     for size in (int(s) for s in args.sizes.split(",")):
         r = measure(size, args.repeats)
-        print(f"stored {r['stored']:>11,}: stored spans ({r['found']:,}) of {r['keys']:,} traces: locator {r['locator'] * 1e3:7.1f} ms, "
+        print(f"stored {r['stored']:>11,}: stored spans ({r['found']:,}) of {r['keys']:,} traces: "
+              f"locator {r['locator'] * 1e3:7.1f} ms, "
               f"scan {r['scan'] * 1e3:7.1f} ms, newest 10% {r['horizon'] * 1e3:7.1f} ms; "
-              f"10,000 new spans checked: scan {r['dedup_scan'] * 1e3:7.1f} ms, locator {r['dedup_locator'] * 1e3:5.1f} ms")
+              f"10,000 new spans checked: scan {r['dedup_scan'] * 1e3:7.1f} ms, "
+              f"locator {r['dedup_locator'] * 1e3:5.1f} ms")
     print("correctness: the three lookups found the same spans, the stored spans of the continuing tasks; "
           "no new span was found stored")
 

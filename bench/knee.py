@@ -25,12 +25,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sustained  # noqa: E402
 
 
-def search(low: float, high: float, seconds: float, resolution: float, **options) -> tuple[list[dict], float | None]:
-    """The steps run and the highest rate held (None when not even ``low`` was)."""
+def search(low: float, high: float, seconds: float, resolution: float, unjudged: frozenset[str] = frozenset({"cpu"}),
+           **options) -> tuple[list[dict], float | None]:
+    """The steps run and the highest rate held (None when not even ``low`` was); ``unjudged``: the
+    conditions (`sustained.CONDITIONS`) left out."""
     steps = []
 
     def step(rate: float) -> bool:
-        r = sustained.run(rate, seconds, cpu_limit=False, **options)
+        r = sustained.run(rate, seconds, unjudged=unjudged, **options)
         steps.append(r)
         print(sustained.report(r), flush=True)
         return r["held"]
@@ -64,7 +66,8 @@ def main() -> None:
     args = parser.parse_args()
     steps, knee = search(args.low, args.high, args.seconds, args.resolution, memory_limit=args.memory_limit,
                          batch=args.batch, clients=args.clients, senders=args.senders)
-    print("\n| rate (spans/s) | held | lag p99 (s) | refused after warm-up | flatness | peak MiB | CPU | conditions not met |")
+    print("\n| rate (spans/s) | held | lag p99 (s) | refused after warm-up | flatness | peak MiB | CPU "
+          "| conditions not met |")
     print("|---|---|---|---|---|---|---|---|")
     for r in sorted(steps, key=lambda r: r["rate"]):
         failed = "; ".join(name for name, ok in r["conditions"].items() if not ok) or "-"

@@ -42,7 +42,8 @@ import duckdb  # noqa: E402
 
 from _collector import check_stored  # noqa: E402
 from loadgen import send  # noqa: E402
-from spangen import SpanStream, Tally, rows  # noqa: E402
+from _tally import Tally  # noqa: E402
+from spangen import SpanStream, rows  # noqa: E402
 
 from meritlens.analytics._schema import SPANS_DDL, WINDOWS_DDL  # noqa: E402
 from meritlens.analytics._windows import WINDOW_COLUMN_NAMES, Window  # noqa: E402
@@ -191,7 +192,8 @@ def main() -> None:
               f" (+ {r['spark_start_s']:.1f}s driver start)")
     if args.what in ("ingest", "both"):
         r = ingest(args.ingest_spans, args.batch, args.concurrency)
-        print(f"ingest {r['spans']:,} spans into 3 collectors on one lake: {r['acked_per_s']:,.0f} acknowledged spans/s,"
+        print(f"ingest {r['spans']:,} spans into 3 collectors on one lake: {r['acked_per_s']:,.0f} acknowledged"
+              " spans/s,"
               f" {r['queryable_per_s']:,.0f} queryable spans/s")
     print("correctness: equal window rows; spans and windows equal what was sent")
 

@@ -25,7 +25,8 @@ import time
 
 import httpx
 
-from spangen import BASE_NS, MEAN_SPANS_PER_TASK, SpanStream, Tally
+from _tally import Tally
+from spangen import BASE_NS, MEAN_SPANS_PER_TASK, SpanStream
 
 _DONE = None
 

@@ -30,18 +30,19 @@ def main() -> None:
     rows: list[tuple[str, str, str]] = []
 
     r = ingest.run(100_000)
-    rows.append(("throughput, 100k spans, 2 clients: queryable in spans and windows", f"{r['spans_per_s']:,.0f} spans/s",
+    rows.append(("throughput, 100k spans, 2 clients: queryable in spans and windows",
+                 f"{r['spans_per_s']:,.0f} spans/s",
                  f"acknowledged in {r['acked_s']:.1f} s, queryable in {r['queryable_s']:.1f} s, "
                  f"collector CPU {r['cpu_pct']:.0f}%"))
 
-    r = sustained.run(5_000, 45)
+    r = sustained.run(5_000, 45)  # too short for a flat memory after the warm-up: shown, not a result
     failed = [name for name, ok in r["conditions"].items() if not ok]
     rows.append(("sustained 5,000 spans/s for 45 s", f"lag p99 {r['lag_p99_s']:.1f} s, CPU {r['cpu_pct']:.0f}%",
                  f"refused after warm-up {r['refused']}, anonymous peak {r['peak_mib']:.0f} MiB (flatness "
                  f"{r['flat']:.2f}); not met: {', '.join(failed) or 'none'}"))
 
-    steps, held = knee.search(3_000, 12_000, 20, 1.0)
-    rows.append(("knee, 20 s steps between 3,000 and 12,000 spans/s",
+    steps, held = knee.search(3_000, 12_000, 20, 1.0, unjudged=frozenset({"cpu", "flatness"}))
+    rows.append(("knee, 20 s steps between 3,000 and 12,000 spans/s (memory flatness not judged)",
                  f"{held:,.0f} spans/s" if held else "below 3,000 spans/s",
                  "steps: " + ", ".join(f"{s['rate']:,.0f} {'held' if s['held'] else 'not held'}" for s in steps)))
 

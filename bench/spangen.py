@@ -2,8 +2,8 @@
 
 Shape (all draws per call or per task, continuous where the real quantity is):
 
-* ``targets`` targets (default 20, traffic ∝ (rank+1)^-0.7), each on one of six models of three providers
-  (OpenAI, Anthropic, Gemini; one a reasoning model);
+* ``targets`` targets (default 20, traffic ∝ (rank+1)^-0.7), each on one of six models of three
+  providers (OpenAI, Anthropic, Gemini; one a reasoning model);
 * tasks of 3–10 spans: a root span (``task {target}``, ``meritlens.span.type=task``, the agent-step
   count, for 60% an outcome, for 30% a quality score), LLM calls (``chat {model}``, kind CLIENT) and
   tool executions (``execute_tool {tool}``, kind INTERNAL) in turn, all children of the root, one trace
@@ -41,6 +41,7 @@ import numpy as np
 import pyarrow as pa
 
 import _wire as w
+from _tally import TALLY_FIELDS, Tally, tally_rows, target_names
 
 from meritlens.collector.process import _otlp
 from meritlens.collector.process._normalize import normalize
@@ -91,46 +92,9 @@ _TOOL_ERRORS = ("TimeoutError", "ToolError", "PermissionError")
 _LOREM = ("the report lists three options and the second one fits the stated budget best while the first "
           "needs approval from the data owner before any export can start so the plan moves in two steps ") * 4
 _PRICED_AT = _dt.datetime.fromtimestamp(BASE_NS / 1e9, _dt.timezone.utc)
-
-TALLY_FIELDS = ("spans", "tasks", "llm_calls", "tool_spans", "error_spans", "continued_spans", "continued_tasks",
-                "token_tasks", "input_tokens", "output_tokens", "cost_usd", "span_input_tokens", "max_tokens")
-"""What a request adds, per target: its spans; tasks first seen in it; LLM-call and tool spans; spans with an
-error status; spans, and tasks, continuing a task first seen in an earlier request; the change it makes to the tasks whose every
-LLM call so far reported usage (the samples of the token and cost windows), to those tasks' input and
-output tokens and cost; the sum of input tokens and of ``gen_ai.request.max_tokens`` over its LLM spans."""
-_F = {name: i for i, name in enumerate(TALLY_FIELDS)}
-
-
-def target_names(targets: int) -> list[str]:
-    return [f"bot-{t}" for t in range(targets)]
-
-
-class Tally:
-    """Per target and field (`TALLY_FIELDS`), what a set of requests adds to the windows' evidence."""
-
-    def __init__(self, targets: int, matrix: np.ndarray | None = None):
-        self.names = target_names(targets)
-        self.matrix = np.zeros((targets, len(TALLY_FIELDS))) if matrix is None else matrix
-
-    def __iadd__(self, other: "Tally") -> "Tally":
-        self.matrix = self.matrix + other.matrix
-        return self
-
-    def total(self, field: str) -> float:
-        return float(self.matrix[:, _F[field]].sum())
-
-    def by_target(self, field: str) -> dict[str, float]:
-        """Targets with anything in this tally, to the field's value (integers as int)."""
-        column, seen = self.matrix[:, _F[field]], self.matrix[:, _F["spans"]] > 0
-        as_int = field != "cost_usd"
-        return {n: (int(v) if as_int else float(v)) for n, v, s in zip(self.names, column.tolist(), seen) if s}
-
-    def to_json(self) -> dict:
-        return {"targets": len(self.names), "matrix": self.matrix.tolist()}
-
-    @classmethod
-    def from_json(cls, doc: dict) -> "Tally":
-        return cls(doc["targets"], np.array(doc["matrix"], dtype=float).reshape(doc["targets"], len(TALLY_FIELDS)))
+_MAX_TOKENS = (1024, 2048, 4096, 8192)
+"""``gen_ai.request.max_tokens`` of target t: the (t % 4)th."""
+_OUTPUT_LATENCY_CORRELATION = 0.7
 
 
 @dataclass
@@ -163,8 +127,7 @@ class SpanStream:
         weights = (np.arange(targets) + 1.0) ** -0.7
         self._target_p = weights / weights.sum()
         self._target_model = np.arange(targets) % len(MODELS)
-        rates = np.array([_rates(m) for m in MODELS])
-        self._rates = rates
+        self._rates = np.array([_rates(m) for m in MODELS])
         self._median_latency = np.array([m.median_latency_s for m in MODELS])
         self._reasoning = np.array([m.reasoning for m in MODELS])
         self._constants()
@@ -189,8 +152,7 @@ class SpanStream:
                            for n in names]
         self._resource = [w.kv(k[c.SERVICE_NAME], w.string(f"{n}-app"), w.RESOURCE_ATTRIBUTE) for n in names]
         self._root_name = [w.name(f"task {n}") for n in names]
-        self._max_tokens = [1024, 2048, 4096, 8192]
-        self._max_tokens_kv = [w.kv(k[c.GEN_AI_REQUEST_MAX_TOKENS], w.integer(v)) for v in self._max_tokens]
+        self._max_tokens_kv = [w.kv(k[c.GEN_AI_REQUEST_MAX_TOKENS], w.integer(v)) for v in _MAX_TOKENS]
         self._model_kv = [w.kv(k[c.GEN_AI_OPERATION_NAME], w.string(c.OP_CHAT))
                           + w.kv(k[c.GEN_AI_PROVIDER_NAME], w.string(m.provider))
                           + w.kv(k[c.GEN_AI_REQUEST_MODEL], w.string(m.name))
@@ -245,7 +207,9 @@ class SpanStream:
         d["s_cached"] = cache = np.where(cached, np.floor(inputs * rng.uniform(0.2, 0.95, m)), 0).astype(np.int64)
         d["s_reasoning"] = np.where(self._reasoning[model], np.floor(output * rng.uniform(0.4, 0.9, m)), 0
                                     ).astype(np.int64)
-        latency = np.exp(np.log(self._median_latency[model]) + 0.6 * (0.7 * z + 0.714 * rng.standard_normal(m)))
+        rho = _OUTPUT_LATENCY_CORRELATION
+        latency = np.exp(np.log(self._median_latency[model])
+                         + 0.6 * (rho * z + math.sqrt(1 - rho**2) * rng.standard_normal(m)))
         retried = rng.random(m) < 0.04
         retries = np.where(retried, 1 + (rng.random(m) < 0.3) + (rng.random(m) < 0.1), 0)
         latency = latency + retries * _lognormal(rng, 1.0, 0.5, m)
@@ -308,48 +272,11 @@ class SpanStream:
         return np.concatenate(parts)[:calls]
 
     # --- tasks as spans ---------------------------------------------------------------------------
-    def _tally_rows(self, d: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per task, the tally row of its first part, of its later part (zeros when it is not drawn to
-        continue) and of the task sent whole."""
-        offset, n_children = d["t_offset"], d["t_children"]
-        task = np.repeat(np.arange(CHUNK_TASKS), n_children)
-        j = np.arange(task.size) - offset[task]
-        calls = ~d["s_tool"]
-        first = j < d["t_split"][task]
-
-        def per_task(values, where):
-            return np.add.reduceat(np.where(where, values, 0), offset)
-
-        rows = []
-        for part in (first, np.ones_like(first)):
-            r = np.zeros((CHUNK_TASKS, len(TALLY_FIELDS)))
-            r[:, _F["llm_calls"]] = per_task(1, calls & part)
-            r[:, _F["tool_spans"]] = per_task(1, d["s_tool"] & part)
-            r[:, _F["error_spans"]] = per_task(1, d["s_failed"] & part)
-            usable = (r[:, _F["llm_calls"]] > 0) & (per_task(1, calls & d["s_failed"] & part) == 0)
-            r[:, _F["token_tasks"]] = usable
-            for field, values in (("input_tokens", d["s_input"]), ("output_tokens", d["s_output"]),
-                                  ("cost_usd", d["s_cost"])):
-                r[:, _F[field]] = np.where(usable, per_task(values, calls & part), 0)
-            r[:, _F["span_input_tokens"]] = per_task(d["s_input"], calls & ~d["s_failed"] & part)
-            max_tokens = np.array(self._max_tokens)[d["t_target"] % 4][task]
-            r[:, _F["max_tokens"]] = per_task(max_tokens, calls & part)
-            rows.append(r)
-        whole = rows[1]
-        whole[:, _F["spans"]], whole[:, _F["tasks"]] = d["t_spans"], 1
-        head = rows[0]
-        head[:, _F["spans"]] = np.minimum(d["t_split"], d["t_spans"])
-        head[:, _F["tasks"]] = 1
-        tail = whole - head
-        tail[:, _F["continued_spans"]] = tail[:, _F["spans"]]
-        tail[:, _F["continued_tasks"]] = tail[:, _F["spans"]] > 0
-        return head, tail, whole
-
     def _encode_chunk(self, chunk: int) -> list[tuple]:
         """Each task of a chunk as (target, spans in the order they end, split point, delay, and the tally
         rows of its first part, its later part and the whole task)."""
         d = self.draw(chunk)
-        head, tail, whole = self._tally_rows(d)
+        head, tail, whole = tally_rows(d, CHUNK_TASKS, np.array(_MAX_TOKENS)[d["t_target"] % len(_MAX_TOKENS)])
         k, ids = self._k, d["ids"].tobytes()
         n_tasks = CHUNK_TASKS
         s = {name: d[name].tolist() for name in d if name.startswith("s_")}
@@ -366,7 +293,7 @@ class SpanStream:
                 common += (w.kv(k[c.ASSESSMENT_ID], w.string(f"bot-{target}-eval-{assessment}"))
                            + w.kv(k[c.CASE_ID], w.string(f"case-{t['t_case'][i]}")))
             model = self._target_model[target]
-            call_kv = self._model_kv[model] + self._max_tokens_kv[target % 4]
+            call_kv = self._model_kv[model] + self._max_tokens_kv[target % len(_MAX_TOKENS)]
             spans = []
             first_child = t["t_offset"][i]
             for x in range(first_child, first_child + t["t_children"][i]):
@@ -384,8 +311,8 @@ class SpanStream:
                         error = _TOOL_ERRORS[s["s_error_kind"][x]]
                         attributes += w.kv(k[c.ERROR_TYPE], w.string(error))
                         status = w.error_status(f"{error}: the tool did not complete")
-                    spans.append(w.span(trace_id, span_id, root_id, self._tool_name[tool], w.KIND_INTERNAL, start, end,
-                                        attributes, status=status))
+                    spans.append(w.span(trace_id, span_id, root_id, self._tool_name[tool], w.KIND_INTERNAL, start,
+                                        end, attributes, status=status))
                     continue
                 attributes = common + step_kv + call_kv + self._stream_kv[s["s_stream"][x]] + \
                     self._retries_kv[s["s_retries"][x]]
@@ -393,7 +320,8 @@ class SpanStream:
                     error = _LLM_ERRORS[s["s_error_kind"][x]]
                     attributes += w.kv(k[c.ERROR_TYPE], w.string(error))
                     message = f"{error}: the provider did not answer"
-                    events = w.event(end, c.EXCEPTION_EVENT, w.kv(k[c.EXCEPTION_TYPE], w.string(error), w.EVENT_ATTRIBUTE)
+                    events = w.event(end, c.EXCEPTION_EVENT,
+                                     w.kv(k[c.EXCEPTION_TYPE], w.string(error), w.EVENT_ATTRIBUTE)
                                      + w.kv(k[c.EXCEPTION_MESSAGE], w.string(message), w.EVENT_ATTRIBUTE))
                     spans.append(w.span(trace_id, span_id, root_id, self._call_name[model], w.KIND_CLIENT, start, end,
                                         attributes, events, w.error_status(message)))
@@ -411,8 +339,8 @@ class SpanStream:
                     attributes += w.kv(k[c.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS], w.integer(s["s_reasoning"][x]))
                 if s["s_stream"][x]:
                     attributes += w.kv(k[c.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK], w.double(s["s_ttft_s"][x]))
-                at = (x * 7919) % 400
-                text = _LOREM[at:at + min(output * 4, 280)]
+                text_at = (x * 7919) % 400
+                text = _LOREM[text_at:text_at + min(output * 4, 280)]
                 message = ('[{"role":"assistant","parts":[{"type":"text","content":"' + text
                            + f'"}}],"finish_reason":"{finish}"}}]')
                 events = w.event(end, c.GEN_AI_OPERATION_DETAILS_EVENT,

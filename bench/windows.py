@@ -31,7 +31,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _collector import check_stored  # noqa: E402
 from _history import load  # noqa: E402
-from spangen import SpanStream, Tally, rows  # noqa: E402
+from _tally import Tally  # noqa: E402
+from spangen import SpanStream, rows  # noqa: E402
 
 from meritlens.collector.windows import LocalStore  # noqa: E402
 
@@ -103,7 +104,8 @@ def main() -> None:
         print(f"ratio {large['stored']:,} / {small['stored']:,} stored, {name}: median "
               f"{large[key + 'median_s'] / small[key + 'median_s']:.2f}, mean "
               f"{large[key + 'mean_s'] / small[key + 'mean_s']:.2f}")
-    print("(target ≤ 1.5 for the window refresh); correctness: spans and window counts per target equal what was written")
+    print("(target ≤ 1.5 for the window refresh); correctness: spans and window counts per target equal what was"
+          " written")
 
 
 if __name__ == "__main__":

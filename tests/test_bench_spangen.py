@@ -17,6 +17,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
 
 import spangen  # noqa: E402
+from _tally import Tally  # noqa: E402
 
 from meritlens.analytics._schema import SPANS_DDL  # noqa: E402
 from meritlens.collector.windows import DuckDBEngine, compute_windows  # noqa: E402
@@ -41,7 +42,7 @@ def _attributes(span) -> dict:
 def test_requests_parse_into_agent_tasks_with_unique_ids():
     requests = list(spangen.SpanStream(3).requests(6000, 500))
     spans = list(_spans(requests))
-    tally = spangen.Tally(20)
+    tally = Tally(20)
     for request in requests:
         tally += request.tally
     assert len(spans) == sum(r.spans for r in requests) == tally.total("spans") >= 6000
@@ -90,7 +91,7 @@ def test_the_same_seed_gives_the_same_bytes():
 @pytest.mark.parametrize("batch", [97, 1000])
 def test_the_tally_is_what_the_windows_count_wherever_the_requests_stop(batch):
     stream = spangen.SpanStream(1, targets=5)
-    tally = spangen.Tally(5)
+    tally = Tally(5)
     tables = []
     for _ in range(12):  # the stream goes on after these: some tasks are still unfinished
         request = stream.next_request(batch)
