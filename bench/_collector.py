@@ -61,7 +61,8 @@ def resident_mib(pid: int) -> tuple[float, float]:
 
 
 class Sampler(threading.Thread):
-    """Calls ``sample()`` every ``interval`` s, keeping (time.monotonic(), result) until stopped."""
+    """Calls ``sample()`` every ``interval`` s, keeping (time.monotonic() when it returned, its result)
+    until stopped."""
 
     def __init__(self, sample, interval: float):
         super().__init__(daemon=True)
@@ -70,7 +71,8 @@ class Sampler(threading.Thread):
     def run(self) -> None:
         while not self._halt.wait(self.interval):
             try:
-                self.samples.append((time.monotonic(), self.sample()))
+                value = self.sample()
+                self.samples.append((time.monotonic(), value))
             except (OSError, KeyError, httpx.HTTPError):
                 if self._halt.is_set():
                     return

@@ -8,8 +8,9 @@ bench/spangen.py's agent tasks from bench/loadgen.py (made while sending) at ``-
   acknowledged by t. "Include" is read through /api/sql every 0.25 s as the windows' count of
   LLM-call and tool spans (scope all: `retry_rate`'s samples, one per LLM call, plus
   `tool_use_performance`'s, one per tool span; ~85% of the spans, every request holds them) reaching
-  the count the acknowledged requests held (the generator's tally). Reported: p99 and max over the
-  seconds; a second whose spans were never counted has an infinite lag.
+  the count the acknowledged requests held (the generator's tally), the time of a poll being when its
+  answer came (each poll costs the collector ~2 ms of CPU). Reported: p99 and max over the seconds; a
+  second whose spans were never counted has an infinite lag.
 * refusals: requests answered 503/429 after ``--warmup`` seconds (default: a fifth of the load, at
   most 60 s).
 * anonymous memory (RssAnon of /proc/PID/status, sampled every 0.5 s): the peak per minute; flatness
