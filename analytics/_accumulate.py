@@ -85,28 +85,41 @@ class _Extreme:
     def apply(self, removed: np.ndarray, added: np.ndarray, held_before: int) -> bool:
         """Put ``added`` in, then take ``removed`` out; ``held_before``: samples before the delta.
         False when the extreme is no longer known (the window must be recomputed)."""
-        kept = self.kept
+        kept = dict(self.kept)
         outside = held_before - sum(kept.values())
         if outside and not kept:
             return False
         if added.size:
             values = self.sign * added
-            if outside:  # beyond the last kept value: outside with the others
+            if outside:  # beyond the last kept value: outside with the others (most deltas, at once)
                 last = next(reversed(kept))
-                within = values <= last
+                if values.min() > last:
+                    outside += int(values.size)
+                    values = values[:0]
+                else:
+                    within = values <= last
+                    outside += int(values.size - within.sum())
+                    values = values[within]
+            if values.size > EXTREME_DEPTH:  # only the few lowest can be kept, and the kept ones' repeats
+                cut = np.partition(values, EXTREME_DEPTH - 1)[EXTREME_DEPTH - 1]
+                if kept:
+                    cut = max(cut, next(reversed(kept)))
+                within = values <= cut
                 outside += int(values.size - within.sum())
                 values = values[within]
-            unique, counts = np.unique(values, return_counts=True)
-            for v, n in zip(unique[:EXTREME_DEPTH].tolist(), counts[:EXTREME_DEPTH].tolist()):
-                kept[v] = kept.get(v, 0) + n
-            outside += int(counts[EXTREME_DEPTH:].sum())
-            kept = dict(sorted(kept.items()))
-            while len(kept) > EXTREME_DEPTH:
-                outside += kept.pop(next(reversed(kept)))
+            if values.size:
+                unique, counts = np.unique(values, return_counts=True)
+                for v, n in zip(unique.tolist(), counts.tolist()):
+                    kept[v] = kept.get(v, 0) + n
+                kept = dict(sorted(kept.items()))
+                while len(kept) > EXTREME_DEPTH:
+                    outside += kept.pop(next(reversed(kept)))
         if removed.size:
             values = self.sign * removed
             last = next(reversed(kept)) if kept else None
-            if last is not None:
+            if last is not None and values.min() > last:
+                outside -= int(values.size)
+            elif last is not None:
                 within = values <= last
                 unique, counts = np.unique(values[within], return_counts=True)
                 for v, n in zip(unique.tolist(), counts.tolist()):

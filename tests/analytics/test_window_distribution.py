@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 from fractions import Fraction
 
 import numpy as np
@@ -223,3 +224,7 @@ def test_a_windows_first_and_last_times_follow_deltas_or_say_they_cannot(seed, l
             return
         assert extreme.value == ((min(held) if lowest else max(held)) if held else None)
         assert len(extreme.kept) <= EXTREME_DEPTH
+        # every kept time has the count of samples that have it; every other time lies beyond them all
+        adjusted = Counter(v if lowest else -v for v in held)
+        assert all(adjusted[v] == n for v, n in extreme.kept.items())
+        assert all(v > max(extreme.kept) for v in adjusted if v not in extreme.kept)
