@@ -138,6 +138,24 @@ class _Extreme:
         self.kept = kept
         return bool(kept) or outside == 0
 
+    def merge(self, other: "_Extreme", held: int, other_held: int) -> bool:
+        """Take ``other``'s samples in (``held``, ``other_held``: each side's samples). False when
+        the merged extreme is not known (a side that is not)."""
+        outside, other_outside = held - sum(self.kept.values()), other_held - sum(other.kept.values())
+        if (outside and not self.kept) or (other_outside and not other.kept):
+            return False
+        kept = dict(self.kept)
+        for v, n in other.kept.items():
+            kept[v] = kept.get(v, 0) + n
+        # a side's uncounted samples lie beyond its last kept value: count nothing beyond the nearer such bound
+        bounds = [next(reversed(k)) for k, out in ((self.kept, outside), (other.kept, other_outside)) if out]
+        limit = min(bounds) if bounds else None
+        kept = dict(sorted((v, n) for v, n in kept.items() if limit is None or v <= limit))
+        while len(kept) > EXTREME_DEPTH:
+            kept.pop(next(reversed(kept)))
+        self.kept = kept
+        return True
+
 
 @dataclass
 class WindowAccumulator:
@@ -189,6 +207,20 @@ class WindowAccumulator:
         self.key_low += added.key_low - removed.key_low
         if not (times_known and values_known):
             self.needs_recompute = True
+
+    def merge(self, other: "WindowAccumulator") -> None:
+        """Take ``other``'s samples in (the same metric and scale): the state of both sets of samples,
+        as of a window over a longer time (`WindowBook.merge_keys`)."""
+        held, other_held = self.values.n, other.values.n
+        known = all([mine.merge(theirs, held, other_held) for mine, theirs in zip(self._extremes, other._extremes)])
+        self.values.merge(other.values)
+        self.total += other.total
+        self.squares += other.squares
+        self.successes += other.successes
+        self.spans += other.spans
+        self.key_high += other.key_high
+        self.key_low += other.key_low
+        self.needs_recompute = self.needs_recompute or other.needs_recompute or not known
 
     def window(self, target_id: str, scope: str, facts: dict[str, int], db_name: str,
                computed_at: _dt.datetime) -> Window:
@@ -427,6 +459,21 @@ class WindowBook:
         for target, scope, metric in windows:
             held = other._windows.get((target, scope), {}).get(metric)
             self._windows[(target, scope)][metric] = held or WindowAccumulator.empty(_DEFINITIONS[metric], self.scale)
+
+    def merged(self, keys: list[WindowKey], into: WindowKey) -> "WindowBook":
+        """A book holding one key, ``into``, whose state is that of all ``keys``' samples together
+        (e.g. the hours of a day). Keys this book does not hold add nothing."""
+        merged = WindowBook(self.scale)
+        merged.add_key(into)
+        accumulators, facts = merged._windows[into], merged._facts[into]
+        for key in keys:
+            if key not in self._windows:
+                continue
+            for name, count in self._facts[key].items():
+                facts[name] += count
+            for metric, accumulator in self._windows[key].items():  # read, never changed
+                accumulators[metric].merge(accumulator)
+        return merged
 
     def windows(self, key: WindowKey, db_name: str, computed_at: _dt.datetime) -> list[Window]:
         accumulators = self._windows[key]

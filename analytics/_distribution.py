@@ -136,18 +136,9 @@ class _Buckets:
         if indices.size == 0:
             return True
         lo, hi = int(indices.min()), int(indices.max())
-        if self.counts.size == 0:
-            if sign < 0:
-                return False
-            self.offset, self.counts = lo, np.zeros(hi - lo + 1, dtype=np.int64)
-        elif lo < self.offset or hi >= self.offset + self.counts.size:
-            if sign < 0:
-                return False
-            start = min(lo, self.offset)
-            end = max(hi + 1, self.offset + self.counts.size)
-            grown = np.zeros(end - start, dtype=np.int64)
-            grown[self.offset - start:self.offset - start + self.counts.size] = self.counts
-            self.offset, self.counts = start, grown
+        if sign < 0 and (self.counts.size == 0 or lo < self.offset or hi >= self.offset + self.counts.size):
+            return False
+        self._cover(lo, hi)
         delta = np.bincount(indices - self.offset, minlength=self.counts.size)
         if sign < 0:
             if (delta > self.counts).any():
@@ -157,6 +148,24 @@ class _Buckets:
         else:
             self.counts += delta
         return True
+
+    def merge(self, other: "_Buckets") -> None:
+        """Add ``other``'s counts."""
+        if other.counts.size:
+            self._cover(other.offset, other.offset + other.counts.size - 1)
+            start = other.offset - self.offset
+            self.counts[start:start + other.counts.size] += other.counts
+
+    def _cover(self, lo: int, hi: int) -> None:
+        """Grow the counts to cover bucket indices ``lo``..``hi``."""
+        if self.counts.size == 0:
+            self.offset, self.counts = lo, np.zeros(hi - lo + 1, dtype=np.int64)
+        elif lo < self.offset or hi >= self.offset + self.counts.size:
+            start = min(lo, self.offset)
+            end = max(hi + 1, self.offset + self.counts.size)
+            grown = np.zeros(end - start, dtype=np.int64)
+            grown[self.offset - start:self.offset - start + self.counts.size] = self.counts
+            self.offset, self.counts = start, grown
 
     def _trim(self) -> None:
         held = np.flatnonzero(self.counts)
@@ -247,6 +256,21 @@ class Distribution:
         if not self._bucket(values, -1):
             return False
         return self.n > EXACT_SAMPLES
+
+    def merge(self, other: "Distribution") -> None:
+        """Add ``other``'s samples (the same scale): the distribution of both sets of samples."""
+        if other.n == 0:
+            return
+        if other.values is not None:
+            self.add(other.values)
+            return
+        if self.values is not None:  # a histogram joins: this one becomes one too
+            values, self.values = self.values, None
+            self._bucket(values, 1)
+        self.n += other.n
+        self.zeros += other.zeros
+        self.positive.merge(other.positive)
+        self.negative.merge(other.negative)
 
     def _bucket(self, values: np.ndarray, sign: int) -> bool:
         positive, negative = values > 0, values < 0

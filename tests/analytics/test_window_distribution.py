@@ -228,3 +228,25 @@ def test_a_windows_first_and_last_times_follow_deltas_or_say_they_cannot(seed, l
         adjusted = Counter(v if lowest else -v for v in held)
         assert all(adjusted[v] == n for v, n in extreme.kept.items())
         assert all(v > max(extreme.kept) for v in adjusted if v not in extreme.kept)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10**6), parts=st.integers(1, 6))
+def test_merged_states_of_parts_are_the_state_of_all_their_samples(seed, parts):
+    """Windows over a longer time are merges of shorter ones' states (hours into days): the merge of
+    the parts' states renders the rows of one state fed every sample, exact or histogram alike."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.choice([40, 900, 3000]))
+    rows = _sample_rows(rng.lognormal(0, 1, n)).take(rng.permutation(n))
+    whole, pieces = WindowBook(), WindowBook()
+    whole.apply_delta(None, rows)
+    cuts = sorted(rng.choice(np.arange(1, n), size=parts - 1, replace=False).tolist()) if parts > 1 else []
+    keys = []
+    for i, (start, end) in enumerate(zip([0, *cuts], [*cuts, n])):
+        part = rows.slice(start, end - start).set_column(1, "scope", pa.array([f"part-{i}"] * (end - start)))
+        pieces.apply_delta(None, part)
+        keys.append(("bot", f"part-{i}"))
+    saved = [pieces.export_key(k) for k in keys]
+    merged = pieces.merged(keys, ("bot", "all"))
+    assert merged.windows(("bot", "all"), "db", None) == whole.windows(("bot", "all"), "db", None)
+    assert [pieces.export_key(k) for k in keys] == saved  # the parts are untouched
