@@ -13,7 +13,8 @@ import tempfile
 
 import click
 
-from meritlens.collector._settings import ENV_LAKE
+from meritlens.collector._settings import ENV_LAKE, ENV_QUANTILE_ERROR
+from meritlens.analytics._scale import DEFAULT_RELATIVE_ERROR
 
 
 def _lake_source(lake: str):
@@ -71,9 +72,12 @@ def _spark_output_quiet(debug: bool):
               help="Address the workers reach this driver at (default: 127.0.0.1 for a local or loopback master).")
 @click.option("--conf", "conf", multiple=True, metavar="KEY=VALUE", help="A Spark setting (repeatable).")
 @click.option("--full", is_flag=True, help="Recompute from every segment, not from the last run's state.")
+@click.option("--quantile-error", type=float, envvar=ENV_QUANTILE_ERROR, default=DEFAULT_RELATIVE_ERROR,
+              show_default=True, help="Bound on the relative error of the quantiles of windows of more than 1,000 "
+                                      f"samples, as the collectors' [env {ENV_QUANTILE_ERROR}].")
 @click.pass_context
 def lake_windows(ctx: click.Context, lake: str, master: str, driver_host: str | None, conf: tuple[str, ...],
-                 full: bool) -> None:
+                 full: bool, quantile_error: float) -> None:
     """Compute every window of the lake's spans on Spark and publish them as the lake's windows.
 
     Each span counts once however many collectors or retries stored it; the result replaces the
@@ -90,7 +94,8 @@ def lake_windows(ctx: click.Context, lake: str, master: str, driver_host: str | 
         settings[key.strip()] = value
     try:
         with _spark_output_quiet(ctx.find_root().obj["debug"]):
-            result = run_windows_job(lake, master, driver_host=driver_host, conf=settings, full=full)
+            result = run_windows_job(lake, master, driver_host=driver_host, conf=settings, full=full,
+                                     quantile_error=quantile_error)
     except (FileNotFoundError, RuntimeError, ValueError) as exc:
         raise click.ClickException(" ".join(str(exc).split())) from None
     click.echo(f"computed {result.windows} windows from {result.segments} segments ({result.mode}:"

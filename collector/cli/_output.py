@@ -22,9 +22,12 @@ from meritlens.collector.store._results import QueryResult, json_default
 
 FORMATS = ("table", "csv", "json")
 
-# The windows' numeric summary columns (value, mean, min, ..., and any added later) hold numbers in the
-# row's metric's unit: the row's `unit` when selected, else the catalogue's unit of its `metric`.
-_IN_METRIC_UNIT = frozenset(c.name for c in WINDOW_COLUMNS if c.sql_type.split()[0] in ("DOUBLE", "FLOAT", "REAL"))
+# Window columns with a unit of their own: the quantiles' bound is relative to the value.
+_OWN_UNITS = {"quantile_error": "ratio"}
+# The windows' other numeric columns (value, the distribution summary, and any added later) hold
+# numbers in the row's metric's unit: the row's `unit` when selected, else the catalogue's unit of its `metric`.
+_IN_METRIC_UNIT = frozenset(c.name for c in WINDOW_COLUMNS
+                            if c.sql_type.split()[0] in ("DOUBLE", "FLOAT", "REAL")) - set(_OWN_UNITS)
 # A column named for its unit holds it whatever the table: `cost_usd`, `duration_s`, `ttft_s`.
 _UNIT_SUFFIXES = (("_usd", "USD"), ("_s", "s"))
 # A percentile window's value is its p95 (Window.value): the table names the statistic.
@@ -36,6 +39,8 @@ def unit_of(column: str, row: dict) -> str | None:
     for suffix, unit in _UNIT_SUFFIXES:
         if column.endswith(suffix):
             return unit
+    if column in _OWN_UNITS:
+        return _OWN_UNITS[column]
     if column not in _IN_METRIC_UNIT:
         return None
     if isinstance(row.get("unit"), str):

@@ -97,7 +97,8 @@ class Collector:
         else:
             budget = s.memory_budget()
             self.windows = WindowProcessor(self.store, key_filter_bytes=budget.key_filter,
-                                           window_memory_bytes=budget.window_state)
+                                           window_memory_bytes=budget.window_state,
+                                           quantile_error=s.quantile_error)
             keys, resumed = self.windows.open_windows()
             self.windows.start()
             log.info("opened %s; windows of %d keys %s", s.db, keys, "taken up" if resumed else "recomputed")
@@ -196,7 +197,8 @@ class Collector:
         await asyncio.get_running_loop().run_in_executor(None, self.pipeline.shutdown)
         self.ingest.close()
         if self.windows is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self.windows.shutdown)
+            # what is not windowed yet stays in `spans`: the next start follows it from the saved state
+            await asyncio.get_running_loop().run_in_executor(None, self.windows.shutdown, False)
         self.store.shutdown()
         if self.http_port is not None and not self.settings.lake:
             try:

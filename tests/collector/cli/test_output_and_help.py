@@ -73,10 +73,13 @@ def test_every_numeric_window_column_is_in_the_metrics_unit():
     standard deviation, say) is shown in the metric's unit too."""
     from meritlens.analytics._schema import WINDOW_COLUMNS as SCHEMA
 
-    numeric = [c.name for c in SCHEMA if c.sql_type.startswith("DOUBLE")]
-    assert {"value", "mean", "min", "max", "p50", "p95", "p99"} <= set(numeric)
+    numeric = [c.name for c in SCHEMA if c.sql_type.startswith("DOUBLE") and c.name != "quantile_error"]
+    assert {"value", "mean", "min", "max", "p50", "p95", "p99", "stddev"} <= set(numeric)
     text = _table(["metric", *numeric], [("end_to_end_latency", *[0.5] * len(numeric))])
     assert text.count("500 ms") == len(numeric)
+    # but the quantiles' error bound is relative to them: a share, whatever the metric's unit
+    bound = _table(["metric", "p95", "quantile_error"], [("end_to_end_latency", 0.5, 0.01)])
+    assert "500 ms" in bound and "1%" in bound and "10 ms" not in bound
 
 
 def test_help_texts_never_cut_a_sentence():
