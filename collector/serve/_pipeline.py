@@ -7,7 +7,8 @@ INSERT about once a second, or at once when a query waits for them, while the wr
 staging (so no export waits for a DuckDB insert). When the queue is full a request is refused at
 once (the receivers answer 503/UNAVAILABLE), never queued without bound. The mover also stores the
 staged rows once their Arrow bytes reach ``move_bytes``: DuckDB holds the rows of one INSERT in its
-memory while it commits them, so large spans are stored in INSERTs that fit in its memory limit.
+memory while it commits them, so large spans are stored in INSERTs that fit in its memory limit. A
+coalesced group stops at ``move_bytes`` too.
 
 At shutdown the writer stages what is queued for requests still waiting (a request the receivers
 gave up on is dropped: it was never acknowledged), then stores what is staged: one INSERT, bounded
@@ -91,14 +92,16 @@ class IngestPipeline:
         stopping = False
         while not stopping:
             item = self._queue.get()
-            group, rows = [], 0
+            group, rows, nbytes = [], 0, 0
             while True:
                 if item is _STOP:
                     stopping = True
                 else:
                     group.append(item)
                     rows += item.table.num_rows
-                if stopping or rows >= self._max_coalesced_rows:
+                    nbytes += item.table.nbytes
+                # the staging log serializes a group whole: a copy of its bytes
+                if stopping or rows >= self._max_coalesced_rows or nbytes >= (self._move_bytes or nbytes + 1):
                     break
                 try:
                     item = self._queue.get_nowait()
