@@ -1,27 +1,31 @@
-"""The window processor's state: mergeable aggregates per window, updated by sample deltas.
+"""The window processor's state: a bounded, mergeable aggregate per window, updated by sample deltas.
 
-Each (target, scope, metric) window keeps what its row needs and nothing that grows with the
-spans behind it except the sample values themselves (for exact percentiles):
+Each (target, scope, metric) window keeps what its row needs in state that does not grow with the
+samples behind it:
 
-- an exact sum (a big integer in units of 2**-SUM_SCALE, so adding and removing samples in any
-  order gives the same, correctly rounded, sum and mean as a computation from scratch);
-- the sample values as an exact multiset with order statistics (`Multiset`);
-- successes among the samples, the first/last sample end and start/end times, the evidence
-  digest's sums;
+- the sample values' `Distribution` (exact while few, a fixed-scale histogram beyond);
+- exact sums of the values and of their squares (integers, `exact_sum`), so the mean and the variance
+  are the same, correctly rounded, whatever the order of additions and removals;
+- successes among the samples and the evidence digest's sums (span count, md5 halves);
+- the first/last sample end and start/end times, each as the few best values (`_Extreme`);
 
-and each (target, scope) keeps the ``FACTS`` counts (fact rows arrive with the samples). A batch changes a window by a *delta*: the
-samples of the touched tasks as they were before the batch are removed, as they are after it added.
+and each (target, scope) keeps the ``FACTS`` counts (fact rows arrive with the samples). A batch
+changes a window by a *delta*: the samples of the touched tasks as they were before the batch are
+taken out, as they are after it put in. A delta the state cannot follow exactly (a histogram falling
+back to the exact range, a pure removal of every retained first or last time) marks only that window
+for recomputation from its samples (`WindowBook.apply_delta` returns them).
 
-The state can be saved as rows and restored exactly (`WindowBook.state_rows`, `WindowBook.restore`):
-the collector saves it at a clean shutdown so that the next start does not reread the spans.
+A (target, scope)'s state is saved as one blob and taken up exactly (`WindowBook.export_key`,
+`WindowBook.import_key`), so a processor can keep only some keys in memory.
 """
 
 from __future__ import annotations
 
+import bisect
 import datetime as _dt
 import json
 import math
-from collections import Counter
+import struct
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,6 +33,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from meritlens.analytics._catalogue import Aggregation
+from meritlens.analytics._distribution import (
+    Distribution,
+    exact_square_sum,
+    exact_sum,
+    sample_stddev,
+    scaled_to_float,
+)
+from meritlens.analytics._scale import DEFAULT_RELATIVE_ERROR, scale_for
 from meritlens.analytics._windows import (
     EVIDENCE_MEDIA_TYPE,
     FACT_PREFIX,
@@ -43,230 +55,116 @@ from meritlens.analytics._windows import (
     evidence_uri,
 )
 
-SUM_SCALE = 1200
-"""Exact sums are integers in units of 2**-SUM_SCALE: every finite double is a whole number of them."""
-SMALL_DISTINCT = 256
-"""A multiset with at most this many distinct values keeps value -> count; above it, sorted arrays."""
 _QUANTILES = (0.5, 0.9, 0.95, 0.99)
-STATE_PART_BYTES = 8 * 1024 * 1024
-"""Largest payload of one saved state row (`WindowBook.state_rows`)."""
-_FLOATS = np.dtype("<f8")
-_COUNTS = np.dtype("<i8")
+EXTREME_DEPTH = 8
+"""Distinct first/last times kept per window: a removal of every sample of all of them (and nothing as
+good added) needs the window recomputed; a growing task only widens its times, so its delta never does."""
+DEFAULT_SCALE = scale_for(DEFAULT_RELATIVE_ERROR)
+WindowKey = tuple[str, str]
+"""(target_id, scope)"""
+WindowId = tuple[str, str, str]
+"""(target_id, scope, metric)"""
 
 
-class StateMismatch(RuntimeError):
-    """A delta removed something the state does not hold: the state must be rebuilt from the spans."""
+class _Extreme:
+    """The lowest (or highest) few distinct sample times of a window, with how many samples have each,
+    which know when a removal took the extreme away. Invariant: every sample not counted here lies
+    strictly beyond the last kept value, so the first kept value is the extreme."""
 
+    __slots__ = ("sign", "kept")
 
-def exact_sum(values: np.ndarray) -> int:
-    """The exact sum of finite doubles, in units of 2**-SUM_SCALE."""
-    if values.size == 0:
-        return 0
-    mantissa, exponent = np.frexp(values)
-    whole = (mantissa * (1 << 53)).astype(np.int64)  # exact: |mantissa| < 1 has 53 significant bits
-    total = 0
-    for e in np.unique(exponent):
-        part = whole[exponent == e]
-        # two halves so that no int64 sum can overflow
-        high = int(np.sum(part >> 26, dtype=np.int64))
-        low = int(np.sum(part & ((1 << 26) - 1), dtype=np.int64))
-        total += ((high << 26) + low) << (int(e) - 53 + SUM_SCALE)
-    return total
-
-
-def _to_float(scaled: int, divisor: int = 1) -> float:
-    """A scaled exact sum divided by ``divisor``, correctly rounded."""
-    return scaled / (divisor << SUM_SCALE)
-
-
-def _kth_of_two(a: np.ndarray, b: np.ndarray, k: int) -> float:
-    """The k-th smallest (0-based) value of the two sorted arrays together, by a binary search for
-    how many of the k + 1 smallest come from ``a``: O(log n), nothing merged or copied."""
-    lo, hi = max(0, k + 1 - b.size), min(k + 1, a.size)
-    while lo < hi:  # the fewest i from a such that b's (k + 1 - i)-th is not above a[i]
-        i = (lo + hi) // 2
-        if b[k - i] > a[i]:
-            lo = i + 1
-        else:
-            hi = i
-    taken_b = k + 1 - lo
-    if lo == 0:
-        return float(b[taken_b - 1])
-    if taken_b == 0:
-        return float(a[lo - 1])
-    return float(max(a[lo - 1], b[taken_b - 1]))
-
-
-class Multiset:
-    """An exact multiset of doubles with insert, remove and k-th smallest.
-
-    Few distinct values (rates, token counts, steps): value -> count. Many: a sorted base array plus
-    a small sorted array of recent inserts, merged into the base when it grows past a fraction of it;
-    the k-th value is found without merging, by a binary search over both (`_kth_of_two`). Removing
-    from the base costs a copy of it (removals come only from tasks that gain spans after they were
-    first counted)."""
-
-    __slots__ = ("_counts", "_base", "_recent", "n")
-
-    def __init__(self) -> None:
-        self._counts: Counter | None = Counter()
-        self._base = np.empty(0)
-        self._recent = np.empty(0)
-        self.n = 0
+    def __init__(self, lowest: bool, kept: dict[int, int] | None = None):
+        self.sign = 1 if lowest else -1
+        self.kept: dict[int, int] = dict(sorted((kept or {}).items()))
+        """Sign-adjusted value -> samples, lowest first, at most `EXTREME_DEPTH` values."""
 
     @property
-    def nbytes(self) -> int:
-        if self._counts is not None:
-            return 100 * len(self._counts)
-        return self._base.nbytes + self._recent.nbytes
+    def value(self) -> int | None:
+        return self.sign * next(iter(self.kept)) if self.kept else None
 
-    def add(self, values: np.ndarray) -> None:
-        if values.size == 0:
-            return
-        self.n += int(values.size)
-        if self._counts is not None:
-            counts = self._counts
-            # counted in numpy, then one dict update per distinct value (not per value)
-            for value, count in zip(*(a.tolist() for a in np.unique(values, return_counts=True))):
-                counts[value] += count
-            if len(self._counts) > SMALL_DISTINCT:
-                items = sorted(self._counts.items())
-                self._base = np.repeat(np.array([v for v, _ in items]), [c for _, c in items])
-                self._counts = None
-            return
-        added = np.sort(values)
-        # into the sorted recent values at their places: one linear copy, not a sort of them all
-        self._recent = np.insert(self._recent, np.searchsorted(self._recent, added), added)
-        if self._recent.size > max(2048, self._base.size // 16):
-            # two sorted runs: the stable sort (timsort) merges them in linear time
-            self._base = np.sort(np.concatenate([self._base, self._recent]), kind="stable")
-            self._recent = np.empty(0)
-
-    def remove(self, values: np.ndarray) -> None:
-        if values.size == 0:
-            return
-        if self._counts is not None:
-            for value, count in Counter(values.tolist()).items():
-                held = self._counts.get(value, 0)
-                if held < count:
-                    raise StateMismatch(f"removing {value!r} x{count}, held x{held}")
-                if held == count:
-                    del self._counts[value]
-                else:
-                    self._counts[value] = held - count
-            self.n -= int(values.size)
-            return
-        unique, counts = np.unique(values, return_counts=True)
-        drop_recent, drop_base = [], []
-        for value, count in zip(unique.tolist(), counts.tolist()):
-            for array, drops in ((self._recent, drop_recent), (self._base, drop_base)):
-                if count == 0:
-                    break
-                lo = int(np.searchsorted(array, value, "left"))
-                hi = int(np.searchsorted(array, value, "right"))
-                take = min(count, hi - lo)
-                drops.append(np.arange(lo, lo + take))
-                count -= take
-            if count:
-                raise StateMismatch(f"removing {value!r}: {count} more than held")
-        if drop_recent:
-            self._recent = np.delete(self._recent, np.concatenate(drop_recent))
-        if drop_base:
-            self._base = np.delete(self._base, np.concatenate(drop_base))
-        self.n -= int(values.size)
-
-    def export(self) -> tuple[dict, np.ndarray]:
-        """(header, payload bytes as a uint8 array) from which `restore` rebuilds this multiset
-        exactly, inner layout included."""
-        if self._counts is not None:
-            values = np.fromiter(self._counts.keys(), dtype=_FLOATS, count=len(self._counts))
-            counts = np.fromiter(self._counts.values(), dtype=_COUNTS, count=len(self._counts))
-            return {"n": self.n, "distinct": int(values.size)}, np.concatenate([values.view(np.uint8),
-                                                                                 counts.view(np.uint8)])
-        values = np.concatenate([self._base, self._recent]).astype(_FLOATS, copy=False)
-        return {"n": self.n, "base": int(self._base.size), "recent": int(self._recent.size)}, values.view(np.uint8)
-
-    @classmethod
-    def restore(cls, header: dict, payload) -> "Multiset":
-        """The multiset `export` described; ValueError when the payload does not match the header."""
-        multiset = cls()
-        multiset.n = int(header["n"])
-        if "distinct" in header:
-            distinct = int(header["distinct"])
-            _expect_bytes(payload, distinct * (_FLOATS.itemsize + _COUNTS.itemsize))
-            values = np.frombuffer(payload, _FLOATS, distinct)
-            counts = np.frombuffer(payload, _COUNTS, distinct, offset=distinct * _FLOATS.itemsize)
-            multiset._counts = Counter(dict(zip(values.tolist(), counts.tolist())))
-            held = int(counts.sum())
-        else:
-            base, recent = int(header["base"]), int(header["recent"])
-            _expect_bytes(payload, (base + recent) * _FLOATS.itemsize)
-            multiset._counts = None
-            multiset._base = np.frombuffer(payload, _FLOATS, base).astype(float)
-            multiset._recent = np.frombuffer(payload, _FLOATS, recent, offset=base * _FLOATS.itemsize).astype(float)
-            held = base + recent
-        if held != multiset.n:
-            raise ValueError(f"a saved multiset holds {held} values, its header says {multiset.n}")
-        return multiset
-
-    def order_statistics(self, ranks: list[int]) -> list[float]:
-        """The values at the given 0-based ranks of the sorted multiset."""
-        if self._counts is not None:
-            keys = np.array(sorted(self._counts))
-            ends = np.cumsum([self._counts[k] for k in keys.tolist()])
-            return [float(keys[int(np.searchsorted(ends, r, "right"))]) for r in ranks]
-        if self._recent.size == 0:
-            return [float(self._base[r]) for r in ranks]
-        return [_kth_of_two(self._base, self._recent, r) for r in ranks]
-
-    def quantiles(self, qs: tuple[float, ...]) -> list[float]:
-        """Continuous quantiles (linear interpolation between the two nearest ranks)."""
-        positions = [q * (self.n - 1) for q in qs]
-        ranks = sorted({int(math.floor(p)) for p in positions} | {int(math.ceil(p)) for p in positions})
-        at = dict(zip(ranks, self.order_statistics(ranks)))
-        out = []
-        for p in positions:
-            lo, hi = at[int(math.floor(p))], at[int(math.ceil(p))]
-            out.append(lo + (hi - lo) * (p - math.floor(p)))
-        return out
-
-
-def _expect_bytes(payload, size: int) -> None:
-    if len(payload) != size:
-        raise ValueError(f"a saved window state payload has {len(payload)} bytes, its header needs {size}")
-
-
-@dataclass
-class _Extreme:
-    """A running min (or max) that knows when a removal may have taken it away."""
-
-    lowest: bool
-    value: int | None = None
-    stale: bool = False
-
-    def better(self, a: int, b: int) -> bool:
-        return a < b if self.lowest else a > b
-
-    def apply(self, removed: np.ndarray, added: np.ndarray) -> None:
-        best_added = None
+    def apply(self, removed: np.ndarray, added: np.ndarray, held_before: int) -> bool:
+        """Put ``added`` in, then take ``removed`` out; ``held_before``: samples before the delta.
+        False when the extreme is no longer known (the window must be recomputed)."""
+        kept = dict(self.kept)
+        outside = held_before - sum(kept.values())
+        if outside and not kept:
+            return False
         if added.size:
-            best_added = int(added.min() if self.lowest else added.max())
-        if removed.size and self.value is not None:
-            best_removed = int(removed.min() if self.lowest else removed.max())
-            # Taking out the current extreme is harmless only when an added value is as good.
-            if best_removed == self.value and (best_added is None or self.better(self.value, best_added)):
-                self.stale = True
-        if best_added is not None and (self.value is None or self.better(best_added, self.value)):
-            self.value = best_added
+            values = self.sign * added
+            if outside:  # beyond the last kept value: outside with the others (most deltas, at once)
+                last = next(reversed(kept))
+                if values.min() > last:
+                    outside += int(values.size)
+                    values = values[:0]
+                else:
+                    within = values <= last
+                    outside += int(values.size - within.sum())
+                    values = values[within]
+            if values.size > EXTREME_DEPTH:  # only the few lowest can be kept, and the kept ones' repeats
+                cut = np.partition(values, EXTREME_DEPTH - 1)[EXTREME_DEPTH - 1]
+                if kept:
+                    cut = max(cut, next(reversed(kept)))
+                within = values <= cut
+                outside += int(values.size - within.sum())
+                values = values[within]
+            if values.size:
+                unique, counts = np.unique(values, return_counts=True)
+                for v, n in zip(unique.tolist(), counts.tolist()):
+                    kept[v] = kept.get(v, 0) + n
+                kept = dict(sorted(kept.items()))
+                while len(kept) > EXTREME_DEPTH:
+                    outside += kept.pop(next(reversed(kept)))
+        if removed.size:
+            values = self.sign * removed
+            last = next(reversed(kept)) if kept else None
+            if last is not None and values.min() > last:
+                outside -= int(values.size)
+            elif last is not None:
+                within = values <= last
+                unique, counts = np.unique(values[within], return_counts=True)
+                for v, n in zip(unique.tolist(), counts.tolist()):
+                    held = kept.get(v, 0)
+                    if held < n:
+                        return False
+                    if held == n:
+                        del kept[v]
+                    else:
+                        kept[v] = held - n
+                outside -= int(values.size - within.sum())
+            else:
+                outside -= int(values.size)
+            if outside < 0:
+                return False
+        self.kept = kept
+        return bool(kept) or outside == 0
+
+    def merge(self, other: "_Extreme", held: int, other_held: int) -> bool:
+        """Take ``other``'s samples in (``held``, ``other_held``: each side's samples). False when
+        the merged extreme is not known (a side that is not)."""
+        outside, other_outside = held - sum(self.kept.values()), other_held - sum(other.kept.values())
+        if (outside and not self.kept) or (other_outside and not other.kept):
+            return False
+        kept = dict(self.kept)
+        for v, n in other.kept.items():
+            kept[v] = kept.get(v, 0) + n
+        # a side's uncounted samples lie beyond its last kept value: count nothing beyond the nearer such bound
+        bounds = [next(reversed(k)) for k, out in ((self.kept, outside), (other.kept, other_outside)) if out]
+        limit = min(bounds) if bounds else None
+        kept = dict(sorted((v, n) for v, n in kept.items() if limit is None or v <= limit))
+        while len(kept) > EXTREME_DEPTH:
+            kept.pop(next(reversed(kept)))
+        self.kept = kept
+        return True
 
 
 @dataclass
 class WindowAccumulator:
-    """The mergeable state of one (target, scope, metric) window."""
+    """The bounded, mergeable state of one (target, scope, metric) window."""
 
     definition: WindowDefinition
-    values: Multiset = field(default_factory=Multiset)
+    values: Distribution
     total: int = 0
+    squares: int = 0
     successes: int = 0
     spans: int = 0
     key_high: int = 0
@@ -275,75 +173,77 @@ class WindowAccumulator:
     last_end: _Extreme = field(default_factory=lambda: _Extreme(lowest=False))
     first_start: _Extreme = field(default_factory=lambda: _Extreme(lowest=True))
     last_stop: _Extreme = field(default_factory=lambda: _Extreme(lowest=False))
+    needs_recompute: bool = False
+    """A delta left this window's state unable to say its row: recompute it from its samples."""
 
-    @property
-    def stale(self) -> bool:
-        return any(e.stale for e in self._extremes)
+    @classmethod
+    def empty(cls, definition: WindowDefinition, scale: int) -> "WindowAccumulator":
+        return cls(definition, Distribution(scale))
 
     @property
     def nbytes(self) -> int:
-        return 400 + self.values.nbytes
-
-    def apply(self, removed: "SampleColumns | None", added: "SampleColumns | None") -> None:
-        removed = removed or _NO_SAMPLES
-        added = added or _NO_SAMPLES
-        self.values.remove(removed.v)
-        self.values.add(added.v)
-        self.total += exact_sum(added.v) - exact_sum(removed.v)
-        self.successes += int(added.success.sum()) - int(removed.success.sum())
-        self.spans += int(added.span_count.sum()) - int(removed.span_count.sum())
-        self.key_high += added.key_high - removed.key_high
-        self.key_low += added.key_low - removed.key_low
-        self.first_end.apply(removed.first_end_us, added.first_end_us)
-        self.last_end.apply(removed.last_end_us, added.last_end_us)
-        self.first_start.apply(removed.start_ns, added.start_ns)
-        self.last_stop.apply(removed.end_ns, added.end_ns)
-        if self.values.n == 0:
-            for extreme in self._extremes:
-                extreme.value, extreme.stale = None, False
-
-    def export(self) -> tuple[dict, np.ndarray]:
-        """(header, payload as in `Multiset.export`) from which `restore` rebuilds this accumulator exactly."""
-        values, payload = self.values.export()
-        return {"values": values, "total": self.total, "successes": self.successes, "spans": self.spans,
-                "key_high": self.key_high, "key_low": self.key_low,
-                "extremes": [[e.value, e.stale] for e in self._extremes]}, payload
-
-    @classmethod
-    def restore(cls, definition: WindowDefinition, header: dict, payload) -> "WindowAccumulator":
-        accumulator = cls(definition, values=Multiset.restore(header["values"], payload),
-                          total=int(header["total"]), successes=int(header["successes"]), spans=int(header["spans"]),
-                          key_high=int(header["key_high"]), key_low=int(header["key_low"]))
-        extremes = header["extremes"]
-        if len(extremes) != len(accumulator._extremes):
-            raise ValueError(f"a saved window state has {len(extremes)} extremes")
-        for extreme, (value, stale) in zip(accumulator._extremes, extremes):
-            extreme.value = None if value is None else int(value)
-            extreme.stale = bool(stale)
-        return accumulator
+        return 600 + self.values.nbytes
 
     @property
     def _extremes(self) -> tuple[_Extreme, ...]:
         return self.first_end, self.last_end, self.first_start, self.last_stop
 
+    def apply(self, removed: "SampleColumns | None", added: "SampleColumns | None") -> None:
+        removed = removed or _NO_SAMPLES
+        added = added or _NO_SAMPLES
+        held = self.values.n
+        times_known = all([
+            self.first_end.apply(removed.first_end_us, added.first_end_us, held),
+            self.last_end.apply(removed.last_end_us, added.last_end_us, held),
+            self.first_start.apply(removed.start_ns, added.start_ns, held),
+            self.last_stop.apply(removed.end_ns, added.end_ns, held),
+        ])
+        values_known = self.values.apply(removed.v, added.v)
+        self.total += exact_sum(added.v) - exact_sum(removed.v)
+        self.squares += exact_square_sum(added.v) - exact_square_sum(removed.v)
+        self.successes += int(added.success.sum()) - int(removed.success.sum())
+        self.spans += int(added.span_count.sum()) - int(removed.span_count.sum())
+        self.key_high += added.key_high - removed.key_high
+        self.key_low += added.key_low - removed.key_low
+        if not (times_known and values_known):
+            self.needs_recompute = True
+
+    def merge(self, other: "WindowAccumulator") -> None:
+        """Take ``other``'s samples in (the same metric and scale): the state of both sets of samples,
+        as of a window over a longer time (`WindowBook.merge_keys`)."""
+        held, other_held = self.values.n, other.values.n
+        known = all([mine.merge(theirs, held, other_held) for mine, theirs in zip(self._extremes, other._extremes)])
+        self.values.merge(other.values)
+        self.total += other.total
+        self.squares += other.squares
+        self.successes += other.successes
+        self.spans += other.spans
+        self.key_high += other.key_high
+        self.key_low += other.key_low
+        self.needs_recompute = self.needs_recompute or other.needs_recompute or not known
+
     def window(self, target_id: str, scope: str, facts: dict[str, int], db_name: str,
                computed_at: _dt.datetime) -> Window:
+        if self.needs_recompute:
+            raise RuntimeError(f"the window {(target_id, scope, self.definition.metric)} must be recomputed first")
         d = self.definition
         n = self.values.n
-        value = mean = lo = hi = None
+        value = mean = lo = hi = stddev = error = None
         quantiles = [None] * len(_QUANTILES)
         if n:
             if d.value_rule is ValueRule.PER_SUCCESS:
-                value = _to_float(self.total, self.successes) if self.successes else None
+                value = scaled_to_float(self.total, self.successes) if self.successes else None
             elif d.value_rule is ValueRule.THROUGHPUT:
                 span_ns = self.last_stop.value - self.first_start.value
                 value = n / (span_ns / 1e9) if n >= 2 and span_ns > 0 else None
             else:
-                mean = _to_float(self.total, n)
+                mean = scaled_to_float(self.total, n)
+                stddev = sample_stddev(n, self.total, self.squares)
                 quantiles = self.values.quantiles(_QUANTILES)
                 lo, hi = self.values.order_statistics([0, n - 1])
+                error = self.values.relative_error
                 value = {
-                    Aggregation.SUM: _to_float(self.total),
+                    Aggregation.SUM: scaled_to_float(self.total),
                     Aggregation.MEAN: mean,
                     Aggregation.RATE: mean,
                     Aggregation.DISTRIBUTION: mean,
@@ -365,8 +265,8 @@ class WindowAccumulator:
         return Window(
             target_id=target_id, metric=d.metric, scope=scope, aggregation=d.aggregation.value, value=value,
             unit=d.spec.unit, sample_count=n, state=state.value,
-            count=n if n and mean is not None else None, mean=mean, min=lo, max=hi,
-            p50=quantiles[0], p90=quantiles[1], p95=quantiles[2], p99=quantiles[3],
+            count=n if n and mean is not None else None, mean=mean, stddev=stddev, min=lo, max=hi,
+            p50=quantiles[0], p90=quantiles[1], p95=quantiles[2], p99=quantiles[3], quantile_error=error,
             first_span_time=_from_us(self.first_end.value) if n else None,
             last_span_time=_from_us(self.last_end.value) if n else None,
             evidence_uri=evidence_uri(db_name, target_id, scope, d.metric) if n else None,
@@ -374,6 +274,38 @@ class WindowAccumulator:
             evidence_digest=digest_from_sums(self.spans, self.key_high, self.key_low) if n else None,
             computed_at=computed_at,
         )
+
+    # --- saving ------------------------------------------------------------------------------
+    def export(self) -> tuple[dict, list[np.ndarray]]:
+        values, arrays = self.values.export()
+        return {"values": values, "total": _pack_int(self.total), "squares": _pack_int(self.squares),
+                "successes": self.successes, "spans": self.spans, "keys": [self.key_high, self.key_low],
+                "extremes": [list(e.kept.items()) for e in self._extremes]}, arrays
+
+    @classmethod
+    def restore(cls, definition: WindowDefinition, scale: int, header: dict,
+                arrays: list[np.ndarray]) -> "WindowAccumulator":
+        extremes = header["extremes"]
+        if len(extremes) != 4:
+            raise ValueError(f"a saved window state has {len(extremes)} extremes")
+        return cls(definition, Distribution.restore(scale, header["values"], arrays),
+                   total=_unpack_int(header["total"]), squares=_unpack_int(header["squares"]),
+                   successes=int(header["successes"]), spans=int(header["spans"]),
+                   key_high=int(header["keys"][0]), key_low=int(header["keys"][1]),
+                   first_end=_Extreme(True, dict(extremes[0])), last_end=_Extreme(False, dict(extremes[1])),
+                   first_start=_Extreme(True, dict(extremes[2])), last_stop=_Extreme(False, dict(extremes[3])))
+
+
+def _pack_int(value: int) -> list[int] | int:
+    """An exact sum as (odd part, power of two) when large: sums of doubles end in many zero bits."""
+    if value == 0 or value.bit_length() < 63:
+        return value
+    zeros = (value & -value).bit_length() - 1
+    return [value >> zeros, zeros]
+
+
+def _unpack_int(packed) -> int:
+    return packed[0] << packed[1] if isinstance(packed, list) else int(packed)
 
 
 def _from_us(us: int | None) -> _dt.datetime | None:
@@ -397,12 +329,11 @@ class SampleColumns:
     key_low: int
 
 
-
 _NO_SAMPLES = SampleColumns(*(np.empty(0, dtype=t) for t in (float, np.int64, np.int64, np.int64, np.int64, bool,
                                                               np.int64)), 0, 0)
 
 
-def group_samples(table: pa.Table) -> dict[tuple[str, str, str], SampleColumns]:
+def group_samples(table: pa.Table) -> dict[WindowId, SampleColumns]:
     """Sample rows (``SAMPLE_ROW_COLUMNS``) as the samples of each (target_id, scope, metric) with
     any (a fact is a metric ``FACT_PREFIX + name`` here), each in the rows' order."""
     if table.num_rows == 0:
@@ -425,7 +356,7 @@ def group_samples(table: pa.Table) -> dict[tuple[str, str, str], SampleColumns]:
     start, end = column("start_ns", np.int64), column("end_ns", np.int64)
     success, span_count = column("success", bool), column("span_count", np.int64)
     key_high, key_low = column("key_high", np.uint64), column("key_low", np.uint64)
-    groups: dict[tuple[str, str, str], SampleColumns] = {}
+    groups: dict[WindowId, SampleColumns] = {}
     for metric in SAMPLE_VALUES:
         values = table.column(metric)
         if values.null_count == len(values):
@@ -446,126 +377,149 @@ def group_samples(table: pa.Table) -> dict[tuple[str, str, str], SampleColumns]:
     return groups
 
 
+def delta_keys(*tables: pa.Table | None) -> set[WindowKey]:
+    """The (target_id, scope) keys with a row in any of the sample tables."""
+    keys: set[WindowKey] = set()
+    for table in tables:
+        if table is not None and table.num_rows:
+            pairs = table.select(["target_id", "scope"]).group_by(["target_id", "scope"]).aggregate([])
+            keys |= set(zip(pairs.column("target_id").to_pylist(), pairs.column("scope").to_pylist()))
+    return keys
+
+
+_DEFINITIONS = {d.metric: d for d in WINDOW_DEFINITIONS}
+_BLOB_HEADER = struct.Struct("<I")
+
+
 class WindowBook:
-    """Every window's accumulator, by (target, scope); applies deltas and renders window rows."""
+    """The accumulators of the windows of some (target, scope) keys; applies deltas and renders rows.
 
-    def __init__(self) -> None:
-        self._windows: dict[tuple[str, str], dict[str, WindowAccumulator]] = {}
-        self._facts: dict[tuple[str, str], dict[str, int]] = {}
+    ``scale``: the histograms' fixed scale (`scale_for` of the quantiles' relative error). The book
+    holds the keys it was given or made; a processor may keep only some in memory (`export_key`,
+    `import_key`, `drop`)."""
 
-    def __contains__(self, key: tuple[str, str]) -> bool:
+    def __init__(self, scale: int = DEFAULT_SCALE):
+        self.scale = scale
+        self._windows: dict[WindowKey, dict[str, WindowAccumulator]] = {}
+        self._facts: dict[WindowKey, dict[str, int]] = {}
+
+    def __contains__(self, key: WindowKey) -> bool:
         return key in self._windows
 
     @property
-    def keys(self) -> list[tuple[str, str]]:
+    def keys(self) -> list[WindowKey]:
         return list(self._windows)
 
-    def nbytes(self, key: tuple[str, str]) -> int:
+    def nbytes(self, key: WindowKey) -> int:
         return sum(a.nbytes for a in self._windows.get(key, {}).values())
 
-    def drop(self, key: tuple[str, str]) -> None:
+    def drop(self, key: WindowKey) -> None:
         self._windows.pop(key, None)
         self._facts.pop(key, None)
 
-    def _accumulators(self, key: tuple[str, str]) -> dict[str, WindowAccumulator]:
-        accumulators = self._windows.get(key)
-        if accumulators is None:
-            accumulators = {d.metric: WindowAccumulator(d) for d in WINDOW_DEFINITIONS}
-            self._windows[key] = accumulators
-            self._facts[key] = {name: 0 for name in FACTS}
-        return accumulators
+    def add_key(self, key: WindowKey) -> None:
+        """An empty state for ``key`` (no sample yet)."""
+        self._windows[key] = {d.metric: WindowAccumulator.empty(d, self.scale) for d in WINDOW_DEFINITIONS}
+        self._facts[key] = {name: 0 for name in FACTS}
 
-    def apply_delta(self, removed: pa.Table | None, added: pa.Table | None,
-                    skip_keys: set[tuple[str, str]] = frozenset(),
-                    skip_targets: set[str] = frozenset()) -> set[tuple[str, str]]:
+    def apply_delta(self, removed: pa.Table | None, added: pa.Table | None) -> tuple[set[WindowKey], set[WindowId]]:
         """Take out the ``removed`` sample rows and put in the ``added`` ones (``SAMPLE_ROW_COLUMNS``,
-        facts included); return the (target, scope) keys changed. Keys in ``skip_keys``, and every
-        key of ``skip_targets``, are left alone.
-
-        Raises StateMismatch when the state cannot follow (a removal of something not held, or a
-        window's first or last time taken away); the caller then rebuilds from the spans."""
+        facts included); keys not held are started empty. Returns the (target, scope) keys changed and
+        the windows that must be recomputed from their samples before they are rendered."""
         out = group_samples(removed) if removed is not None else {}
         into = group_samples(added) if added is not None else {}
-        keys = {k for k in ({k[:2] for k in out} | {k[:2] for k in into}) - skip_keys if k[0] not in skip_targets}
-        stale = set()
+        keys = {k[:2] for k in out} | {k[:2] for k in into}
+        recompute: set[WindowId] = set()
         for key in keys:
-            accumulators = self._accumulators(key)
+            if key not in self._windows:
+                self.add_key(key)
             facts = self._facts[key]
             for name in FACTS:
                 metric = FACT_PREFIX + name
                 r, a = out.get((*key, metric)), into.get((*key, metric))
                 facts[name] += (a.v.size if a is not None else 0) - (r.v.size if r is not None else 0)
-            for metric, accumulator in accumulators.items():
+            for metric, accumulator in self._windows[key].items():
                 r, a = out.get((*key, metric)), into.get((*key, metric))
                 if r is not None or a is not None:
                     accumulator.apply(r, a)
-                    if accumulator.stale:
-                        stale.add(key)
-        if stale:
-            raise StateMismatch(f"a removal took away a window's first or last time for {sorted(stale)}")
-        return keys
+                if accumulator.needs_recompute:
+                    recompute.add((*key, metric))
+        return keys, recompute
 
-    def state_rows(self, part_bytes: int = STATE_PART_BYTES):
-        """The state as rows ``(target_id, scope, metric, part, header, payload)`` (`WINDOW_STATE_COLUMNS`
-        less the watermark), key by key: a row with metric None holds a key's fact counts, then each
-        window's counters (JSON header, part 0) and sample values in parts of at most ``part_bytes``.
-        A generator: one window's payload is held at a time."""
-        for key in sorted(self._windows):
-            target, scope = key
-            yield target, scope, None, 0, json.dumps(self._facts[key]), b""
-            for metric, accumulator in self._windows[key].items():
-                header, payload = accumulator.export()
-                view = memoryview(payload)
-                for part, start in enumerate(range(0, max(payload.size, 1), part_bytes)):
-                    yield target, scope, metric, part, json.dumps(header) if part == 0 else None, \
-                        bytes(view[start:start + part_bytes])
+    def take_key(self, other: "WindowBook", key: WindowKey) -> None:
+        """Hold ``other``'s state of ``key`` (an empty one where ``other`` has none)."""
+        if key in other._windows:
+            self._windows[key], self._facts[key] = other._windows[key], other._facts[key]
+        else:
+            self.add_key(key)
 
-    @classmethod
-    def restore(cls, rows) -> "WindowBook":
-        """The book `state_rows` described. ``rows``: its rows, each window's parts together and in
-        order. Raises ValueError when they do not make whole (target, scope) keys of the current
-        window definitions (the caller then rebuilds from the spans)."""
-        book = cls()
-        definitions = {d.metric: d for d in WINDOW_DEFINITIONS}
-        window: list = []  # [target, scope, metric, header, payload parts]
+    def take_windows(self, other: "WindowBook", windows: set[WindowId]) -> None:
+        """Replace ``windows``' accumulators by ``other``'s (a book computed from those windows'
+        samples), or by empty ones where ``other`` has none."""
+        for target, scope, metric in windows:
+            held = other._windows.get((target, scope), {}).get(metric)
+            self._windows[(target, scope)][metric] = held or WindowAccumulator.empty(_DEFINITIONS[metric], self.scale)
 
-        def finish() -> None:
-            if not window:
-                return
-            target, scope, metric, header, parts = window
-            key = (target, scope)
-            if metric is None:
-                facts = json.loads(header)
-                if set(facts) != set(FACTS) or key in book._facts:
-                    raise ValueError(f"saved fact counts of {key} do not match the current facts")
-                book._facts[key] = {name: int(facts[name]) for name in FACTS}
-                book._windows[key] = {}
-                return
-            if metric not in definitions or key not in book._windows or metric in book._windows[key]:
-                raise ValueError(f"a saved window state for {key} {metric!r} has no place in the book")
-            book._windows[key][metric] = WindowAccumulator.restore(definitions[metric], json.loads(header),
-                                                                   b"".join(parts))
-
-        for target, scope, metric, part, header, payload in rows:
-            if window and (target, scope, metric) == tuple(window[:3]):
-                if part != len(window[4]):
-                    raise ValueError(f"saved window state part {part} of {(target, scope, metric)} out of order")
-                window[4].append(payload)
+    def merged(self, keys: list[WindowKey], into: WindowKey) -> "WindowBook":
+        """A book holding one key, ``into``, whose state is that of all ``keys``' samples together
+        (e.g. the hours of a day). Keys this book does not hold add nothing."""
+        merged = WindowBook(self.scale)
+        merged.add_key(into)
+        accumulators, facts = merged._windows[into], merged._facts[into]
+        for key in keys:
+            if key not in self._windows:
                 continue
-            finish()
-            if part != 0 or header is None:
-                raise ValueError(f"saved window state of {(target, scope, metric)} starts without its header")
-            window[:] = [target, scope, metric, header, [payload]]
-        finish()
-        for key, accumulators in book._windows.items():
-            if set(accumulators) != set(definitions):
-                raise ValueError(f"the saved window state of {key} lacks {sorted(set(definitions) - set(accumulators))}")
-        return book
+            for name, count in self._facts[key].items():
+                facts[name] += count
+            for metric, accumulator in self._windows[key].items():  # read, never changed
+                accumulators[metric].merge(accumulator)
+        return merged
 
-    def windows(self, key: tuple[str, str], db_name: str, computed_at: _dt.datetime) -> list[Window]:
+    def windows(self, key: WindowKey, db_name: str, computed_at: _dt.datetime) -> list[Window]:
         accumulators = self._windows[key]
         facts = self._facts[key]
         return [accumulators[d.metric].window(key[0], key[1], facts, db_name, computed_at) for d in WINDOW_DEFINITIONS]
 
+    # --- saving ------------------------------------------------------------------------------
+    def export_key(self, key: WindowKey) -> bytes:
+        """One blob from which `import_key` rebuilds the key's state exactly: a JSON header (the
+        counters and array layouts) then the arrays' bytes."""
+        windows, arrays = {}, []
+        for metric, accumulator in self._windows[key].items():
+            header, held = accumulator.export()
+            header["arrays"] = [[a.dtype.str, int(a.size)] for a in held]
+            windows[metric] = header
+            arrays.extend(held)
+        head = json.dumps({"scale": self.scale, "facts": self._facts[key], "windows": windows},
+                          separators=(",", ":")).encode()
+        return b"".join([_BLOB_HEADER.pack(len(head)), head, *(a.tobytes() for a in arrays)])
 
-__all__ = ["STATE_PART_BYTES", "Multiset", "SampleColumns", "StateMismatch", "WindowAccumulator", "WindowBook", "exact_sum"]
+    def import_key(self, key: WindowKey, blob: bytes) -> None:
+        """Take up a key's state from `export_key`'s blob. Raises ValueError when it does not fit this
+        book (another scale, other window definitions or facts, a damaged blob)."""
+        try:
+            (size,) = _BLOB_HEADER.unpack_from(blob)
+            head = json.loads(blob[_BLOB_HEADER.size:_BLOB_HEADER.size + size])
+            if head["scale"] != self.scale:
+                raise ValueError(f"saved at scale {head['scale']}, not {self.scale}")
+            if set(head["facts"]) != set(FACTS) or set(head["windows"]) != set(_DEFINITIONS):
+                raise ValueError("saved for other window definitions")
+            offset = _BLOB_HEADER.size + size
+            accumulators = {}
+            for metric, header in head["windows"].items():
+                arrays = []
+                for dtype, count in header["arrays"]:
+                    array = np.frombuffer(blob, dtype=np.dtype(dtype), count=count, offset=offset)
+                    offset += array.nbytes
+                    arrays.append(array)
+                accumulators[metric] = WindowAccumulator.restore(_DEFINITIONS[metric], self.scale, header, arrays)
+            if offset != len(blob):
+                raise ValueError(f"{len(blob) - offset} bytes more than its header describes")
+        except (KeyError, TypeError, IndexError, struct.error, json.JSONDecodeError) as exc:
+            raise ValueError(f"a damaged window state ({type(exc).__name__}: {exc})") from None
+        self._windows[key] = {d.metric: accumulators[d.metric] for d in WINDOW_DEFINITIONS}
+        self._facts[key] = {name: int(head["facts"][name]) for name in FACTS}
+
+
+__all__ = ["DEFAULT_SCALE", "EXTREME_DEPTH", "SampleColumns", "WindowAccumulator", "WindowBook", "WindowId",
+           "WindowKey", "delta_keys", "group_samples"]

@@ -18,6 +18,7 @@ import json
 import logging
 import math
 import os
+import statistics
 import tempfile
 import traceback
 from dataclasses import dataclass, field
@@ -163,6 +164,7 @@ def measured_window(
         summary = dict(
             count=len(values), mean=sum(values) / len(values), min=values[0], max=values[-1],
             p50=_quantile(values, 0.5), p90=_quantile(values, 0.9), p95=_quantile(values, 0.95), p99=_quantile(values, 0.99),
+            stddev=statistics.stdev(values) if len(values) > 1 else None, quantile_error=0.0,
         )
     return Window(
         target_id=target_id,

@@ -94,7 +94,13 @@ WINDOW_COLUMNS: tuple[Column, ...] = (
     Column("evidence_media_type", "VARCHAR", "what kind of evidence"),
     Column("evidence_digest", "VARCHAR", "digest of the spans that fed it (span_keys_digest: sha256 over their count and md5 sums)"),
     Column("computed_at", "TIMESTAMPTZ NOT NULL", "when the window was computed"),
+    # Added after the columns above so that files written before them take them with ALTER TABLE.
+    Column("stddev", "DOUBLE", "distribution summary: the samples' standard deviation (n - 1), from exact sums"),
+    Column("quantile_error", "DOUBLE",
+           "bound on the relative error of min, max and p50-p99: 0 when exact, else the histogram's"),
 )
+ADDED_WINDOW_COLUMNS: tuple[str, ...] = ("stddev", "quantile_error")
+"""Columns files of earlier versions lack; the store adds them when it opens such a file."""
 WINDOW_COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in WINDOW_COLUMNS)
 
 
@@ -152,16 +158,12 @@ WINDOW_WATERMARK_COLUMNS: tuple[Column, ...] = (
 WINDOW_WATERMARK_COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in WINDOW_WATERMARK_COLUMNS)
 
 WINDOW_STATE_COLUMNS: tuple[Column, ...] = (
-    Column("windowed_us", "BIGINT NOT NULL", "the windows' watermark the state was saved at"),
-    Column("definitions_digest", "VARCHAR NOT NULL", "digest of the window definitions the state was computed with"),
-    Column("target_id", "VARCHAR NOT NULL", "the window's target"),
-    Column("scope", "VARCHAR NOT NULL", "the window's scope"),
-    Column("metric", "VARCHAR", "the window's metric; NULL for the (target, scope)'s fact counts"),
-    Column("part", "INTEGER NOT NULL", "order of this row's payload among the window's rows"),
-    Column("header", "VARCHAR", "JSON: the accumulator's counters (part 0 only)"),
-    Column("payload", "BLOB NOT NULL", "a slice of the accumulator's sample values (float64/int64, little-endian)"),
+    Column("target_id", "VARCHAR NOT NULL", "the windows' target"),
+    Column("scope", "VARCHAR NOT NULL", "the windows' scope"),
+    Column("state", "BLOB NOT NULL", "the bounded state of every window of the (target, scope) (WindowBook.export_key)"),
 )
-"""The window processor's state, saved at a clean shutdown and consumed at the next start."""
+"""The window processor's state, one row per (target, scope): it is what the windows were at the
+watermark (`window_watermark`), both saved in one transaction."""
 WINDOW_STATE_COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in WINDOW_STATE_COLUMNS)
 
 
@@ -181,4 +183,4 @@ COVERAGE_DDL = create_table_sql(COVERAGE_TABLE, COVERAGE_COLUMNS, ("target_id", 
 EXPERIMENTS_DDL = create_table_sql(EXPERIMENTS_TABLE, EXPERIMENT_COLUMNS, ("experiment_id",))
 EXPERIMENT_ARMS_DDL = create_table_sql(EXPERIMENT_ARMS_TABLE, EXPERIMENT_ARM_COLUMNS, ("experiment_id", "arm"))
 WINDOW_WATERMARK_DDL = create_table_sql(WINDOW_WATERMARK_TABLE, WINDOW_WATERMARK_COLUMNS, ("store",))
-WINDOW_STATE_DDL = create_table_sql(WINDOW_STATE_TABLE, WINDOW_STATE_COLUMNS)
+WINDOW_STATE_DDL = create_table_sql(WINDOW_STATE_TABLE, WINDOW_STATE_COLUMNS, ("target_id", "scope"))

@@ -13,7 +13,7 @@ from meritlens.analytics._schema import WINDOW_COLUMN_NAMES
 from meritlens.analytics._windows import Window, WindowState
 
 _TIME_FIELDS = ("first_span_time", "last_span_time", "computed_at")
-_FLOAT_FIELDS = ("value", "mean", "min", "max", "p50", "p90", "p95", "p99")
+_FLOAT_FIELDS = ("value", "mean", "stddev", "min", "max", "p50", "p90", "p95", "p99", "quantile_error")
 _REQUIRED = ("target_id", "metric", "scope", "aggregation", "unit", "sample_count", "state", "computed_at")
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 MAX_WINDOWS_PER_REQUEST = 10_000

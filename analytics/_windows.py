@@ -92,6 +92,9 @@ class Window:
     evidence_media_type: str | None
     evidence_digest: str | None
     computed_at: _dt.datetime | None
+    stddev: float | None = None
+    quantile_error: float | None = None
+    """Relative error bound of min, max and p50-p99: 0 when exact, None without a distribution."""
 
     @classmethod
     def from_row(cls, row: tuple, columns: tuple[str, ...] | list[str] = WINDOW_COLUMN_NAMES) -> "Window":
@@ -146,7 +149,8 @@ class Window:
             "sample_count": self.sample_count,
             "state": self.state,
             "summary": {
-                name: getattr(self, name) for name in ("count", "mean", "min", "max", "p50", "p90", "p95", "p99")
+                name: getattr(self, name) for name in ("count", "mean", "stddev", "min", "max", "p50", "p90", "p95", "p99",
+                                                  "quantile_error")
             },
             "first_span_time": _iso(self.first_span_time),
             "last_span_time": _iso(self.last_span_time),
@@ -545,21 +549,22 @@ FROM (
 )"""
 
 
-_ROW_SOURCES = ("_windows.py", "_accumulate.py", "_catalogue.py")
+_ROW_SOURCES = ("_windows.py", "_accumulate.py", "_distribution.py", "_scale.py", "_catalogue.py")
 """The modules whose code computes a window row from the spans."""
 
 
-def window_definitions_digest(db_name: str) -> str:
+def window_definitions_digest(db_name: str, scale: int) -> str:
     """A digest of everything a stored window row of the processor depends on besides the spans:
-    the code of the window definitions, the accumulator and the catalogue, the package version and
-    the database name (evidence URIs hold it). Rows stored under another digest are recomputed."""
+    the code of the window definitions, the accumulator and the catalogue, the package version, the
+    histograms' scale and the database name (evidence URIs hold it). Rows stored under another
+    digest are recomputed."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
         package = version("meritlens")
     except PackageNotFoundError:
         package = "unknown"
-    digest = hashlib.sha256(f"{package}\n{db_name}\n".encode())
+    digest = hashlib.sha256(f"{package}\n{db_name}\n{scale}\n".encode())
     here = os.path.dirname(os.path.abspath(__file__))
     for name in _ROW_SOURCES:
         with open(os.path.join(here, name), "rb") as fh:
@@ -648,7 +653,7 @@ def list_windows_sql(
         unmeasured = f"""
   UNION ALL
   SELECT k.target_id, c.metric, k.scope, c.aggregation, NULL, c.unit, 0, '{WindowState.NOT_CONFIGURED.value}',
-    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+    {", ".join(["NULL"] * (len(WINDOW_COLUMN_NAMES) - 8))}
   FROM (SELECT DISTINCT target_id, scope FROM stored) k CROSS JOIN cat c
   WHERE NOT EXISTS (SELECT 1 FROM stored s
                     WHERE s.target_id = k.target_id AND s.scope = k.scope AND s.metric = c.metric){metric_filter}"""

@@ -1,120 +1,146 @@
-"""OTLP/HTTP protobuf load generator: realistic LLM spans (~15 attributes, 1 event) in batches.
+"""The sender: bench/spangen.py's export requests, sent over OTLP/HTTP protobuf as an exporter sends them.
 
-Runs in its own process(es); reports acknowledged spans per second. Used by bench/ingest.py.
-usage: python bench/loadgen.py URL TOTAL_SPANS BATCH CONCURRENCY [TARGETS [RATE [DEADLINE_S]]]
+Runs in its own process. ``--clients`` threads post the requests in order; with ``--rate`` (spans/s)
+request k is not sent before the spans of requests 0..k-1 divided by the rate, counted from the start.
+A 429 or 503 is retried after its Retry-After (as OpenTelemetry's exporters do), and recorded. The
+requests are made while sending (a thread keeps a few ahead) unless ``--pregenerate`` makes them all
+first. ``--deadline`` (s, 0 = none): no request is started after it.
 
-RATE (spans/s, 0 = as fast as acknowledged) paces the batches: batch k is not sent before k*BATCH/RATE
-seconds after sending starts. The line "sending" is printed (flushed) when sending starts, so a driver
-can measure the collector over the sending period only. DEADLINE_S (0 = none) bounds a run: no batch is
-started after it, so the spans sent are always the first batches; the report counts what was sent.
+Prints ``sending T0`` (time.monotonic(), a clock every process shares) when sending starts, then one
+JSON line: spans acknowledged, the tally of the acknowledged requests (bench/spangen.py's `Tally`),
+every acknowledgement [time, spans, LLM-call and tool spans], every refusal [time, spans], the end,
+the sends' largest delay behind the pace (late_s) and whether every planned request was sent.
+
+usage: python bench/loadgen.py URL --spans N [--batch 1000] [--clients 2] [--rate 0] [--deadline 0]
+                               [--seed 0] [--stream 0] [--targets 20] [--start-ns NS] [--pregenerate]
 """
 
 from __future__ import annotations
 
-import os
-import sys
+import argparse
+import json
+import queue
 import threading
 import time
 
 import httpx
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
-from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from _tally import Tally
+from spangen import BASE_NS, MEAN_SPANS_PER_TASK, SpanStream
+
+_DONE = None
 
 
-def _kv(key, value) -> KeyValue:
-    if isinstance(value, bool):
-        v = AnyValue(bool_value=value)
-    elif isinstance(value, int):
-        v = AnyValue(int_value=value)
-    elif isinstance(value, float):
-        v = AnyValue(double_value=value)
-    else:
-        v = AnyValue(string_value=value)
-    return KeyValue(key=key, value=v)
-
-
-def realistic_span(i: int, targets: int, now_ns: int) -> Span:
-    start = now_ns + i * 1000
-    span = Span(trace_id=os.urandom(16), span_id=os.urandom(8), name="chat gpt-4o-mini", kind=3,
-                start_time_unix_nano=start, end_time_unix_nano=start + 250_000_000 + (i % 97) * 1_000_000)
-    span.attributes.extend([
-        _kv("meritlens.target.id", f"bot-{i % targets}"), _kv("meritlens.role", "application"),
-        _kv("gen_ai.operation.name", "chat"), _kv("gen_ai.provider.name", "openai"),
-        _kv("gen_ai.request.model", "gpt-4o-mini"), _kv("gen_ai.response.model", "gpt-4o-mini-2024-07-18"),
-        _kv("gen_ai.usage.input_tokens", 100 + i % 50), _kv("gen_ai.usage.output_tokens", 20 + i % 7),
-        _kv("gen_ai.usage.cache_read.input_tokens", 40), _kv("gen_ai.response.finish_reasons", "stop"),
-        _kv("gen_ai.request.stream", False), _kv("meritlens.cost.usd", 0.000123),
-        _kv("meritlens.retries", 0), _kv("server.address", "api.openai.com"), _kv("http.status_code", 200),
-    ])
-    event = span.events.add()
-    event.name = "gen_ai.choice"
-    event.time_unix_nano = start + 1000
-    event.attributes.extend([_kv("index", 0), _kv("finish_reason", "stop")])
-    return span
-
-
-def build_bodies(total: int, batch: int, targets: int) -> list[bytes]:
-    now = time.time_ns()
-    bodies = []
-    for b in range(0, total, batch):
-        request = ExportTraceServiceRequest()
-        rs = request.resource_spans.add()
-        rs.resource.attributes.append(_kv("service.name", "bench"))
-        ss = rs.scope_spans.add()
-        ss.scope.name = "bench"
-        ss.spans.extend(realistic_span(b + j, targets, now) for j in range(min(batch, total - b)))
-        bodies.append(request.SerializeToString())
-    return bodies
-
-
-def run(url: str, bodies: list[bytes], concurrency: int, interval_s: float = 0.0,
-        deadline_s: float = 0.0) -> tuple[float, int, int]:
+def send(url: str, requests, clients: int, rate: float = 0.0, deadline_s: float = 0.0,
+         on_start=lambda t0: None) -> dict:
+    """Post ``requests`` (an iterable of `Request`, consumed in order) from ``clients`` threads."""
     lock = threading.Lock()
-    queue = list(reversed(list(enumerate(bodies))))
-    retried = [0]
-    sent = [0]
+    ready: queue.Queue = queue.Queue(maxsize=4 * clients)
+    acks, refusals, late, failure = [], [], [0.0], []
+    tally = None
+    stop = threading.Event()
+
+    def produce():
+        due = 0
+        for request in requests:
+            ready.put((due, request))
+            due += request.spans
+            if stop.is_set():
+                break
+        for _ in range(clients):
+            ready.put(_DONE)
 
     def worker():
+        nonlocal tally
         with httpx.Client(timeout=120) as client:
             while True:
-                with lock:
-                    if not queue or (deadline_s and time.perf_counter() - t0 > deadline_s):
-                        return
-                    k, body = queue.pop()
-                    sent[0] += 1
-                if interval_s:
-                    delay = t0 + k * interval_s - time.perf_counter()
+                item = ready.get()
+                if item is _DONE or stop.is_set():
+                    return
+                spans_before, request = item
+                if deadline_s and time.monotonic() - t0 > deadline_s:
+                    stop.set()
+                    return
+                if rate:
+                    delay = t0 + spans_before / rate - time.monotonic()
                     if delay > 0:
                         time.sleep(delay)
+                    else:
+                        with lock:
+                            late[0] = max(late[0], -delay)
                 while True:
-                    r = client.post(url, content=body, headers={"Content-Type": "application/x-protobuf"})
+                    try:
+                        r = client.post(url, content=request.body, headers={"Content-Type": "application/x-protobuf"})
+                    except httpx.TransportError as exc:
+                        failure.append(f"{type(exc).__name__}: {exc}")
+                        stop.set()
+                        return
                     if r.status_code == 200:
                         break
                     if r.status_code in (429, 503):
                         with lock:
-                            retried[0] += 1
-                        time.sleep(0.01)
+                            refusals.append([time.monotonic(), request.spans])
+                        time.sleep(float(r.headers.get("Retry-After", 1)))
                         continue
-                    raise SystemExit(f"HTTP {r.status_code}: {r.text[:200]}")
+                    failure.append(f"HTTP {r.status_code}: {r.text[:200]}")
+                    stop.set()
+                    return
+                counted = request.tally.total("llm_calls") + request.tally.total("tool_spans")
+                with lock:
+                    acks.append([time.monotonic(), request.spans, counted])
+                    if tally is None:
+                        tally = Tally(len(request.tally.names))
+                    tally += request.tally
 
-    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
-    t0 = time.perf_counter()
+    producer = threading.Thread(target=produce, daemon=True)
+    threads = [threading.Thread(target=worker) for _ in range(clients)]
+    t0 = time.monotonic()
+    on_start(t0)
+    producer.start()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return time.perf_counter() - t0, retried[0], sent[0]
+    complete = not stop.is_set()
+    stop.set()
+    while producer.is_alive():  # unblock a producer waiting on a full queue
+        try:
+            ready.get_nowait()
+        except queue.Empty:
+            time.sleep(0.01)
+    if failure:
+        raise SystemExit(f"sending failed: {failure[0]}")
+    return {"spans": sum(a[1] for a in acks), "tally": tally, "acks": acks, "refusals": refusals,
+            "end": time.monotonic(), "late_s": late[0], "complete": complete, "t0": t0}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("url")
+    parser.add_argument("--spans", type=int, required=True)
+    parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument("--clients", type=int, default=2)
+    parser.add_argument("--rate", type=float, default=0.0)
+    parser.add_argument("--deadline", type=float, default=0.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--stream", type=int, default=0)
+    parser.add_argument("--targets", type=int, default=20)
+    parser.add_argument("--start-ns", type=int, default=BASE_NS)
+    parser.add_argument("--pregenerate", action="store_true")
+    args = parser.parse_args()
+    # span times advance with the sending pace (or at 1,000 tasks/s of span time when unpaced)
+    tasks_per_s = args.rate / MEAN_SPANS_PER_TASK if args.rate else 1000.0
+    stream = SpanStream(args.seed, targets=args.targets, stream=args.stream, start_ns=args.start_ns,
+                        tasks_per_s=tasks_per_s)
+    requests = stream.requests(args.spans, args.batch)
+    if args.pregenerate:
+        requests = list(requests)
+    report = send(args.url, requests, args.clients, args.rate, args.deadline,
+                  on_start=lambda t0: print(f"sending {t0}", flush=True))
+    report["tally"] = (report["tally"] or Tally(args.targets)).to_json()
+    print(json.dumps(report), flush=True)
 
 
 if __name__ == "__main__":
-    url, total, batch, concurrency = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-    targets = int(sys.argv[5]) if len(sys.argv) > 5 else 4
-    rate = float(sys.argv[6]) if len(sys.argv) > 6 else 0.0
-    deadline = float(sys.argv[7]) if len(sys.argv) > 7 else 0.0
-    bodies = build_bodies(total, batch, targets)
-    print("sending", flush=True)
-    elapsed, retried, sent_batches = run(url, bodies, concurrency, batch / rate if rate else 0.0, deadline)
-    if sent_batches < len(bodies):
-        total = sent_batches * batch
-    print(f"{total} spans in {elapsed:.2f}s = {total / elapsed:,.0f} spans/s (503 retries: {retried})")
+    main()
+

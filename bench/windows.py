@@ -1,24 +1,21 @@
 """Cost of refreshing windows after a batch of new spans, at two stored sizes.
 
-For each stored size N: a fresh DuckDB file, N history spans inserted (Arrow, windows refreshed once),
-then a batch of new spans over the same targets is written the way the collector writes it, and
-both steps are timed: `SpanStore.append(batch)` (the idempotent insert and its commit — what an
-export waits for) and `WindowProcessor.update_windows()` (the window refresh: the touched keys' delta and
-the window rows, one commit — what the window thread does). Repeated; the median and the mean of
-each are reported. The means include the DuckDB checkpoints that some commits trigger (every ~16 MB
-of write-ahead log), which the medians hide. Ratio large/small of each is the figure the issue
-bounds (≤ 1.5) for the window refresh.
+For each stored size N: a fresh DuckDB file holding the first N spans of bench/spangen.py's stream
+(20 targets, agent tasks of 3–10 spans, made as export requests of ``--batch`` spans and normalized as
+the collector normalizes them; written in groups of ~200,000, windows computed once, checkpointed).
+Then the next ``--repeats`` requests of the same stream are written the way the collector writes
+them, each step timed: `SpanStore.append(batch)` (the idempotent insert and its commit: what an export
+waits for) and `WindowProcessor.update_windows()` (the window refresh: what the window thread does).
+A third of the stream's tasks continue in a later request, so each batch also carries the later spans
+of tasks stored in the 1–3 requests before it (the shares of its spans and of the tasks it touches are
+printed). The median and the mean of each step are reported; the means include the DuckDB
+checkpoints that some commits trigger, which the medians hide. Ratio large/small of the window
+refresh is the figure bounded at ≤ 1.5.
 
-`--continue-fraction F` makes that fraction of each new batch's spans join stored traces among the
-newest 100,000 stored spans (10 s at 10k spans/s), as spans of a trace do when an exporter sends them
-in several batches: their traces' stored spans are then read back through the key locator's
-commit-time ranges. (Traces picked anywhere in the history would make every range a candidate: the
-locator has no per-key precision beyond its blocks.)
+Correctness (exit 1 otherwise): after the timed writes, per target, `spans` holds exactly the spans
+written and the windows (scope all) count exactly their tasks, LLM calls and tool spans.
 
-Correctness: after the timed writes, `spans` holds exactly N + repeats*batch rows, and every target's
-`input_tokens` window (scope all) equals the independently computed sum of what was written.
-
-usage: python bench/windows.py [--sizes 100000,1000000] [--batch 10000] [--repeats 3] [--targets 8]
+usage: python bench/windows.py [--sizes 1000000,10000000] [--batch 10000] [--repeats 9] [--targets 20]
 """
 
 from __future__ import annotations
@@ -30,44 +27,28 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-import pyarrow as pa
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _history import check_input_tokens_windows, load, span_table  # noqa: E402
+from _collector import check_stored  # noqa: E402
+from _history import load  # noqa: E402
+from _tally import Tally  # noqa: E402
+from spangen import SpanStream, rows  # noqa: E402
 
 from meritlens.collector.windows import LocalStore  # noqa: E402
 
-
-def join_stored_traces(table: pa.Table, stored: int, fraction: float, rng: np.random.Generator) -> pa.Table:
-    """``table`` with ``fraction`` of its spans moved into stored traces among the newest 100k
-    (span i's trace is ``'0' * 16 + '%016x' % (i + 1)`` in bench/_history.py)."""
-    n = int(table.num_rows * fraction)
-    if n == 0:
-        return table
-    rows = rng.choice(table.num_rows, n, replace=False)
-    picked = rng.integers(max(0, stored - 100_000), stored, n)
-    traces = table.column("trace_id").to_pylist()
-    for row, j in zip(rows, picked):
-        traces[row] = "0" * 16 + "%016x" % (j + 1)
-    return table.set_column(table.schema.get_field_index("trace_id"), "trace_id", pa.array(traces, pa.string()))
-
-
-def measure(stored: int, batch: int, repeats: int, targets: int, continue_fraction: float = 0.0) -> dict:
+def measure(stored: int, batch: int, repeats: int, targets: int, seed: int = 0) -> dict:
     with tempfile.TemporaryDirectory(prefix="meritlens-bench-") as tmp:
         local = LocalStore.open(os.path.join(tmp, "bench.duckdb"))
         store, processor = local.store, local.windows
         try:
+            stream = SpanStream(seed, targets=targets)
             t0 = time.perf_counter()
-            load(local, stored, targets)
+            tally = load(local, stream, stored, batch)
             load_s = time.perf_counter() - t0
-            rng = np.random.default_rng(stored)
-            batches = [join_stored_traces(span_table(stored + r * batch, batch, targets), stored, continue_fraction, rng)
-                       for r in range(repeats)]
-            times, appends, refreshes = [], [], []
-            lookups_before = dict(processor.delta.stats)
-            for table in batches:
+            requests = [stream.next_request(batch) for _ in range(repeats)]
+            tables = [rows(r) for r in requests]
+            appends, refreshes = [], []
+            for request, table in zip(requests, tables):
                 t = time.perf_counter()
                 result = store.append(table)
                 t1 = time.perf_counter()
@@ -75,57 +56,56 @@ def measure(stored: int, batch: int, repeats: int, targets: int, continue_fracti
                 t2 = time.perf_counter()
                 appends.append(t1 - t)
                 refreshes.append(t2 - t1)
-                times.append(t2 - t)
-                assert result.inserted == batch, result
-            total = stored + repeats * batch
-            rows = store.query("select count(*) from spans").rows[0][0]
-            if rows != total:
-                raise SystemExit(f"windows bench: spans holds {rows} rows, expected {total}")
-            check_input_tokens_windows(store, total, targets, "windows")
+                tally += request.tally
+                if result.inserted != request.spans:
+                    raise SystemExit(f"windows bench: {result.inserted} of {request.spans} new spans inserted")
+            check_stored(lambda sql: store.query(sql).rows, tally, "windows")
         finally:
             local.close()
-        return {"stored": stored, "load_s": load_s, "times": times, "median_s": statistics.median(times),
-                "mean_s": statistics.mean(times), "append_times": appends, "refresh_times": refreshes,
-                "append_median_s": statistics.median(appends), "append_mean_s": statistics.mean(appends),
-                "refresh_median_s": statistics.median(refreshes), "refresh_mean_s": statistics.mean(refreshes),
-                "keys_looked_up": processor.delta.stats["closure_keys"] - lookups_before["closure_keys"],
-                "ranges_read": processor.delta.stats["closure_ranges"] - lookups_before["closure_ranges"]}
+    new = Tally(targets)
+    for request in requests:
+        new += request.tally
+    touched = new.total("tasks") + new.total("continued_tasks")
+    times = [a + r for a, r in zip(appends, refreshes)]
+    return {"stored": stored, "load_s": load_s, "times": times, "append_times": appends, "refresh_times": refreshes,
+            "median_s": statistics.median(times), "mean_s": statistics.mean(times),
+            "append_median_s": statistics.median(appends), "append_mean_s": statistics.mean(appends),
+            "refresh_median_s": statistics.median(refreshes), "refresh_mean_s": statistics.mean(refreshes),
+            "continued_span_share": new.total("continued_spans") / new.total("spans"),
+            "continued_task_share": new.total("continued_tasks") / touched}
 
 
-def run(sizes: list[int], batch: int, repeats: int, targets: int, continue_fraction: float = 0.0) -> list[dict]:
-    results = [measure(n, batch, repeats, targets, continue_fraction) for n in sizes]
-    return results
+def run(sizes: list[int], batch: int, repeats: int, targets: int, seed: int = 0) -> list[dict]:
+    return [measure(n, batch, repeats, targets, seed) for n in sizes]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="100000,1000000")
+    parser.add_argument("--sizes", default="1000000,10000000")
     parser.add_argument("--batch", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=9)
-    parser.add_argument("--targets", type=int, default=8)
-    parser.add_argument("--continue-fraction", type=float, default=0.0,
-                        help="fraction of each new batch's spans that join stored traces")
+    parser.add_argument("--targets", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
-    results = run(sizes, args.batch, args.repeats, args.targets, args.continue_fraction)
+    results = run([int(s) for s in args.sizes.split(",")], args.batch, args.repeats, args.targets, args.seed)
+
     def runs(times):
         return ", ".join(f"{t * 1000:.0f}" for t in times)
 
     for r in results:
-        print(f"stored {r['stored']:>10,} (history load {r['load_s']:.1f}s), batch {args.batch:,}; "
-              f"stored keys the key filter could not rule out, looked up: {r['keys_looked_up']:,} "
-              f"in {args.repeats} batches ({args.continue_fraction:.0%} of spans joining stored traces); "
-              f"commit-time ranges read: {r['ranges_read']:,}")
-        for name, key in (("append (spans)", "append"), ("update_windows", "refresh"), ("both", "")):
-            med, mean = (r[f"{key}_median_s"], r[f"{key}_mean_s"]) if key else (r["median_s"], r["mean_s"])
-            times = r[f"{key}_times"] if key else r["times"]
-            print(f"  {name:15} median {med * 1000:8.1f} ms, mean {mean * 1000:8.1f} ms (runs: {runs(times)} ms)")
+        print(f"stored {r['stored']:>10,} (history load {r['load_s']:.1f}s), batches of {args.batch:,} spans: "
+              f"{r['continued_span_share']:.0%} of their spans and {r['continued_task_share']:.0%} of the tasks they "
+              f"touch continue stored tasks")
+        for name, key in (("append (spans)", "append_"), ("update_windows", "refresh_"), ("both", "")):
+            print(f"  {name:15} median {r[key + 'median_s'] * 1000:8.1f} ms, mean {r[key + 'mean_s'] * 1000:8.1f} ms "
+                  f"(runs: {runs(r[key + 'times'] if key else r['times'])} ms)")
     small, large = results[0], results[-1]
     for name, key in (("window refresh", "refresh_"), ("append", "append_"), ("both", "")):
         print(f"ratio {large['stored']:,} / {small['stored']:,} stored, {name}: median "
               f"{large[key + 'median_s'] / small[key + 'median_s']:.2f}, mean "
               f"{large[key + 'mean_s'] / small[key + 'mean_s']:.2f}")
-    print("(target ≤ 1.5 for the window refresh); correctness checks passed")
+    print("(target ≤ 1.5 for the window refresh); correctness: spans and window counts per target equal what was"
+          " written")
 
 
 if __name__ == "__main__":

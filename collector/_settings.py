@@ -7,6 +7,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from meritlens.analytics._scale import DEFAULT_RELATIVE_ERROR, scale_for
+
 ENV_LAKE = "MERITLENS_LAKE"
 ENV_COLLECTOR_ID = "MERITLENS_COLLECTOR_ID"
 ENV_DB = "MERITLENS_DB"
@@ -31,6 +33,7 @@ ENV_TLS_CA = "MERITLENS_TLS_CA"
 ENV_SQL_TIMEOUT = "MERITLENS_SQL_TIMEOUT"
 ENV_SQL_MAX_ROWS = "MERITLENS_SQL_MAX_ROWS"
 ENV_SHUTDOWN_TIMEOUT = "MERITLENS_SHUTDOWN_TIMEOUT"
+ENV_QUANTILE_ERROR = "MERITLENS_QUANTILE_ERROR"
 ENV_URL = "MERITLENS_URL"
 ENV_TARGET_FALLBACK = "MERITLENS_TARGET_FALLBACK"
 
@@ -371,6 +374,8 @@ class ServerSettings:
     shutdown_timeout_s: float = field(
         default_factory=lambda: _env_float(ENV_SHUTDOWN_TIMEOUT, DEFAULT_SHUTDOWN_TIMEOUT_S)
     )
+    quantile_error: float = field(default_factory=lambda: _env_float(ENV_QUANTILE_ERROR, DEFAULT_RELATIVE_ERROR))
+    """Bound on the relative error of the quantiles of windows beyond the exact range."""
 
     profiles: tuple[str, ...] = ()
     """Task profiles (TOML files, or directories of them) the dashboard checks readiness against."""
@@ -431,6 +436,10 @@ class ServerSettings:
             raise SettingsError(f"{ENV_MEMORY_SPIKE} must be at least an eighth of the memory limit"
                                 f" ({_mib(self.memory_budget().spike)}), got {_mib(self.memory_spike)}")
         self.memory_limiter().validate()
+        try:
+            scale_for(self.quantile_error)
+        except ValueError as exc:
+            raise SettingsError(str(exc)) from None
         if not 0 <= self.stage_s <= 60:
             raise SettingsError(f"stage seconds must be between 0 and 60, got {self.stage_s}")
         if self.sql_timeout_s <= 0 or self.shutdown_timeout_s < 0:

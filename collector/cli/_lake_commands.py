@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import click
 
-from meritlens.collector._settings import ENV_LAKE
+from meritlens.collector._settings import ENV_LAKE, ENV_QUANTILE_ERROR
+from meritlens.analytics._scale import DEFAULT_RELATIVE_ERROR
 
 
 def _lake_source(lake: str):
@@ -34,7 +35,11 @@ def lake_group() -> None:
               help="Address the workers reach this driver at (default: 127.0.0.1 for a local or loopback master).")
 @click.option("--conf", "conf", multiple=True, metavar="KEY=VALUE", help="A Spark setting (repeatable).")
 @click.option("--full", is_flag=True, help="Recompute from every segment, not from the last run's state.")
-def lake_windows(lake: str, master: str, driver_host: str | None, conf: tuple[str, ...], full: bool) -> None:
+@click.option("--quantile-error", type=float, envvar=ENV_QUANTILE_ERROR, default=DEFAULT_RELATIVE_ERROR,
+              show_default=True, help="Bound on the relative error of the quantiles of windows of more than 1,000 "
+                                      f"samples, as the collectors' [env {ENV_QUANTILE_ERROR}].")
+def lake_windows(lake: str, master: str, driver_host: str | None, conf: tuple[str, ...], full: bool,
+                 quantile_error: float) -> None:
     """Compute every window of the lake's spans on Spark and publish them as the lake's windows.
 
     Each span counts once however many collectors or retries stored it; the result replaces the
@@ -50,7 +55,8 @@ def lake_windows(lake: str, master: str, driver_host: str | None, conf: tuple[st
             raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--conf")
         settings[key.strip()] = value
     try:
-        result = run_windows_job(lake, master, driver_host=driver_host, conf=settings, full=full)
+        result = run_windows_job(lake, master, driver_host=driver_host, conf=settings, full=full,
+                                 quantile_error=quantile_error)
     except (FileNotFoundError, RuntimeError, ValueError) as exc:
         raise click.ClickException(" ".join(str(exc).split())) from None
     click.echo(f"computed {result.windows} windows from {result.segments} segments ({result.mode}:"

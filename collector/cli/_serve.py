@@ -18,6 +18,7 @@ from meritlens.collector._settings import (
     DEFAULT_MAX_ATTRIBUTES,
     DEFAULT_MAX_PENDING_BATCHES,
     DEFAULT_MAX_SPANS_PER_REQUEST,
+    DEFAULT_RELATIVE_ERROR,
     DEFAULT_SHUTDOWN_TIMEOUT_S,
     DEFAULT_SQL_MAX_ROWS,
     DEFAULT_SQL_TIMEOUT_S,
@@ -38,6 +39,7 @@ from meritlens.collector._settings import (
     ENV_MAX_BODY_BYTES,
     ENV_MAX_PENDING_BATCHES,
     ENV_MAX_SPANS_PER_REQUEST,
+    ENV_QUANTILE_ERROR,
     ENV_SHUTDOWN_TIMEOUT,
     ENV_SQL_MAX_ROWS,
     ENV_SQL_TIMEOUT,
@@ -126,6 +128,10 @@ def _size(ctx, param, value):
 @click.option("--shutdown-timeout", "shutdown_timeout_s", type=float, default=None,
               help="Seconds a graceful stop (SIGTERM) may take; requests in progress get up to half of it "
                    f"[env {ENV_SHUTDOWN_TIMEOUT}; default {DEFAULT_SHUTDOWN_TIMEOUT_S:g}].")
+@click.option("--quantile-error", type=float, default=None,
+              help="Bound on the relative error of min, max and p50-p99 of windows of more than 1,000 samples "
+                   "(fewer are exact); smaller costs more memory per window "
+                   f"[env {ENV_QUANTILE_ERROR}; default {DEFAULT_RELATIVE_ERROR:g}].")
 @click.option("--profile", "profiles", multiple=True, type=click.Path(exists=True),
               help="A task profile (TOML), or a directory of them; the dashboard at / shows each "
                    "profile's target's readiness. Repeatable.")

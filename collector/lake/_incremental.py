@@ -23,8 +23,7 @@ from meritlens.collector.lake._layout import Lake
 log = logging.getLogger("meritlens.collector.lake")
 
 STATE_DIR = "state"
-_STATE_SCHEMA = pa.schema([("target_id", pa.string()), ("scope", pa.string()), ("metric", pa.string()),
-                           ("part", pa.int32()), ("header", pa.string()), ("payload", pa.binary())])
+_STATE_SCHEMA = pa.schema([("target_id", pa.string()), ("scope", pa.string()), ("state", pa.binary())])
 
 
 @dataclass
@@ -41,29 +40,33 @@ def _stem(version: str) -> str:
 def save_run(lake: Lake, version: str, book: WindowBook, segments: list[str]) -> None:
     """Save the book and the consumed segments of ``version`` (before it becomes the current one)."""
     lake.fs.create_dir(lake.path(STATE_DIR), recursive=True)
-    rows = list(book.state_rows())
-    table = pa.Table.from_pylist([dict(zip(_STATE_SCHEMA.names, row)) for row in rows], schema=_STATE_SCHEMA)
+    keys = sorted(book.keys)
+    table = pa.table({"target_id": [k[0] for k in keys], "scope": [k[1] for k in keys],
+                      "state": [book.export_key(k) for k in keys]}, schema=_STATE_SCHEMA)
     lake.publish_parquet(STATE_DIR, _stem(version) + ".parquet", table)
     lake.write_text(STATE_DIR, _stem(version) + ".json",
-                    json.dumps({"definitions": window_definitions_digest(lake.name), "segments": sorted(segments)}))
+                    json.dumps({"definitions": window_definitions_digest(lake.name, book.scale),
+                                "segments": sorted(segments)}))
 
 
-def load_run(lake: Lake, version: str | None) -> SavedRun | None:
-    """The state ``version`` left, or None when there is none the current definitions can use."""
+def load_run(lake: Lake, version: str | None, scale: int) -> SavedRun | None:
+    """The state ``version`` left, or None when there is none the current definitions (and the
+    histograms' ``scale``) can use."""
     if version is None:
         return None
     text = lake.read_text(STATE_DIR, _stem(version) + ".json")
     if text is None:
         return None
     manifest = json.loads(text)
-    if manifest.get("definitions") != window_definitions_digest(lake.name):
+    if manifest.get("definitions") != window_definitions_digest(lake.name, scale):
         log.info("the saved window state was made by other window definitions: every window is recomputed")
         return None
     with lake.fs.open_input_file(lake.path(STATE_DIR, _stem(version) + ".parquet")) as fh:
         table = pq.read_table(fh)
-    rows = zip(*(table.column(name).to_pylist() for name in _STATE_SCHEMA.names))
+    book = WindowBook(scale)
     try:
-        book = WindowBook.restore(rows)
+        for target, scope, state in zip(*(table.column(name).to_pylist() for name in _STATE_SCHEMA.names)):
+            book.import_key((target, scope), state)
     except ValueError as exc:
         log.warning("the saved window state cannot be restored (%s): every window is recomputed", exc)
         return None

@@ -16,7 +16,8 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
-from meritlens.analytics._accumulate import StateMismatch, WindowBook
+from meritlens.analytics._accumulate import WindowBook
+from meritlens.analytics._scale import DEFAULT_RELATIVE_ERROR, scale_for
 from meritlens.collector.lake._incremental import SavedRun, load_run, prune_states, save_run
 from meritlens.collector.lake._layout import SPANS_DIR, WINDOWS_DIR, Lake, unique_stem
 from meritlens.collector.lake._versions import current_version, publish_windows
@@ -76,10 +77,12 @@ def spark_session(master: str | None, *, driver_host: str | None = None, conf: d
 
 
 def compute_lake_windows(spark, lake: Lake, *, computed_at: _dt.datetime | None = None,
-                         full: bool = False) -> JobResult:
+                         full: bool = False, quantile_error: float = DEFAULT_RELATIVE_ERROR) -> JobResult:
     """Compute every window of the lake's published segments on ``spark`` and publish them: from
     the segments published since the last run and that run's state (`_incremental`), or, with
-    ``full`` or when that state cannot be used, from all segments."""
+    ``full`` or when that state cannot be used, from all segments. ``quantile_error``: as the
+    collector's (`meritlens serve --quantile-error`)."""
+    scale = scale_for(quantile_error)
     from meritlens.collector.windows._spark import SparkEngine
 
     started = time.monotonic()
@@ -90,14 +93,14 @@ def compute_lake_windows(spark, lake: Lake, *, computed_at: _dt.datetime | None 
     engine = SparkEngine(spark, [_file_uri(lake, f) for f in files], lake.uri(WINDOWS_DIR, work),
                          scratch_local=None if lake.remote else lake.path(WINDOWS_DIR, work))
     computed_at = computed_at or _dt.datetime.now(_dt.timezone.utc)
-    saved = None if full else load_run(lake, current_version(lake))
+    saved = None if full else load_run(lake, current_version(lake), scale)
     if saved is not None and not saved.segments <= set(names):
         log.info("segments the last run consumed are gone: every window is recomputed")
         saved = None
     try:
         book, new = _follow(engine, saved, names) if saved is not None else (None, len(files))
         if book is None:
-            book, new = WindowBook(), len(files)
+            book, new = WindowBook(scale), len(files)
             fill_book(book, engine.samples())
     finally:
         if not lake.remote:
@@ -122,10 +125,10 @@ def _follow(engine, saved: SavedRun, names: list[str]) -> tuple[WindowBook | Non
     if not new:
         return saved.book, 0
     removed, added = engine.delta_samples(old, new)
-    try:
-        saved.book.apply_delta(removed if removed.num_rows else None, added if added.num_rows else None)
-    except StateMismatch as exc:
-        log.info("the saved windows cannot follow the new segments (%s): every window is recomputed", exc)
+    _, recompute = saved.book.apply_delta(removed if removed.num_rows else None, added if added.num_rows else None)
+    if recompute:
+        log.info("%d saved windows cannot follow the new segments (e.g. %s): every window is recomputed",
+                 len(recompute), sorted(recompute)[0])
         return None, len(names)
     return saved.book, len(new)
 
@@ -139,9 +142,11 @@ def _file_uri(lake: Lake, path: str) -> str:
 
 
 def run_windows_job(lake_path: str, master: str | None = None, *, driver_host: str | None = None,
-                    conf: dict[str, str] | None = None, full: bool = False) -> JobResult:
+                    conf: dict[str, str] | None = None, full: bool = False,
+                    quantile_error: float = DEFAULT_RELATIVE_ERROR) -> JobResult:
     """`meritlens lake windows`: start a Spark application on ``master`` (None under `spark-submit`,
     which gives it), compute, publish, stop."""
+    scale_for(quantile_error)  # a bad value fails before Spark starts
     lake = Lake(lake_path)
     if not lake.exists():
         raise FileNotFoundError(f"no span lake at {lake_path} (no {SPANS_DIR}/ directory)")
@@ -151,7 +156,7 @@ def run_windows_job(lake_path: str, master: str | None = None, *, driver_host: s
     os.environ.setdefault("PYSPARK_PYTHON", _python())
     spark = spark_session(master, driver_host=driver_host, conf=conf)
     try:
-        return compute_lake_windows(spark, lake, full=full)
+        return compute_lake_windows(spark, lake, full=full, quantile_error=quantile_error)
     finally:
         spark.stop()
 

@@ -104,7 +104,8 @@ class Collector:
             log.info("writing span segments to %s as %s", s.lake, self.store.writer.collector_id)
         else:
             self.windows = WindowProcessor(self.store, key_filter_bytes=budget.key_filter,
-                                           window_memory_bytes=budget.window_state)
+                                           window_memory_bytes=budget.window_state,
+                                           quantile_error=s.quantile_error)
             keys, resumed = self.windows.open_windows()
             self.windows.start()
             log.info("opened %s; windows of %d keys %s", s.db, keys, "taken up" if resumed else "recomputed")
@@ -212,7 +213,8 @@ class Collector:
         await loop.run_in_executor(None, self.pipeline.shutdown)
         self.ingest.close()
         if self.windows is not None:
-            await loop.run_in_executor(None, self.windows.shutdown)
+            # what is not windowed yet stays in `spans`: the next start follows it from the saved state
+            await loop.run_in_executor(None, self.windows.shutdown, False)
         self.store.shutdown()
         if self.http_port is not None and not self.settings.lake:
             try:

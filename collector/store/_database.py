@@ -8,7 +8,15 @@ from dataclasses import dataclass
 
 import duckdb
 
-from meritlens.analytics._schema import SPANS_TABLE
+from meritlens.analytics._schema import (
+    ADDED_WINDOW_COLUMNS,
+    SPANS_TABLE,
+    WINDOW_COLUMNS,
+    WINDOW_STATE_COLUMN_NAMES,
+    WINDOW_STATE_TABLE,
+    WINDOW_WATERMARK_TABLE,
+    WINDOWS_TABLE,
+)
 from meritlens.analytics._views import STORE_DDL
 from meritlens.analytics._windows import sql_string
 from meritlens.collector.store._sqlguard import LOCKED_DOWN, lock_configuration
@@ -88,9 +96,28 @@ class Database:
         return cursor
 
     def create_tables(self) -> None:
+        self._drop_old_window_state()
         for statement in STORE_DDL:
             self.con.execute(statement)
         self._drop_old_indexes()
+        self._add_window_columns()
+
+    def _drop_old_window_state(self) -> None:
+        """A window state table of another layout (earlier versions) is dropped with its watermark:
+        the windows are then recomputed once from the spans."""
+        columns = tuple(name for (name,) in self.con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE table_name = ? AND schema_name = current_schema()"
+            " AND database_name = current_database() ORDER BY column_index", [WINDOW_STATE_TABLE]).fetchall())
+        if columns and columns != WINDOW_STATE_COLUMN_NAMES:
+            log.info("dropping the window state of an earlier version; the windows are recomputed once")
+            self.con.execute(f"DROP TABLE {WINDOW_STATE_TABLE}")
+            self.con.execute(f"DROP TABLE IF EXISTS {WINDOW_WATERMARK_TABLE}")
+
+    def _add_window_columns(self) -> None:
+        """Files of earlier versions lack the windows' last columns: add them (NULL until recomputed)."""
+        types = {c.name: c.sql_type for c in WINDOW_COLUMNS}
+        for name in ADDED_WINDOW_COLUMNS:
+            self.con.execute(f"ALTER TABLE {WINDOWS_TABLE} ADD COLUMN IF NOT EXISTS {name} {types[name]}")
 
     def _drop_old_indexes(self) -> None:
         """Files of earlier versions have a primary key and two indexes on `spans`: drop them (the

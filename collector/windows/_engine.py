@@ -4,9 +4,9 @@ Every engine computes windows in the same two steps. First the *samples* of the 
 task and per application span that gives a sample or a fact (`sample_rows_sql`, the definitions in
 `meritlens.analytics._windows`); an engine may compute them however it likes (DuckDB here, Spark on a
 cluster) as long as the rows are those. Then the samples go into a `WindowBook` (the mergeable
-aggregates of `meritlens.analytics._accumulate`), which gives the rows: exact sums, exact order
-statistics and order-free evidence digests, so the rows are the same whatever the order and batching
-of the spans. The incremental processor (`_processor`) applies sample deltas to the same book.
+aggregates of `meritlens.analytics._accumulate`), which gives the rows: exact sums, distributions
+that are a function of the samples alone (exact while few, a fixed-scale histogram beyond) and
+order-free evidence digests, so the rows are the same whatever the order and batching of the spans. The incremental processor (`_processor`) applies sample deltas to the same book.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from meritlens.analytics._accumulate import WindowBook
+from meritlens.analytics._accumulate import DEFAULT_SCALE, WindowBook
 from meritlens.analytics._schema import SPANS_TABLE
 from meritlens.analytics._windows import WINDOW_INPUT_COLUMNS, Window, sample_rows_sql
 from meritlens.collector.windows._partitions import partition_spans
@@ -41,14 +41,15 @@ def fill_book(book: WindowBook, samples: Iterable[pa.Table], targets: set[str] |
     for chunk in samples:
         if wanted is not None:
             chunk = chunk.filter(pc.is_in(chunk.column("target_id"), wanted))
-        keys |= book.apply_delta(None, chunk)
+        keys |= book.apply_delta(None, chunk)[0]  # additions alone never need a recomputation
     return keys
 
 
-def compute_windows(engine: WindowEngine, db_name: str, computed_at: _dt.datetime | None = None) -> list[Window]:
+def compute_windows(engine: WindowEngine, db_name: str, computed_at: _dt.datetime | None = None,
+                    scale: int = DEFAULT_SCALE) -> list[Window]:
     """Every window row of the engine's spans, in (target, scope) order. ``db_name`` names the span
-    store in the evidence URIs."""
-    book = WindowBook()
+    store in the evidence URIs; ``scale``: the histograms' (`scale_for` of the quantiles' error)."""
+    book = WindowBook(scale)
     keys = fill_book(book, engine.samples())
     now = computed_at or _dt.datetime.now(_dt.timezone.utc)
     return [w for key in sorted(keys) for w in book.windows(key, db_name, now)]

@@ -2,11 +2,16 @@
 
 The store hands it every committed batch (`SpanStore.on_commit`). A thread of its own (`start`) takes
 every batch committed since its last pass at once, so a pass's fixed cost is shared by however many
-arrived meanwhile: their sample delta (`_delta`) is applied to the window state (`WindowBook`), and
-the changed windows' rows and the watermark are written in one transaction. The state of the least
-recently written targets is dropped beyond ``window_memory_bytes`` and rebuilt from their spans on
-their next batch. At start (`open_windows`) the stored windows are taken up where they were left
-(`_recovery`), else every window is recomputed (`_engine`).
+arrived meanwhile: their sample delta (`_delta`) is applied to the bounded window state (`WindowBook`),
+and the changed windows' rows are written. The state lives in memory under a byte budget and in
+DuckDB (`_cache`, `_state`): it is saved with its watermark every few seconds, before keys leave
+memory, and at shutdown. A start takes the saved state up and brings it to every stored span from
+the spans committed after its watermark (`open_windows`); without a usable saved state (none, or
+other window definitions) every window is recomputed from the spans (`refresh_all_windows`).
+
+Only two rare cases read a target's stored spans again: a window whose state cannot follow a delta
+(`WindowBook.apply_delta` names it) is recomputed from its samples, and a saved state that cannot be
+read is rebuilt.
 """
 
 from __future__ import annotations
@@ -15,13 +20,17 @@ import datetime as _dt
 import logging
 import threading
 import time
+from contextlib import contextmanager
+from typing import Iterator
 
 import pyarrow as pa
 
-from meritlens.analytics._accumulate import StateMismatch, WindowBook
+from meritlens.analytics._accumulate import WindowBook, WindowId, WindowKey, delta_keys
+from meritlens.analytics._scale import DEFAULT_RELATIVE_ERROR, scale_for
 from meritlens.analytics._schema import SPANS_TABLE
 from meritlens.analytics._windows import window_definitions_digest
 from meritlens.collector._settings import (
+    DEFAULT_DB_MEMORY_BYTES,
     DEFAULT_KEY_FILTER_BYTES,
     DEFAULT_QUERY_WAIT_S,
     DEFAULT_WINDOW_GATHER_S,
@@ -29,19 +38,22 @@ from meritlens.collector._settings import (
     DEFAULT_WINDOW_MEMORY_BYTES,
     MIN_REBUILD_ROWS_PER_PARTITION,
     REBUILD_POOL_BYTES_PER_ROW,
-    DEFAULT_DB_MEMORY_BYTES,
 )
 from meritlens.collector.store._database import timestamp_sql, transaction
 from meritlens.collector.store._keyfilter import GrowingKeyFilter
 from meritlens.collector.store._keyhash import key_hashes
 from meritlens.collector.store._rows import concat, trace_task_hashes
 from meritlens.collector.store._store import CommittedBatch, SpanStore, WriteResult
-from meritlens.collector.windows import _recovery, _state
-from meritlens.collector.windows._delta import SampleDelta, sample_targets, touched_keys
+from meritlens.collector.windows import _state
+from meritlens.collector.windows._cache import StateCache
+from meritlens.collector.windows._delta import WINDOW_INPUT_SQL, SampleDelta, conform, touched_keys
 from meritlens.collector.windows._engine import DuckDBEngine, fill_book
 
 log = logging.getLogger("meritlens.collector.windows")
 
+STATE_SAVE_INTERVAL_S = 10.0
+"""How often changed window state is saved with its watermark: a crash costs the next start the
+spans committed since (seconds of them), never a recomputation."""
 _REBUILD_TRACES = "_rebuild_traces"
 _TARGETED_REBUILD_FRACTION = 0.25
 """A rebuild of targets holding more of the stored spans than this reads every span (see `_few_rows_of`)."""
@@ -52,64 +64,63 @@ class WindowProcessor:
 
     At most ``window_lag_rows`` committed rows wait for the windows (appends wait beyond that), and
     queries wait up to ``query_wait_s`` for the windows to include what was acknowledged before them.
+    ``window_memory_bytes`` bounds the state held in memory; ``quantile_error`` bounds the relative error
+    of the quantiles of windows beyond the exact range (`meritlens.analytics._distribution`).
     ``rebuild_rows_per_partition``: scoped rows a rebuild reads per statement (default: the store's
     DuckDB memory limit over ``REBUILD_POOL_BYTES_PER_ROW``)."""
 
     def __init__(self, store: SpanStore, *, key_filter_bytes: int = DEFAULT_KEY_FILTER_BYTES,
                  window_memory_bytes: int = DEFAULT_WINDOW_MEMORY_BYTES,
                  window_lag_rows: int = DEFAULT_WINDOW_LAG_ROWS, query_wait_s: float = DEFAULT_QUERY_WAIT_S,
-                 rebuild_rows_per_partition: int | None = None, gather_s: float = DEFAULT_WINDOW_GATHER_S):
+                 rebuild_rows_per_partition: int | None = None, gather_s: float = DEFAULT_WINDOW_GATHER_S,
+                 quantile_error: float = DEFAULT_RELATIVE_ERROR, state_save_s: float = STATE_SAVE_INTERVAL_S):
         self.store = store
         if rebuild_rows_per_partition is None:
             pool = store.memory_limit_bytes or DEFAULT_DB_MEMORY_BYTES
             rebuild_rows_per_partition = max(MIN_REBUILD_ROWS_PER_PARTITION, pool // REBUILD_POOL_BYTES_PER_ROW)
         self._rebuild_rows_per_partition = rebuild_rows_per_partition
-        self._window_memory_bytes = window_memory_bytes
         self._window_lag_rows = window_lag_rows
         self._query_wait_s = query_wait_s
         self._gather_s = gather_s
+        self._state_save_s = state_save_s
+        self.stats = {"rebuilds": 0, "rebuild_partitions": 0, "label_rounds": 0, "recomputed_windows": 0,
+                      "resumes": 0, "caught_up_spans": 0, "recoveries": 0}
+        self.cache = StateCache(scale_for(quantile_error), window_memory_bytes, self.stats)
         self.lock = threading.RLock()
         """Serializes window passes (held with the store's ``write_lock`` while they write)."""
         self._changed = threading.Condition()
         """Guards the queue of committed batches the windows do not include yet."""
         self._pending: list[CommittedBatch] = []
         self._pending_rows = 0
-        self._windowed_seq = 0
+        self._windowed_seq = store.commits
         """The windows include every batch committed up to this one (`CommittedBatch.seq`)."""
-        self.windowed_us = 0
-        """The windows include every span committed up to this time (µs since the epoch)."""
+        self.windowed_us = store.last_received_us
+        """The window state includes every span committed up to this time (µs since the epoch)."""
+        self.replay_until_us: int | None = None
+        """Set while the state catches up with spans stored before it was loaded (`_catch_up`)."""
+        self.complete = not store.held_spans_at_start
+        """Whether the state (in memory and saved) is every key's whole state at ``windowed_us``: only
+        then are batches followed and the state saved. Made so by `open_windows` and
+        `refresh_all_windows`; a bulk load unmakes it."""
         self._closing = False
         self._readers_waiting = 0
-        self.book = WindowBook()
-        self._recency: dict[tuple[str, str], int] = {}
-        self._writes = 0
-        self.evicted: set[str] = set()
-        """Targets whose window state was dropped; rebuilt from the spans on their next write."""
         self._digest: str | None = None
-        self.opened = False
-        """Whether `open_windows` or `refresh_all_windows` ran: only then does the book hold each of
-        its targets' whole state."""
-        self.watermark_valid = True
-        """Whether the window rows equal a computation from the spans up to ``windowed_us`` for every
-        target, so the watermark may be stored with them. False after a bulk load or a failed
-        rebuild, until `refresh_all_windows`; and, on a file that held spans, until the windows open."""
-        self.rows_since_state_save = 0
         self.state_saved_at = time.monotonic()
-        self.replay_until_us: int | None = None
-        """Set at start when the saved state is older than the stored windows (`_recovery.replay`)."""
+        self._saved_us: int | None = None
+        """The watermark of the state saved last by this processor."""
+        self._warned_budget = False
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
-        self.stats = {"rebuilds": 0, "rebuild_partitions": 0, "label_rounds": 0, "resumes": 0,
-                      "state_keys_saved": 0, "state_keys_taken_up": 0, "state_saves": 0, "state_replayed_spans": 0}
         # a started store: the windows start from what it holds, and follow every later commit
         self.con = store.connection()
         self.delta = SampleDelta(store, self.con, GrowingKeyFilter(key_filter_bytes))
-        self.windowed_us = store.last_received_us
-        self._windowed_seq = store.commits
-        self.watermark_valid = not store.held_spans_at_start  # until the windows are opened
         store.on_commit = self._committed
         store.before_commit = self._wait_for_room
         store.freshness = self._freshness
+
+    @property
+    def book(self) -> WindowBook:
+        return self.cache.book
 
     # --- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -118,27 +129,27 @@ class WindowProcessor:
         self._thread = threading.Thread(target=self._run, name="meritlens-windows", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
-        """Stop the thread, then process what is committed in the caller. Call it once no more spans
-        are committed; a replay of saved state under way stops between chunks (the next start resumes it)."""
+    def stop(self, catch_up: bool = True) -> None:
+        """Stop the thread; with ``catch_up``, process what is committed in the caller (a tool that
+        wrote spans). Without it the backlog stays for the next start, which follows it from the spans."""
         self.close_queue()
         if self._thread is not None:
             self._stop.set()
             self._thread.join()
             self._thread = None
-        if self.con is not None:
+        if catch_up and self.con is not None:
             self.update_windows()
 
-    def shutdown(self) -> None:
+    def shutdown(self, catch_up: bool = True) -> None:
         """`stop`, save the window state, and close the processor's connection."""
         if self.con is None:  # shut down already
             return
         try:
-            self.stop()
-        except Exception:  # noqa: BLE001 - the spans are stored; windows are rebuilt at the next start
+            self.stop(catch_up)
+        except Exception:  # noqa: BLE001 - the spans are stored; the next start follows them
             log.exception("updating the windows at shutdown failed")
         else:
-            self.save_window_state()
+            self.save_state()
         self.con.close()
         self.con = None
 
@@ -146,11 +157,6 @@ class WindowProcessor:
     def window_lag_rows(self) -> int:
         """Committed rows that may wait for the windows (appends wait beyond it)."""
         return self._window_lag_rows
-
-    @property
-    def closing(self) -> bool:
-        """A shutdown is under way: long work (a replay) stops between its steps."""
-        return self._closing
 
     def close_queue(self) -> None:
         with self._changed:
@@ -163,8 +169,7 @@ class WindowProcessor:
                 if self.wait_for_spans(timeout=0.5):
                     self._wait_for_demand(self._gather_s)
                     self.update_windows()
-                # also when idle: a start that recomputed every window saves their state at once
-                self.save_window_state_if_due()
+                self.save_state_if_due()
             except Exception:  # noqa: BLE001 - keep following; the next pass retries
                 log.exception("updating the windows failed")
                 self._stop.wait(1.0)
@@ -208,8 +213,9 @@ class WindowProcessor:
             if seq is None:
                 return False
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            with self._changed:
-                return self._changed.wait_for(lambda: self._windowed_seq >= seq, left)
+            with self._changed:  # a catch-up at start covers every batch committed before it
+                return self._changed.wait_for(lambda: self._windowed_seq >= seq and self.replay_until_us is None,
+                                              left)
         finally:
             with self._changed:
                 self._readers_waiting -= 1
@@ -240,182 +246,227 @@ class WindowProcessor:
         """Bring the windows up to date with every batch committed so far, processed together.
         Returns how many batches were processed.
 
-        A processor on a file that already held spans, whose windows were not opened (a tool's, such
-        as `meritlens evaluate`), writes no window rows and no watermark: its book does not hold the
-        stored spans' state. The next `open_windows` follows its batches."""
+        A processor whose state is not complete (a tool's on a file that already held spans, or after a
+        bulk load) writes no window rows: the next `open_windows` follows its batches from the spans."""
         if self.con is None:
             raise RuntimeError("the window processor is shut down")
         with self.lock:
             if self.replay_until_us is not None:
                 if not self._closing:
-                    _recovery.replay(self)
-                if self.replay_until_us is not None:  # stopped by a shutdown: later batches wait for the next start
+                    self._catch_up()
+                if self.replay_until_us is not None:  # stopped by a shutdown: the next start goes on
                     return 0
             with self._changed:
                 group = list(self._pending)
             if not group:
                 return 0
             until_us = group[-1].received_us
-            bulk = [b.keys for b in group if not b.follow and b.table.num_rows]
-            if bulk:  # their windows are rebuilt by the loader; later batches must find their keys
-                self.delta.seen.add(trace_task_hashes(concat(bulk)))
-                self.invalidate_watermark()
-            followed = [b for b in group if b.follow and b.table.num_rows]
-            if followed and not (self.store.held_spans_at_start and not self.opened):
-                self.follow(concat([b.table for b in followed]), until_us, concat([b.keys for b in followed]))
+            if any(not b.follow and b.table.num_rows for b in group):  # the loader rebuilds their windows
+                self.delta.seen.add(trace_task_hashes(concat([b.keys for b in group if not b.follow])))
+                self.invalidate_state()
+            # batches the state includes already (a catch-up read them from the spans) are passed over
+            followed = [b for b in group if b.follow and b.table.num_rows and b.received_us > self.windowed_us]
+            if followed and self.complete:
+                try:
+                    self.follow(concat([b.table for b in followed]), until_us, concat([b.keys for b in followed]))
+                except Exception:  # noqa: BLE001 - the spans are stored; the saved state follows them again
+                    log.exception("updating the windows failed; they follow the stored spans from the saved state")
+                    self._recover()
+                    return 0
             self.mark_processed(group, until_us)
             return len(group)
 
     def follow(self, table: pa.Table, until_us: int, hashes: pa.Table | None = None) -> None:
-        """Apply the stored rows of ``table`` (committed after the watermark, up to ``until_us``) to the
-        windows, in one transaction of window rows."""
-        keys = touched_keys(table)
-        targets = {k[0] for k in keys}
+        """Apply the stored rows of ``table`` (committed after ``windowed_us``, up to ``until_us``) to the
+        window state and write the changed windows' rows. Raises when a step fails; the state in memory
+        is then no longer whole (`_recover`)."""
         hashes = key_hashes(table) if hashes is None else hashes
-        rebuild: set[str] = set()
-        if not keys:  # no application span: only the watermark moves
-            self.store_windows(set(), until_us)
-        else:
-            try:
-                removed, added = self.delta.of_batch(table, hashes, until_us, self.windowed_us)
-            except Exception:  # noqa: BLE001 - the windows are rebuilt instead
-                log.exception("reading the stored spans a batch touches failed; windows rebuilt instead")
-                removed, added, rebuild = None, None, targets
-            if not rebuild:
-                # A task's spans may carry several targets: a batch of one can change another's samples.
-                targets |= sample_targets(removed) | sample_targets(added)
-                try:
-                    with self.store.write_lock, transaction(self.con):
-                        self._write_window_rows(self._apply_delta(removed, added, targets, until_us), until_us)
-                except StateMismatch as exc:
-                    log.info("window state rebuilt from the spans: %s", exc)
-                    rebuild = targets
-                except Exception:  # noqa: BLE001 - the spans are stored; the windows are rebuilt
-                    log.exception("updating windows failed; windows rebuilt from the spans")
-                    rebuild = targets
-                except BaseException:
-                    self.forget(targets)  # the state may hold what was rolled back
-                    raise
+        if touched_keys(table):
+            removed, added = self.delta.of_batch(table, hashes, until_us, self.windowed_us)
+            keys = delta_keys(removed, added)
+            damaged = self.cache.load(self.con, keys)
+            if damaged:
+                self._rebuild_targets({k[0] for k in damaged}, self.windowed_us, also=damaged)
+            changed, recompute = self.book.apply_delta(removed, added)
+            if recompute:
+                self._recompute(recompute, until_us)
+            self.cache.touched(changed)
+            self.store_windows(changed)
         self.delta.seen.add(trace_task_hashes(hashes))
-        if rebuild:
-            self.forget(rebuild)
-            try:
-                self.rebuild(rebuild, until_us)
-            except Exception:  # noqa: BLE001 - the spans are stored; the windows follow later
-                log.exception("rebuilding the windows of %s failed; retried on their next batch", sorted(rebuild))
-                self.invalidate_watermark()
-
-    def _apply_delta(self, removed: pa.Table | None, added: pa.Table, targets: set[str], until_us: int,
-                     skip_targets: set[str] = frozenset()) -> set[tuple[str, str]]:
-        """Apply a delta to the window state; return the keys whose rows must be written. Evicted
-        targets among ``targets`` are rebuilt from their spans instead; ``skip_targets``' delta is
-        left out. Raises StateMismatch when the state cannot follow."""
-        evicted = targets & self.evicted
-        rebuilt = self.rebuild_state(evicted, until_us) if evicted else set()
-        skip = {key for key in self.book.keys if key[0] in evicted}
-        return rebuilt | self.book.apply_delta(removed, added, skip_keys=skip, skip_targets=skip_targets)
-
-    def apply_state_only(self, removed, added, targets: set[str], until_us: int) -> None:
-        """Apply a delta to the loaded targets' state only (their stored rows include it already)."""
-        self._apply_delta(removed, added, targets, until_us, skip_targets=set(self.evicted))
-        self._evict()
+        self.windowed_us = max(self.windowed_us, until_us)
+        if not self._fit_memory():
+            self.save_state_if_due()
 
     def mark_processed(self, group: list[CommittedBatch], until_us: int) -> None:
         with self._changed:
             del self._pending[:len(group)]
-            rows = sum(b.table.num_rows for b in group)
-            self._pending_rows -= rows
-            self.rows_since_state_save += rows
+            self._pending_rows -= sum(b.table.num_rows for b in group)
             self.windowed_us = max(self.windowed_us, until_us)
             if group:
                 self._windowed_seq = max(self._windowed_seq, group[-1].seq)
             self._changed.notify_all()
 
-    def forget(self, targets: set[str]) -> None:
-        """Drop the state of ``targets``; it is rebuilt from the spans on their next batch."""
-        for key in list(self.book.keys):
-            if key[0] in targets:
-                self.book.drop(key)
-                self._recency.pop(key, None)
-        self.evicted |= targets
-
-    def invalidate_watermark(self) -> None:
-        """The window rows may now miss committed spans: store no watermark until a full rebuild."""
-        self.watermark_valid = False
+    def _catch_up(self) -> None:
+        """Bring the state up to ``replay_until_us`` from the stored spans committed after its watermark,
+        in chunks of whole committed batches, as window passes would have. A shutdown stops it between
+        chunks (the saved state and the spans stay for the next start); a failure recomputes every window."""
+        until_us = self.replay_until_us
+        started, replayed = time.monotonic(), 0
         try:
-            _state.delete_watermark(self.con)
-        except Exception:  # noqa: BLE001 - a stale watermark makes the next start recompute
-            log.exception("removing the windows' watermark failed")
+            batches = self.con.execute(
+                f"SELECT epoch_us(received_at), count(*) FROM {SPANS_TABLE}"
+                f" WHERE received_at > {timestamp_sql(self.windowed_us)} AND received_at <= {timestamp_sql(until_us)}"
+                " GROUP BY 1 ORDER BY 1").fetchall()
+            for lo, hi in _state.replay_chunks(batches, self.windowed_us, self._window_lag_rows):
+                if self._closing:
+                    log.info("following the stored spans stopped for the shutdown after %d spans", replayed)
+                    return
+                rows = self.con.sql(f"SELECT {WINDOW_INPUT_SQL} FROM {SPANS_TABLE} WHERE received_at >"
+                                    f" {timestamp_sql(lo)} AND received_at <= {timestamp_sql(hi)}"
+                                    " ORDER BY received_at").to_arrow_table()
+                self.follow(conform(rows), hi)
+                replayed += rows.num_rows
+                self.stats["caught_up_spans"] += rows.num_rows
+        except Exception:  # noqa: BLE001 - the spans are stored; a full recomputation covers them
+            log.exception("following the stored spans failed; recomputing every window")
+            self.replay_until_us = None
+            self.refresh_all_windows()
+            return
+        with self._changed:
+            self.windowed_us = max(self.windowed_us, until_us)
+            self.replay_until_us = None
+            self._changed.notify_all()
+        if replayed:
+            log.info("windows brought up to date from %d stored spans in %.1f s", replayed, time.monotonic() - started)
 
-    # --- rebuilding from the spans ------------------------------------------------------------
-    def refresh_windows(self, keys: set[tuple[str, str]]) -> None:
+    def _recover(self) -> None:
+        """After a failed pass: drop the state in memory and follow the stored spans again from the
+        saved state (every committed batch is in `spans`); without a usable saved state, recompute."""
+        self.stats["recoveries"] += 1
+        stored = _state.stored_watermark(self.con) if self.complete else None
+        self.cache.clear()
+        if stored is None or stored[1] != self.definitions_digest():
+            self.refresh_all_windows()
+            return
+        self.windowed_us = stored[0]
+        self.delta.fill_seen(stored[0])
+        with self._changed:
+            last = self._pending[-1].received_us if self._pending else 0
+        self.replay_until_us = max(self.store.last_received_us, last)
+
+    def invalidate_state(self) -> None:
+        """The state may now miss committed spans: save none, and forget the saved one (the next start
+        recomputes every window) until `refresh_all_windows`."""
+        self.complete = False
+        try:
+            _state.delete_state(self.con)
+        except Exception:  # noqa: BLE001 - a stale watermark digest makes the next start recompute
+            log.exception("removing the saved window state failed")
+
+    # --- recomputing from the spans -----------------------------------------------------------
+    def open_windows(self) -> tuple[int, bool]:
+        """At start: take the saved state up (the window thread then follows the spans stored after its
+        watermark), else recompute every window. Returns (the number of (target, scope) keys, whether
+        the saved state was taken up)."""
+        with self.lock:
+            stored = _state.stored_watermark(self.con)
+            if stored is None or self.window_lag()[0]:
+                return self.refresh_all_windows(), False
+            if stored[1] != self.definitions_digest():
+                log.info("the window definitions changed since the windows were stored; recomputing them")
+                return self.refresh_all_windows(), False
+            self.cache.clear()
+            self.windowed_us = self._saved_us = stored[0]
+            self.delta.fill_seen(stored[0])
+            self.complete = True
+            if self.store.last_received_us > stored[0]:
+                self.replay_until_us = self.store.last_received_us
+            self.stats["resumes"] += 1
+            return _state.saved_keys(self.con), True
+
+    def refresh_windows(self, keys: set[WindowKey]) -> None:
         """Recompute, from every stored span, the windows of the targets of the given (target_id, scope) keys."""
         if keys:
             self.update_windows()
             with self.lock:
-                self.rebuild({k[0] for k in keys}, self.windowed_us)
+                rebuilt = self._rebuild_targets({k[0] for k in keys}, self.windowed_us)
+                self.store_windows(rebuilt)
 
     def refresh_all_windows(self) -> int:
-        """Recompute every window from the stored spans (at start-up: windows equal a from-scratch
-        run); fills the filter of seen keys. Returns the number of (target, scope) keys."""
+        """Recompute every window from the stored spans, write their rows and save their state (at start:
+        windows equal a from-scratch run); fills the filter of seen keys. Returns the number of keys."""
         with self.lock:
             with self._changed:
                 group = list(self._pending)
-            until_us = max(self.windowed_us, group[-1].received_us if group else 0)
+            # every committed span (a batch committed meanwhile is passed over when it comes: `update_windows`)
+            until_us = max(self.windowed_us, self.store.last_received_us, group[-1].received_us if group else 0)
             self.delta.fill_seen()
-            self.book = WindowBook()
-            self.evicted.clear()
-            self._recency.clear()
-            self.watermark_valid = True
-            rebuilt = len(self.rebuild(None, until_us))
+            self.cache.clear()
+            self.replay_until_us = None
+            keys = self._rebuild_targets(None, until_us)
+            self.windowed_us = until_us
+            self.store_windows(keys)
+            self.complete = True
+            self.cache.save(self.con, until_us, self.definitions_digest(), replace_all=True)
+            self._saved_us, self.state_saved_at = until_us, time.monotonic()
+            self.cache.evict()
             self.mark_processed(group, until_us)
-            with self._changed:  # a crash before the next save would recompute them all again
-                self.rows_since_state_save += self.store.stored_rows
-            self.opened = True
-            return rebuilt
+            return len(keys)
 
-    def open_windows(self) -> tuple[int, bool]:
-        """At start: take up the stored windows where they were left (`_recovery.resume`), else
-        recompute them all. Returns (the number of (target, scope) keys, whether they were taken up)."""
-        return _recovery.open_windows(self)
-
-    def rebuild(self, targets: set[str] | None, until_us: int) -> set[tuple[str, str]]:
-        """Window state and rows of ``targets`` (None: all) recomputed from every span committed up
-        to ``until_us``; returns the (target, scope) keys."""
-        keys = self.rebuild_state(targets, until_us)
-        self.store_windows(keys, until_us)
+    def _rebuild_targets(self, targets: set[str] | None, until_us: int,
+                         also: set[WindowKey] = frozenset()) -> set[WindowKey]:
+        """The whole state of ``targets`` (None: all) recomputed from every span committed up to
+        ``until_us`` into the book; returns their (target, scope) keys (marked changed), with the
+        keys ``also`` (empty when the spans give them no sample)."""
+        self.stats["rebuilds"] += 1
+        fresh = WindowBook(self.book.scale)
+        with self._spans_of(targets, until_us) as source:
+            engine = DuckDBEngine(self.con, source, rows_per_partition=self._rebuild_rows_per_partition)
+            keys = fill_book(fresh, engine.samples(), targets)
+        self.stats["rebuild_partitions"], self.stats["label_rounds"] = engine.partitions, engine.label_rounds
+        for key in list(self.book.keys):
+            if targets is None or key[0] in targets:
+                self.book.drop(key)
+        keys |= also
+        for key in keys:
+            self.book.take_key(fresh, key)
+        self.cache.touched(keys)
         return keys
 
-    def rebuild_state(self, targets: set[str] | None, until_us: int) -> set[tuple[str, str]]:
-        """Window state of ``targets`` (None: all) recomputed from every span committed up to ``until_us``."""
+    def _recompute(self, windows: set[WindowId], until_us: int) -> None:
+        """Recompute single windows from their samples (those a delta could not follow)."""
+        targets = {w[0] for w in windows}
+        fresh = WindowBook(self.book.scale)
+        with self._spans_of(targets, until_us) as source:
+            fill_book(fresh, DuckDBEngine(self.con, source, rows_per_partition=self._rebuild_rows_per_partition)
+                      .samples(), targets)
+        self.book.take_windows(fresh, windows)
+        self.stats["recomputed_windows"] += len(windows)
+        log.info("%d windows recomputed from their samples (a delta their state could not follow)", len(windows))
+
+    @contextmanager
+    def _spans_of(self, targets: set[str] | None, until_us: int) -> Iterator[str]:
+        """A relation of the spans committed up to ``until_us`` that the samples of ``targets`` (None:
+        all) need: every span of their traces, or every span when they hold most of them."""
         con = self.con
-        self.stats["rebuilds"] += 1
         committed = f"received_at <= {timestamp_sql(until_us)}"
-        source = f"(SELECT * FROM {SPANS_TABLE} WHERE {committed})"
-        if targets is not None and self._few_rows_of(targets, committed):
-            con.register("_targets", pa.table({"t": sorted(targets)}))
-            try:
-                con.execute(f"CREATE OR REPLACE TEMP TABLE {_REBUILD_TRACES} AS SELECT DISTINCT trace_id"
-                            f" FROM {SPANS_TABLE} WHERE target_id IN (SELECT t FROM _targets) AND {committed}")
-            finally:
-                con.unregister("_targets")
-            source = (f"(SELECT * FROM {SPANS_TABLE} WHERE {committed}"
-                      f" AND trace_id IN (SELECT trace_id FROM {_REBUILD_TRACES}))")
+        if targets is None or not self._few_rows_of(targets, committed):
+            yield f"(SELECT * FROM {SPANS_TABLE} WHERE {committed})"
+            return
+        con.register("_targets", pa.table({"t": sorted(targets)}))
         try:
-            for key in list(self.book.keys):
-                if targets is None or key[0] in targets:
-                    self.book.drop(key)
-            engine = DuckDBEngine(con, source, rows_per_partition=self._rebuild_rows_per_partition)
-            keys = fill_book(self.book, engine.samples(), targets)
-            self.stats["rebuild_partitions"], self.stats["label_rounds"] = engine.partitions, engine.label_rounds
+            con.execute(f"CREATE OR REPLACE TEMP TABLE {_REBUILD_TRACES} AS SELECT DISTINCT trace_id"
+                        f" FROM {SPANS_TABLE} WHERE target_id IN (SELECT t FROM _targets) AND {committed}")
+        finally:
+            con.unregister("_targets")
+        try:
+            yield (f"(SELECT * FROM {SPANS_TABLE} WHERE {committed}"
+                   f" AND trace_id IN (SELECT trace_id FROM {_REBUILD_TRACES}))")
         finally:
             try:
                 con.execute(f"DROP TABLE IF EXISTS {_REBUILD_TRACES}")
             except Exception:  # noqa: BLE001 - an aborted transaction: its rollback drops it
                 pass
-        if targets is not None:
-            self.evicted -= targets
-        return keys
 
     def _few_rows_of(self, targets: set[str], committed: str) -> bool:
         """Whether ``targets`` hold at most a fraction of the stored spans, so that a rebuild reads
@@ -430,56 +481,60 @@ class WindowProcessor:
             con.unregister("_targets")
         return theirs <= _TARGETED_REBUILD_FRACTION * total
 
-    # --- writing window rows --------------------------------------------------------------------
-    def store_windows(self, keys: set[tuple[str, str]], until_us: int) -> None:
-        """Write the rows of ``keys``' windows, and the watermark ``until_us``, in a transaction of their own."""
-        with self.store.write_lock, transaction(self.con):
-            self._write_window_rows(keys, until_us)
-
-    def _write_window_rows(self, keys: set[tuple[str, str]], until_us: int) -> None:
-        """Write the rows of ``keys``' windows (inside the caller's transaction) and, while the rows
-        are whole, the watermark ``until_us``."""
-        now = _dt.datetime.now(_dt.timezone.utc)
-        if self.watermark_valid:
-            _state.write_watermark(self.con, until_us, self.definitions_digest(), now)
+    # --- writing window rows and state ----------------------------------------------------------
+    def store_windows(self, keys: set[WindowKey]) -> None:
+        """Write the rows of ``keys``' windows in a transaction of their own."""
         if not keys:
             return
-        _state.write_window_rows(self.con, [w for key in sorted(keys)
-                                            for w in self.book.windows(key, self.store.db_name, now)])
-        self._writes += 1
-        for key in keys:
-            self._recency[key] = self._writes
-        self._evict()
+        now = _now()
+        rows = [w for key in sorted(keys) for w in self.book.windows(key, self.store.db_name, now)]
+        with self.store.write_lock, transaction(self.con):
+            _state.write_window_rows(self.con, rows)
 
     def definitions_digest(self) -> str:
         if self._digest is None:
-            self._digest = window_definitions_digest(self.store.db_name)
+            self._digest = window_definitions_digest(self.store.db_name, self.book.scale)
         return self._digest
 
-    def _evict(self) -> None:
-        """Drop the least recently written targets' state while the book is over its budget."""
-        by_target: dict[str, int] = {}
-        for key in self.book.keys:
-            by_target[key[0]] = max(by_target.get(key[0], 0), self._recency.get(key, 0))
-        total = sum(self.book.nbytes(key) for key in self.book.keys)
-        for target in sorted(by_target, key=by_target.get):
-            if total <= self._window_memory_bytes or len(by_target) <= 1:
-                break
-            for key in [k for k in self.book.keys if k[0] == target]:
-                total -= self.book.nbytes(key)
-                self.book.drop(key)
-                self._recency.pop(key, None)
-            self.evicted.add(target)
-            del by_target[target]
+    def _fit_memory(self) -> bool:
+        """Keep the state in memory within its budget: save it, then let the least recently used keys
+        go. Returns whether it saved."""
+        if not self.cache.over_budget():
+            return False
+        if self.save_state():
+            self.cache.evict()
+            return True
+        if not self._warned_budget:
+            self._warned_budget = True
+            log.warning("the window state is over its memory budget and cannot be saved until every window is"
+                        " recomputed; it stays in memory")
+        return False
 
-    def restore_recency(self) -> None:
-        self._recency = dict.fromkeys(self.book.keys, 0)
-        self._evict()
+    def save_state_if_due(self) -> bool:
+        if self.cache.dirty and time.monotonic() - self.state_saved_at >= self._state_save_s:
+            return self.save_state()
+        return False
 
-    # --- the saved state ------------------------------------------------------------------------
-    def save_window_state_if_due(self) -> bool:
-        return _recovery.save_if_due(self)
+    def save_state(self) -> bool:
+        """Save the changed keys' state with the watermark, when the state is complete. A failure is
+        logged and leaves the state saved before. Returns whether it saved."""
+        if not self.complete or self.con is None:
+            return False
+        with self.lock:
+            if not self.cache.dirty and self._saved_us == self.windowed_us:
+                return True
+            try:
+                started = time.monotonic()
+                with self.store.write_lock:
+                    saved = self.cache.save(self.con, self.windowed_us, self.definitions_digest())
+                self._saved_us = self.windowed_us
+                self.state_saved_at = time.monotonic()
+                log.debug("window state of %d keys saved in %.2f s", saved, self.state_saved_at - started)
+                return True
+            except Exception:  # noqa: BLE001 - the spans are stored; a start follows them from the state saved before
+                log.exception("saving the window state failed")
+                return False
 
-    def save_window_state(self) -> bool:
-        return _recovery.save(self)
 
+def _now() -> _dt.datetime:
+    return _dt.datetime.now(_dt.timezone.utc)

@@ -60,6 +60,24 @@ class Ids:
         return f"{self.n:016x}"
 
 
+def continuous_calls(seed: int, count: int, target: str = "bot", spread: float = 1.0, start: int = 0) -> list[Span]:
+    """``count`` one-call tasks with log-normal latencies, token counts and costs (continuous values,
+    so windows beyond the exact range hold many distinct samples)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    ids = Ids(seed)
+    spans = []
+    for i in range(count):
+        begin = T0 + (start + i) * S // 10
+        latency_ns = int(rng.lognormal(-1.0, spread) * 1e9) + 1000
+        spans.append(Span(ids.trace(), ids.span(), "chat", begin, begin + latency_ns, {
+            c.TARGET_ID: target, c.GEN_AI_OPERATION_NAME: c.OP_CHAT,
+            c.GEN_AI_USAGE_INPUT_TOKENS: int(rng.lognormal(6, spread)) + 1,
+            c.COST_USD: float(rng.lognormal(-9, spread))}, kind=3))
+    return spans
+
+
 # --- a real collector ---------------------------------------------------------------------------
 @contextlib.contextmanager
 def running_collector(db: Path):

@@ -250,7 +250,9 @@ def test_windows_export_as_metric_window_available_signals(collector):
         assert signal["state"] != WindowState.NOT_CONFIGURED.value
     success = next(s for s in signals if s["scope"] == "baseline-1" and s["metric"] == "task_success")
     assert success["sample_count"] == 11 and success["value"] == pytest.approx(9 / 11)
-    assert set(success["summary"]) == {"count", "mean", "min", "max", "p50", "p90", "p95", "p99"}
+    assert set(success["summary"]) == {"count", "mean", "stddev", "min", "max", "p50", "p90", "p95", "p99",
+                                       "quantile_error"}
+    assert success["summary"]["quantile_error"] == 0.0  # 11 samples: exact
 
 
 def test_tasks_view_has_one_row_per_task(collector, dataset):

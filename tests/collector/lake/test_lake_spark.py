@@ -18,16 +18,17 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
+from meritlens.analytics._scale import DEFAULT_RELATIVE_ERROR, relative_error_of, scale_for
 from meritlens.instrumentation import conventions as c
-from tests.analytics.evidence_helpers import S, Span
+from tests.analytics.evidence_helpers import S, Span, continuous_calls
 from tests.analytics.test_evidence_readiness import write_profile
 from tests.conftest import CollectorProcess, run_cli
 from tests.collector.lake.lake_helpers import lake_collector, lake_sql, post, varied_spans
 from tests.collector.lake.spark_cluster import LOOPBACK_ENV, SparkCluster
 
 _COMPARED = ("target_id", "scope", "metric", "aggregation", "value", "unit", "sample_count", "state", "count", "mean",
-             "min", "max", "p50", "p90", "p95", "p99", "first_span_time", "last_span_time", "evidence_media_type",
-             "evidence_digest")
+             "stddev", "min", "max", "p50", "p90", "p95", "p99", "quantile_error", "first_span_time", "last_span_time",
+             "evidence_media_type", "evidence_digest")
 
 
 @pytest.fixture(scope="module")
@@ -103,13 +104,18 @@ def _deliver_twice(collectors: list, exports: list, kill: int | None = None) -> 
     assert [len(a) for a in acked] == [len(shares[k]) + len(shares[(k + 1) % 3]) for k in range(3)]
 
 
+@pytest.mark.timeout(900)  # two Spark runs on a 2-core machine: minutes when the machine is busy
 def test_spark_windows_of_three_collectors_equal_one_node(tmp_path, cluster):
     lake = tmp_path / "lake"
     single = CollectorProcess(tmp_path / "single.duckdb").start()
     collectors = [lake_collector(tmp_path, lake, f"c{i}").start() for i in range(3)]
     try:
+        # a target past the exact range: its distributions are histograms, which the incremental run extends
+        bulk = continuous_calls(77, 1300, "bulk-bot")
         exports = varied_spans(range(500, 580))
-        first, later = exports[:40], [*exports[40:], _joining(exports[:40])]
+        first = exports[:40] + [bulk[i:i + 100] for i in range(0, 700, 100)]
+        later = [*exports[40:], *(bulk[i:i + 100] for i in range(700, 1300, 100)), _joining(exports[:40])]
+        exports = first + later[:-1]
         for spans in exports + later[-1:]:  # the single node gets every export once
             assert post(single.url, spans).status_code == 200
         _deliver_twice(collectors, first)
@@ -129,7 +135,7 @@ def test_spark_windows_of_three_collectors_equal_one_node(tmp_path, cluster):
 
     # only the segments published since the first run are read
     job = run_cli("lake", "windows", "--lake", str(lake), "--master", cluster.master_url, env=LOOPBACK_ENV)
-    assert "(incremental:" in job.stdout, job.stdout
+    assert "(incremental:" in job.stdout, job.stdout + job.stderr
 
     # spans: each once, the same as the single node's
     single_db = str(tmp_path / "single.duckdb")
@@ -141,6 +147,8 @@ def test_spark_windows_of_three_collectors_equal_one_node(tmp_path, cluster):
     # windows: row by row, value, count, aggregation, state and evidence digest
     on_lake, on_node = _windows("--lake", str(lake)), _windows("--db", single_db)
     assert len(on_lake) == len(on_node) and {r["target_id"] for r in on_lake} >= {"bot-a", "bot-b", "sdk-bot"}
+    assert {r["quantile_error"] for r in on_lake if r["target_id"] == "bulk-bot" and r["count"]} == {
+        relative_error_of(scale_for(DEFAULT_RELATIVE_ERROR))}
     assert sum(r["state"] == "measured" for r in on_lake) > 40
     for lake_row, node_row in zip(on_lake, on_node):
         assert lake_row == node_row

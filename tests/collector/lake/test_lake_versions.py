@@ -69,12 +69,13 @@ def test_a_runs_state_is_taken_up_only_by_the_same_definitions(tmp_path):
     lake = Lake(str(tmp_path / "lake"))
     lake.make_dirs()
     save_run(lake, "windows-x.parquet", book, ["c0-1.parquet", "c1-2.parquet"])
-    saved = load_run(lake, "windows-x.parquet")
+    assert load_run(lake, "windows-x.parquet", book.scale + 1) is None  # another quantile error setting
+    saved = load_run(lake, "windows-x.parquet", book.scale)
     assert saved.segments == {"c0-1.parquet", "c1-2.parquet"}
     when = dt.datetime.now(dt.timezone.utc)
     assert [saved.book.windows(k, "lake", when) for k in sorted(keys)] == [book.windows(k, "lake", when)
                                                                             for k in sorted(keys)]
     manifest = tmp_path / "lake" / "state" / "windows-x.json"
     manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "definitions": "another version"}))
-    assert load_run(lake, "windows-x.parquet") is None
-    assert load_run(lake, "windows-y.parquet") is None
+    assert load_run(lake, "windows-x.parquet", book.scale) is None
+    assert load_run(lake, "windows-y.parquet", book.scale) is None

@@ -128,12 +128,12 @@ def test_a_rebuild_in_partitions_equals_one_in_a_single_statement(tmp_path, monk
         expected = _windows(whole)
         assert expected, "the spans define windows"
         assert _windows(parted) == expected
-        # a rebuild of some targets (as after an eviction), in partitions, reading only their traces
+        # a rebuild of some targets (as after a bulk load of theirs), in partitions, reading only their traces
         # (fraction 1) or every span (fraction 0)
         for fraction in (1.0, 0.0):
             monkeypatch.setattr(processor_module, "_TARGETED_REBUILD_FRACTION", fraction)
             parted.con.execute("DELETE FROM windows")
-            parted.rebuild({"bot-a", "bot-c"}, parted.windowed_us)
+            parted.refresh_windows({("bot-a", "all"), ("bot-c", "all")})
             assert _windows(parted) == [w for w in expected if w[0] in ("bot-a", "bot-c")]
         assert parted.con.execute("select count(*) from duckdb_tables() where temporary").fetchall() == [(0,)]
     finally:

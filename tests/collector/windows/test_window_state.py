@@ -1,129 +1,72 @@
-"""The window processor's state is saved at a clean shutdown and periodically, and taken up at the next start.
+"""The window processor's state is bounded, saved with its watermark, and taken up at the next start.
 
-Saved and restored, the state must be the same state: the same window rows now, and the same rows
-after any later batch as a computation from scratch, without the restart reading a target's spans.
-A state saved before the windows' watermark (a crash after a periodic save) is brought up to date
-from the spans committed since, without rewriting the rows the crashed run stored. A state newer
-than the watermark, of other definitions, cut short or unreadable is never used: the targets are
-then rebuilt from their spans, as before the state was saved.
+Saved and taken up, a key's state must be the same state: the same window rows now, and the same
+rows after any later batch as a computation from scratch, without reading a target's spans. A crash
+between saves leaves rows ahead of the saved state; the next start follows the spans committed
+after the saved watermark. A state of other definitions or of an earlier layout is never used: the
+windows are then recomputed. A damaged key is rebuilt from its target's spans, alone.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import threading
 import time
 
-import numpy as np
+import duckdb
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from meritlens.analytics._accumulate import SMALL_DISTINCT, Multiset, WindowBook
-from meritlens.analytics._windows import WINDOW_DEFINITIONS
-from meritlens.collector.windows import _recovery as recovery_module
-from tests.store_under_test import WindowThread
-from tests.store_under_test import StoreUnderTest
-from meritlens.instrumentation.conventions import TARGET_ID
-from tests.analytics.evidence_helpers import span_rows, store_spans
-from tests.collector.windows.test_incremental_windows import _random_spans
+from meritlens.analytics._accumulate import WindowBook
+from meritlens.analytics._distribution import EXACT_SAMPLES
+from meritlens.collector.windows import _processor as processor_module
+from meritlens.instrumentation import conventions as c
+from tests.analytics.evidence_helpers import Ids, S, Span, T0, continuous_calls, span_rows, store_spans
 from tests.collector.windows.test_windows_resume import _crash, _from_scratch, _open, _spans, _windows
+from tests.store_under_test import StoreUnderTest, WindowThread
 
 _NOW = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
 
 
-def _multiset_state(m: Multiset):
-    if m._counts is not None:
-        return "counts", list(m._counts.items()), m.n
-    return "sorted", m._base.tolist(), m._recent.tolist(), m.n
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.booleans(), st.lists(st.integers(0, 400), min_size=1, max_size=300)),
-                min_size=1, max_size=12),
-       st.integers(0, 3))
-def test_a_multiset_restored_from_its_export_is_the_same_multiset(operations, spread):
-    multiset, held = Multiset(), []
-    for add, ints in operations:
-        values = np.array(ints, dtype=float) * (10.0 ** spread) / 7  # few or many distinct values
-        if add or not held:
-            multiset.add(values)
-            held.extend(values.tolist())
-        else:
-            taken = held[: len(values)]
-            multiset.remove(np.array(taken))
-            del held[: len(values)]
-    header, payload = multiset.export()
-    restored = Multiset.restore(json.loads(json.dumps(header)), payload)
-    assert _multiset_state(restored) == _multiset_state(multiset)
-    more = np.arange(SMALL_DISTINCT + 5, dtype=float) / 3  # enough to switch a counts multiset to arrays
-    for m in (multiset, restored):
-        m.add(more)
-    assert _multiset_state(restored) == _multiset_state(multiset)
-    if multiset.n:
-        assert restored.quantiles((0.5, 0.99)) == multiset.quantiles((0.5, 0.99))
-
-
-def test_a_payload_that_does_not_match_its_header_is_refused():
-    multiset = Multiset()
-    multiset.add(np.arange(1000, dtype=float))
-    header, payload = multiset.export()
-    with pytest.raises(ValueError, match="bytes"):
-        Multiset.restore(header, payload[:-8])
-    with pytest.raises(ValueError, match="holds"):
-        Multiset.restore({**header, "n": header["n"] + 1}, payload)
-
-
-def _store_with_spans(path, spans) -> StoreUnderTest:
-    store = StoreUnderTest(str(path))
-    store.start()
-    store.open_windows()
-    store_spans(store, spans)
-    return store
-
-
-@pytest.mark.parametrize("part_bytes", [64, 1 << 20])
-def test_a_book_restored_from_its_rows_renders_the_same_windows(tmp_path, part_bytes):
-    store = _store_with_spans(tmp_path / "spans.duckdb", _spans(21))
-    try:
-        book = store.book
-        rows = list(book.state_rows(part_bytes=part_bytes))
-        assert all(len(r[-1]) <= part_bytes for r in rows)
-        if part_bytes == 64:
-            assert any(r[3] > 0 for r in rows)  # some window's values span several rows
-        restored = WindowBook.restore(iter(rows))
-        assert sorted(restored.keys) == sorted(book.keys) and book.keys
-        for key in book.keys:
-            assert restored.windows(key, "spans.duckdb", _NOW) == book.windows(key, "spans.duckdb", _NOW)
-            assert restored.nbytes(key) == book.nbytes(key)
-    finally:
-        store.shutdown()
-
-
-def test_rows_that_do_not_make_whole_keys_are_refused(tmp_path):
-    store = _store_with_spans(tmp_path / "spans.duckdb", _spans(22))
-    try:
-        rows = list(store.book.state_rows(part_bytes=64))
-    finally:
-        store.shutdown()
-    metric = WINDOW_DEFINITIONS[0].metric
-    without_a_window = [r for r in rows if r[2] != metric]
-    with pytest.raises(ValueError, match="lacks"):
-        WindowBook.restore(iter(without_a_window))
-    multi = next(i for i, r in enumerate(rows) if r[3] == 1)
-    with pytest.raises(ValueError, match="out of order|header"):
-        WindowBook.restore(iter(rows[:multi] + rows[multi + 1:]))
-    with pytest.raises(ValueError, match="facts"):
-        WindowBook.restore(iter([(*rows[0][:4], json.dumps({"unknown": 1}), b"")] + rows[1:]))
-
-
-def _state_rows(path) -> int:
+def _book_of(path, spans) -> tuple[StoreUnderTest, WindowBook]:
     store = _open(path)
+    store_spans(store, spans)
+    return store, store.book
+
+
+def test_a_key_exported_and_taken_up_renders_the_same_windows(tmp_path):
+    """Both kinds of distribution: a target below the exact range and one beyond it."""
+    spans = continuous_calls(1, 40, "few") + continuous_calls(2, EXACT_SAMPLES + 300, "many")
+    store, book = _book_of(tmp_path / "s.duckdb", spans)
     try:
-        return store.con.execute("select count(*) from window_state").fetchall()[0][0]
+        for key in (("few", "all"), ("many", "all")):
+            copy = WindowBook(book.scale)
+            copy.import_key(key, book.export_key(key))
+            assert copy.windows(key, "db", _NOW) == book.windows(key, "db", _NOW)
+            assert copy.export_key(key) == book.export_key(key)
+        errors = {w.target_id: w.quantile_error for w in book.windows(("few", "all"), "db", _NOW)
+                  + book.windows(("many", "all"), "db", _NOW) if w.metric == "input_tokens"}
+        assert errors["few"] == 0.0 and 0 < errors["many"] <= 0.01
+        blob = book.export_key(("many", "all"))
+        assert len(blob) < 64 * 1024  # bounded: the histogram's buckets, not 1,300 values per window
     finally:
-        store.crash()
+        store.shutdown()
+
+
+@pytest.mark.parametrize("damage", ["cut", "scale", "definitions"])
+def test_a_blob_that_does_not_fit_the_book_is_refused_in_one_line(tmp_path, damage):
+    store, book = _book_of(tmp_path / "s.duckdb", continuous_calls(3, 20))
+    try:
+        blob = book.export_key(("bot", "all"))
+        target = WindowBook(book.scale + (damage == "scale"))
+        if damage == "cut":
+            blob = blob[:-3]
+        elif damage == "definitions":
+            blob = blob.replace(b'"input_tokens"', b'"input_tokenz"')
+        with pytest.raises(ValueError) as refused:
+            target.import_key(("bot", "all"), blob)
+        assert "\n" not in str(refused.value)
+    finally:
+        store.shutdown()
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -132,400 +75,234 @@ def test_a_clean_restart_takes_the_state_up_and_reads_no_spans_for_it(tmp_path, 
     cut1, cut2 = len(spans) // 3, 2 * len(spans) // 3
     (tmp_path / "store").mkdir()
     path = tmp_path / "store" / "spans.duckdb"
-    store = _store_with_spans(path, spans[:cut1])
+    store = _open(path)
+    store_spans(store, spans[:cut1])
     keys = len(store.book.keys)
     store.shutdown()
-    assert store.stats["state_keys_saved"] == keys > 0
-    assert _state_rows(path) > keys
-    # what a store that never restarted rebuilds on the same batches (a removal that takes away a
-    # window's first or last time rebuilds its target, restart or not)
-    (tmp_path / "unbroken").mkdir()
-    unbroken = _store_with_spans(tmp_path / "unbroken" / "spans.duckdb", spans[:cut1])
+    assert keys > 0
+    store = _open(path, window_memory_bytes=1)  # every key comes back from its saved state, none from spans
     try:
-        before = unbroken.stats["rebuilds"]
-        store_spans(unbroken, spans[cut1:cut2])
-        middle = unbroken.stats["rebuilds"]
-        store_spans(unbroken, spans[cut2:])
-        expected_rebuilds = (middle - before, unbroken.stats["rebuilds"] - before)
-    finally:
-        unbroken.shutdown()
-
-    store = _open(path)
-    try:
-        assert store.open_windows()[1] is True
-        assert store.stats["state_keys_taken_up"] == keys
-        assert store.evicted == set()
-        # kept until the next save replaces it: a crash before that replays from it
-        assert store.con.execute("select count(*) from window_state").fetchall()[0][0] > keys
+        assert store.open_windows() == (keys, True)
         store_spans(store, spans[cut1:cut2])
-        assert store.stats["rebuilds"] == expected_rebuilds[0]  # no target's spans reread for the restart
         assert _windows(store) == _from_scratch(tmp_path, spans[:cut2], "second")
         store_spans(store, spans[cut2:])
-        assert store.stats["rebuilds"] == expected_rebuilds[1]
         assert _windows(store) == _from_scratch(tmp_path, spans)
+        assert store.stats["rebuilds"] == 0 and store.stats["state_keys_loaded"] > 0
     finally:
         store.shutdown()
 
 
-def _restart_after_tampering(tmp_path, statement: str, **settings):
-    spans = _spans(7)
-    half = len(spans) // 2
+def test_a_crash_between_saves_follows_the_spans_since_the_saved_watermark(tmp_path):
+    """Rows are written on every pass, the state every few seconds: after a crash the rows are ahead
+    of the saved state, and the next start brings the state to them from the spans."""
+    spans = _spans(21)
+    cut1, cut2 = len(spans) // 3, 2 * len(spans) // 3
     (tmp_path / "store").mkdir()
     path = tmp_path / "store" / "spans.duckdb"
-    store = _store_with_spans(path, spans[:half])
-    store.shutdown()
     store = _open(path)
-    store.con.execute(statement)
-    store.crash()
-    store = _open(path, **settings)
+    store_spans(store, spans[:cut1])  # saved after this pass (state_save_s=0)
+    store.windows._state_save_s = 3600.0
+    store_spans(store, spans[cut1:cut2])  # rows written, state not saved
+    saved_us = store.stored_watermark()[0]
+    assert saved_us < store.windowed_us
+    rows = _windows(store)
+    _crash(store)
+    store = _open(path)
     try:
         assert store.open_windows()[1] is True
-        taken_up, to_rebuild = store.stats["state_keys_taken_up"], set(store.evicted)
-        kept = store.con.execute("select count(*) from window_state").fetchall()[0][0]
-        assert (kept > 0) == (taken_up > 0)  # a state not taken up is deleted
-        targets = {t for (t,) in store.query("select distinct target_id from windows").rows}
-        assert len(targets) > 1
-        store_spans(store, spans[half:])
+        assert _windows(store) == rows  # the rows the crashed run wrote stay until they are rewritten
+        store.update_windows()
+        assert store.stats["caught_up_spans"] == cut2 - cut1 and store.stats["rebuilds"] == 0
+        assert _windows(store) == rows
+        store_spans(store, spans[cut2:])
         assert _windows(store) == _from_scratch(tmp_path, spans)
-        return taken_up, to_rebuild, targets
     finally:
         store.shutdown()
 
 
-@pytest.mark.parametrize("statement", [
-    "update window_state set windowed_us = windowed_us + 1",  # newer than the windows
-    "update window_state set windowed_us = -1",  # a save cut short: its rows never got their watermark
-    "update window_state set windowed_us = windowed_us - 1 where target_id = (select min(target_id) from window_state)",
-])
-def test_a_state_saved_at_another_watermark_is_not_taken_up(tmp_path, statement):
-    taken_up, to_rebuild, targets = _restart_after_tampering(tmp_path, statement)
-    assert taken_up == 0 and to_rebuild == targets
+def test_a_damaged_key_is_rebuilt_from_its_own_targets_spans(tmp_path):
+    spans = continuous_calls(4, 30, "bot-a") + continuous_calls(5, 30, "bot-b")
+    (tmp_path / "store").mkdir()
+    path = tmp_path / "store" / "spans.duckdb"
+    store = _open(path)
+    store_spans(store, spans[:20] + spans[30:50])
+    store.shutdown()
+    with duckdb.connect(str(path)) as con:
+        con.execute("UPDATE window_state SET state = 'not a state'::BLOB WHERE target_id = 'bot-a'")
+    store = _open(path)
+    try:
+        assert store.open_windows()[1] is True
+        store_spans(store, spans[20:30] + spans[50:])
+        assert store.stats["rebuilds"] == 1  # bot-a's alone; bot-b's state was taken up
+        assert store.stats["state_keys_loaded"] == 1
+        assert _windows(store) == _from_scratch(tmp_path, spans)
+    finally:
+        store.shutdown()
 
 
-def test_a_state_of_other_window_definitions_is_not_taken_up(tmp_path):
-    taken_up, to_rebuild, targets = _restart_after_tampering(tmp_path, "update window_state set definitions_digest = 'other'")
-    assert taken_up == 0 and to_rebuild == targets
-
-
-def test_a_damaged_state_is_not_taken_up(tmp_path):
-    taken_up, to_rebuild, targets = _restart_after_tampering(
-        tmp_path, "update window_state set payload = payload[2:] where octet_length(payload) > 8")
-    assert taken_up == 0 and to_rebuild == targets
-
-
-def test_a_state_over_the_memory_budget_is_taken_up_within_it(tmp_path):
-    taken_up, to_rebuild, targets = _restart_after_tampering(tmp_path, "select 1", window_memory_bytes=1)
-    # every target but one dropped again at once, rebuilt on its next batch
-    assert taken_up > 0 and len(to_rebuild) == len(targets) - 1
-
-
-def test_an_untouched_state_leaves_no_target_to_rebuild(tmp_path):
-    taken_up, to_rebuild, targets = _restart_after_tampering(tmp_path, "select 1")
-    assert taken_up > 0 and to_rebuild == set()
-
-
-def test_no_state_is_saved_when_windows_wait_or_were_never_opened(tmp_path):
-    spans = _spans(9)
-    (tmp_path / "a").mkdir()
-    store = _open(tmp_path / "a" / "spans.duckdb")  # windows never opened: the book is not whole
+def test_a_state_table_of_an_earlier_layout_is_dropped_and_the_windows_recomputed(tmp_path):
+    spans = _spans(8)
+    (tmp_path / "store").mkdir()
+    path = tmp_path / "store" / "spans.duckdb"
+    store = _open(path)
     store_spans(store, spans)
     store.shutdown()
-    assert store.stats["state_keys_saved"] == 0
-    assert _state_rows(tmp_path / "a" / "spans.duckdb") == 0
-
-    (tmp_path / "b").mkdir()
-    store = _store_with_spans(tmp_path / "b" / "spans.duckdb", spans[:5])
-    store.write(span_rows(spans[5:]), refresh_windows=False)  # a bulk load: the watermark is invalid
-    store.shutdown()
-    assert store.stats["state_keys_saved"] == 0
-    assert _state_rows(tmp_path / "b" / "spans.duckdb") == 0
-
-
-@pytest.mark.parametrize("tool_writes", [False, True])
-def test_a_tool_opening_the_file_between_two_runs_leaves_the_saved_state(tmp_path, tool_writes):
-    spans = _spans(13)
-    (tmp_path / "store").mkdir()
-    path = tmp_path / "store" / "spans.duckdb"
-    store = _store_with_spans(path, spans)
-    keys = len(store.book.keys)
-    store.shutdown()
-    tool = _open(path)  # e.g. `meritlens sql` or `meritlens evaluate` on the file: windows never opened
-    assert tool.query("select count(*) from spans").rows[0][0] == len(spans)
-    later = _random_spans(513) if tool_writes else []  # new tasks of the same targets
-    if later:
-        store_spans(tool, later)  # its window pass leaves the watermark, so the state still matches
-    tool.shutdown()
+    with duckdb.connect(str(path)) as con:
+        con.execute("DROP TABLE window_state")
+        con.execute("CREATE TABLE window_state (windowed_us BIGINT, target_id VARCHAR, payload BLOB)")
+        con.execute("ALTER TABLE windows DROP COLUMN quantile_error")  # a file of an earlier version
     store = _open(path)
     try:
-        assert store.open_windows()[1] is True
-        assert store.stats["state_keys_taken_up"] == keys > 0
-        assert _windows(store) == _from_scratch(tmp_path, spans + later)
-    finally:
-        store.shutdown()
-
-
-# --- periodic saves: a crash replays the spans committed since the last save ----------------------
-def _exact_before_and_after_the_rest(store, tmp_path, spans, cut: int, name: str) -> None:
-    """The windows of ``store`` equal a from-scratch store of ``spans[:cut]``, and of all ``spans``
-    once the rest has been stored as one batch."""
-    assert _windows(store) == _from_scratch(tmp_path, spans[:cut], name)
-    store_spans(store, spans[cut:])
-    assert _windows(store) == _from_scratch(tmp_path, spans)
-
-
-def _targets(spans) -> set[str]:
-    return {s.attributes[TARGET_ID] for s in spans if s.attributes.get(TARGET_ID)}
-
-
-def _save_when_asked(monkeypatch) -> None:
-    """Make every `save_window_state_if_due` call with windowed spans since the last save a save."""
-    monkeypatch.setattr(recovery_module, "STATE_SAVE_MIN_SPANS", 1)
-    monkeypatch.setattr(recovery_module, "STATE_SAVE_FRACTION", 1 << 40)
-
-
-@pytest.mark.parametrize("seed", range(3))
-def test_a_crash_after_a_periodic_save_replays_the_spans_since_instead_of_rebuilding(tmp_path, seed, monkeypatch):
-    _save_when_asked(monkeypatch)
-    spans = _spans(seed)
-    cuts = [len(spans) * i // 4 for i in range(5)]
-    parts = [spans[a:b] for a, b in zip(cuts, cuts[1:])]
-    (tmp_path / "store").mkdir()
-    path = tmp_path / "store" / "spans.duckdb"
-    store = _store_with_spans(path, parts[0])
-    assert store.save_window_state_if_due() and store.stats["state_saves"] == 1
-    assert not store.save_window_state_if_due()  # nothing windowed since
-    keys = len(store.book.keys)
-    store_spans(store, parts[1])  # windowed after the save
-    store.append(span_rows(parts[2]))  # committed; the windows never saw them
-    _crash(store)
-    # what a store that never crashed rebuilds on the same batches
-    (tmp_path / "unbroken").mkdir()
-    unbroken = _store_with_spans(tmp_path / "unbroken" / "spans.duckdb", parts[0])
-    try:
-        before = unbroken.stats["rebuilds"]
-        for part in parts[1:]:
-            store_spans(unbroken, part)
-        expected_rebuilds = unbroken.stats["rebuilds"] - before
-    finally:
-        unbroken.shutdown()
-
-    store = _open(path)
-    try:
-        assert store.open_windows()[1] is True
-        assert store.stats["state_keys_taken_up"] == keys > 0
-        with_state = {target for target, _ in store.book.keys}
-        store_targets_without_state = _targets(spans[:cuts[3]]) - with_state
-        assert store.evicted == _targets(spans[:cuts[3]]) - with_state  # targets first seen after the save
-        # until the replay, the stored rows are those of the crashed run: already exact up to its watermark
-        assert _windows(store) == _from_scratch(tmp_path, spans[:cuts[2]], "stored")
-        crashed_watermark = store.stored_watermark()[0]
-        written_at: list[int] = []  # window rows are written only for spans the crashed run never windowed
-        write_rows = store.windows._write_window_rows
-        monkeypatch.setattr(store.windows, "_write_window_rows", lambda keys, until_us: (written_at.append(until_us),
-                                                                                  write_rows(keys, until_us)))
-        store.update_windows()  # the window thread's first pass replays
-        assert written_at and min(written_at) > crashed_watermark
-        assert store.stats["state_replayed_spans"] == span_rows(parts[1] + parts[2]).num_rows
-        _exact_before_and_after_the_rest(store, tmp_path, spans, cuts[3], "replayed")
-        # no target with saved state has its spans reread for the crash; those without state are
-        # rebuilt in one go by the first pass that applies their spans
-        assert store.stats["rebuilds"] <= expected_rebuilds + (1 if store_targets_without_state else 0)
-    finally:
-        store.shutdown()
-
-
-def test_a_state_far_behind_the_windows_is_not_replayed(tmp_path, monkeypatch):
-    _save_when_asked(monkeypatch)
-    spans = _spans(21)
-    cut = len(spans) // 5
-    (tmp_path / "store").mkdir()
-    path = tmp_path / "store" / "spans.duckdb"
-    store = _store_with_spans(path, spans[:cut])
-    assert store.save_window_state_if_due()
-    store_spans(store, spans[cut:])  # most of the spans: a replay would read more than a rebuild
-    _crash(store)
-    store = _open(path, window_lag_rows=3)
-    try:
-        store.open_windows()
-        assert store.stats["state_keys_taken_up"] == 0
-        assert store.con.execute("select count(*) from window_state").fetchall() == [(0,)]
-        store.update_windows()
-        assert store.stats["state_replayed_spans"] == 0
+        assert store.open_windows()[1] is False
         assert _windows(store) == _from_scratch(tmp_path, spans)
     finally:
         store.shutdown()
 
 
-def test_the_window_thread_saves_the_state_as_spans_are_windowed(tmp_path, monkeypatch):
-    spans = _spans(17)
+def test_the_saved_bytes_follow_the_keys_a_pass_changed_not_the_spans(tmp_path):
+    store = _open(tmp_path / "s.duckdb")
+    try:
+        for i in range(6):
+            store_spans(store, continuous_calls(10 + i, 400, f"bot-{i}"))  # each pass changes one target
+        saved = store.con.execute("select count(*), max(octet_length(state)) from window_state").fetchall()[0]
+        assert saved[0] == 6
+        assert store.stats["state_keys_saved"] == 6  # one key saved per pass, not every key every time
+        store_spans(store, continuous_calls(30, 2000, "bot-0"))  # bot-0 goes past the exact range
+        biggest = store.con.execute("select max(octet_length(state)) from window_state").fetchall()[0][0]
+        store_spans(store, continuous_calls(31, 4000, "bot-0"))
+        assert store.con.execute("select max(octet_length(state)) from window_state").fetchall()[0][0] \
+            < 1.2 * biggest  # 4,000 more samples: about the same bytes
+    finally:
+        store.shutdown()
+
+
+def test_the_window_thread_saves_the_state_every_few_seconds(tmp_path):
+    store = StoreUnderTest(str(tmp_path / "s.duckdb"), state_save_s=0.2)
+    store.start()
+    thread = WindowThread(store, gather_s=0.0)
+    try:
+        thread.start()
+        store.append(span_rows(continuous_calls(40, 50)))
+        committed_us = store.store.last_received_us
+        deadline = time.monotonic() + 30
+        while store.query("select count(*) from window_watermark"
+                          f" where windowed_us >= {committed_us}").rows != [(1,)]:
+            assert time.monotonic() < deadline, "the state was never saved"
+            time.sleep(0.05)
+        assert store.query("select count(*) from window_state").rows == [(1,)]
+    finally:
+        thread.shutdown()
+        store.shutdown()
+
+
+def test_a_shutdown_stops_following_the_stored_spans_and_the_next_start_goes_on(tmp_path, monkeypatch):
+    spans = _spans(9) + continuous_calls(41, 200)
+    (tmp_path / "store").mkdir()
+    path = tmp_path / "store" / "spans.duckdb"
+    store = _open(path)
+    store_spans(store, spans[:10])
+    for i in range(10, len(spans), 10):  # committed batches the windows never saw
+        store.append(span_rows(spans[i:i + 10]))
+    _crash(store)
+    store = _open(path, window_lag_rows=5)  # a chunk a batch
+    first_chunk = threading.Event()
+    follow = processor_module.WindowProcessor.follow
+
+    def slow_follow(self, *args, **kwargs):
+        follow(self, *args, **kwargs)
+        first_chunk.set()
+        time.sleep(0.05)
+
+    monkeypatch.setattr(processor_module.WindowProcessor, "follow", slow_follow)
+    assert store.open_windows()[1] is True
+    thread = WindowThread(store, gather_s=0.0)
+    thread.start()
+    assert first_chunk.wait(30)
+    store.shutdown()  # stops the thread between chunks and saves how far it got
+    monkeypatch.undo()
+    followed = store.stats["caught_up_spans"]
+    assert 0 < followed < len(spans) - 10
+    store = _open(path)
+    try:
+        assert store.open_windows()[1] is True
+        store.update_windows()
+        assert store.stats["caught_up_spans"] == len(spans) - 10 - followed  # only what was left
+        assert _windows(store) == _from_scratch(tmp_path, spans)
+    finally:
+        store.shutdown()
+
+
+def test_a_failed_pass_follows_the_spans_again_from_the_saved_state(tmp_path, monkeypatch):
+    spans = _spans(12)
     half = len(spans) // 2
-    (tmp_path / "store").mkdir()
-    store = _open(tmp_path / "store" / "spans.duckdb")
-    store.open_windows()
-    updater = WindowThread(store, gather_s=0.0)
-    updater.start()
+    store = _open(tmp_path / "spans.duckdb")
     try:
-        store.append(span_rows(spans[:half]))
-        assert store.wait_for_windows(30)
-        assert store.stats["state_saves"] == 0  # far fewer spans than a save waits for
-        _save_when_asked(monkeypatch)
-        store.append(span_rows(spans[half:]))
-        assert store.wait_for_windows(30)
-        deadline = time.monotonic() + 30
-        while store.stats["state_saves"] == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert store.stats["state_saves"] == 1
-    finally:
-        updater.shutdown()
-    saved = store.con.execute("select distinct windowed_us from window_state").fetchall()
-    assert saved == [(store.stored_watermark()[0],)]
-    store.shutdown()
+        store_spans(store, spans[:half])
+        failures = iter([RuntimeError("DuckDB ran out of memory")])
 
+        def failing_store_windows(keys):
+            error = next(failures, None)
+            if error is not None:
+                raise error
+            return processor_module.WindowProcessor.store_windows(store.windows, keys)
 
-def test_a_replay_within_a_small_window_memory_budget_stays_exact(tmp_path, monkeypatch):
-    _save_when_asked(monkeypatch)
-    spans = _spans(4)
-    cuts = [len(spans) * i // 4 for i in range(5)]
-    parts = [spans[a:b] for a, b in zip(cuts, cuts[1:])]
-    (tmp_path / "store").mkdir()
-    path = tmp_path / "store" / "spans.duckdb"
-    store = _store_with_spans(path, parts[0] + parts[1][:3])
-    assert store.save_window_state_if_due()
-    store_spans(store, parts[1][3:])
-    store.append(span_rows(parts[2]))
-    _crash(store)
-    store = _open(path, window_memory_bytes=1)  # every target but one dropped: rebuilt on its next batch
-    try:
-        assert store.open_windows()[1] is True
-        store.update_windows()
-        assert store.stats["state_replayed_spans"] > 0
-        assert len({target for target, _ in store.book.keys}) <= 1
-        _exact_before_and_after_the_rest(store, tmp_path, spans, cuts[3], "replayed")
+        monkeypatch.setattr(store.windows, "store_windows", failing_store_windows)
+        store_spans(store, spans[half:])
+        assert store.stats["recoveries"] == 1
+        store.update_windows()  # follows the stored spans from the saved state
+        assert store.stats["rebuilds"] == 0
+        (tmp_path / "scratch_dir").mkdir()
+        assert _windows(store) == _from_scratch(tmp_path / "scratch_dir", spans)
     finally:
         store.shutdown()
 
 
-def test_a_replay_that_fails_recomputes_every_window(tmp_path, monkeypatch):
-    _save_when_asked(monkeypatch)
-    spans = _spans(6)
-    cuts = [len(spans) * i // 4 for i in range(5)]
-    (tmp_path / "store").mkdir()
-    path = tmp_path / "store" / "spans.duckdb"
-    store = _store_with_spans(path, spans[:cuts[1]])
-    assert store.save_window_state_if_due()
-    store_spans(store, spans[cuts[1]:cuts[2]])
-    store.append(span_rows(spans[cuts[2]:cuts[3]]))  # committed; the windows never saw them
-    _crash(store)
-    store = _open(path)
+def test_a_window_falling_back_under_the_exact_range_is_recomputed_alone(tmp_path):
+    """A task's value turning NULL (its later call has no price) takes one sample out of a
+    histogram of EXACT_SAMPLES + 1 samples: that window is recomputed from its samples, exact again;
+    the target's other windows follow the delta."""
+    ids = Ids(50)
+    spans = continuous_calls(51, EXACT_SAMPLES, "bot")
+    trace, root = ids.trace(), ids.span()
+    task = {c.TARGET_ID: "bot", c.TASK_ID: "late-task"}
+    spans.append(Span(trace, root, "chat", T0, T0 + S, {**task, c.GEN_AI_OPERATION_NAME: c.OP_CHAT,
+                                                        c.GEN_AI_USAGE_INPUT_TOKENS: 5, c.COST_USD: 0.5}, kind=3))
+    unpriced = Span(ids.trace(), ids.span(), "chat", T0 + 2 * S, T0 + 3 * S, {
+        **task, c.GEN_AI_OPERATION_NAME: c.OP_CHAT, c.GEN_AI_USAGE_INPUT_TOKENS: 5}, kind=3)
+    store = _open(tmp_path / "spans.duckdb")
     try:
-        assert store.open_windows()[1] is True
-
-        def failing_replay(processor, table, until_us):  # e.g. DuckDB running out of memory mid-way
-            raise RuntimeError("the replay failed")
-
-        monkeypatch.setattr(recovery_module, "_replay_state", failing_replay)
-        store.update_windows()
-        assert store.stats["state_replayed_spans"] == 0 and store.stats["rebuilds"] == 1
-        _exact_before_and_after_the_rest(store, tmp_path, spans, cuts[3], "recomputed")
+        store_spans(store, spans)
+        cost = store.query("select sample_count, quantile_error from windows where metric = 'total_task_cost'").rows
+        assert cost[0][0] == EXACT_SAMPLES + 1 and cost[0][1] > 0
+        store_spans(store, [unpriced])
+        cost = store.query("select sample_count, quantile_error from windows where metric = 'total_task_cost'").rows
+        assert cost == [(EXACT_SAMPLES, 0.0)]
+        assert store.stats["recomputed_windows"] == 1 and store.stats["rebuilds"] == 0
+        (tmp_path / "scratch_dir").mkdir()
+        assert _windows(store) == _from_scratch(tmp_path / "scratch_dir", spans + [unpriced])
     finally:
         store.shutdown()
 
 
-def test_a_shutdown_during_a_replay_stops_it_and_the_next_start_replays_again(tmp_path, monkeypatch):
-    """SIGTERM while the window thread replays a crashed run's spans: the replay stops between
-    chunks instead of holding the shutdown up; the stored rows and the saved state stay as they
-    were, and the next start replays from that state."""
-    _save_when_asked(monkeypatch)
-    spans = _spans(8)
-    cuts = [len(spans) * i // 8 for i in range(9)]
-    parts = [spans[a:b] for a, b in zip(cuts, cuts[1:])]
-    (tmp_path / "store").mkdir()
-    path = tmp_path / "store" / "spans.duckdb"
-    store = _store_with_spans(path, spans[:cuts[4]])
-    assert store.save_window_state_if_due()
-    saved_at = store.con.execute("select distinct windowed_us from window_state").fetchall()
-    for part in parts[4:6]:  # windowed after the save: two batches, replayed in two chunks
-        store_spans(store, part)
-    store.append(span_rows(parts[6]))  # committed; the windows never saw them
-    _crash(store)
-
-    store = _open(path, window_lag_rows=1)
-    first_chunk_done = threading.Event()
-    replay_state = recovery_module._replay_state
-
-    def replay_state_until_the_shutdown(processor, table, until_us):
-        replay_state(processor, table, until_us)
-        first_chunk_done.set()
-        deadline = time.monotonic() + 30
-        while not processor._closing and time.monotonic() < deadline:  # the rest of a long replay
-            time.sleep(0.01)
-
-    monkeypatch.setattr(recovery_module, "_replay_state", replay_state_until_the_shutdown)
+def test_a_growing_task_never_needs_a_recomputation(tmp_path):
+    """Tasks whose spans arrive over several batches, some of them the windows' first or last:
+    their deltas only widen a window's times, so no window is recomputed."""
+    ids = Ids(60)
+    batches: list[list[Span]] = [[], [], []]
+    for t in range(40):
+        trace = ids.trace()
+        start = T0 + t * S
+        task = {c.TARGET_ID: "bot", c.TASK_ID: f"task-{t}"}
+        for k in range(3):  # the task's later spans end later and arrive in later batches
+            batches[k].append(Span(trace, ids.span(), "chat", start + k * S, start + (k + 1) * S + t, {
+                **task, c.GEN_AI_OPERATION_NAME: c.OP_CHAT, c.GEN_AI_USAGE_INPUT_TOKENS: 10 + k + t,
+                c.COST_USD: 0.001 * (k + 1)}, kind=3))
+    store = _open(tmp_path / "spans.duckdb")
     try:
-        assert store.open_windows()[1] is True
-        stored_rows = _windows(store)
-        updater = WindowThread(store, gather_s=0.0)
-        updater.start()
-        assert first_chunk_done.wait(30)
-        updater.shutdown()
-        assert store.replay_until_us is not None  # stopped after its first chunk
-        assert store.stats["state_replayed_spans"] == 0
-        assert _windows(store) == stored_rows
-    finally:
-        store.shutdown()
-    check = _open(path)
-    try:
-        assert check.con.execute("select distinct windowed_us from window_state").fetchall() == saved_at
-    finally:
-        check.crash()  # no shutdown: it would take the windows up and save them
-
-    store = _open(path)
-    try:
-        assert store.open_windows()[1] is True
-        store.update_windows()
-        assert store.stats["state_replayed_spans"] == span_rows(spans[cuts[4]:cuts[7]]).num_rows
-        _exact_before_and_after_the_rest(store, tmp_path, spans, cuts[7], "replayed")
-    finally:
-        store.shutdown()
-
-
-def test_a_start_that_recomputes_every_window_saves_their_state_at_once(tmp_path, monkeypatch):
-    """Windows recomputed from all the stored spans at start (a bulk load, new definitions, a crash
-    with no saved state) are saved by the window thread without waiting for new spans: a crash
-    soon after then costs the next start no second recomputation."""
-    monkeypatch.setattr(recovery_module, "STATE_SAVE_MIN_SPANS", 1)
-    spans = _spans(21)
-    (tmp_path / "store").mkdir()
-    path = tmp_path / "store" / "spans.duckdb"
-    store = _open(path)
-    store.write(span_rows(spans), refresh_windows=False)  # a bulk load: no windows yet
-    assert store.open_windows()[1] is False  # recomputed
-    updater = WindowThread(store, gather_s=0.0)
-    updater.start()
-    try:
-        deadline = time.monotonic() + 30
-        while store.stats["state_saves"] == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert store.stats["state_saves"] == 1  # no span arrived since the start
-    finally:
-        store.windows._stop.set()  # stop the thread without the shutdown's pass: then crash
-        store.windows._thread.join()
-    _crash(store)
-    store = _open(path)
-    try:
-        assert store.open_windows()[1] is True
-        assert store.stats["state_keys_taken_up"] > 0 and store.stats["rebuilds"] == 0
-        assert _windows(store) == _from_scratch(tmp_path, spans)
-    finally:
-        store.shutdown()
-    assert store.stats["state_saves"] == 0  # a restart without new spans leaves the saved state as it is
-    store = _open(path)
-    try:
-        assert store.open_windows()[1] is True
-        assert store.stats["state_keys_taken_up"] > 0 and store.stats["rebuilds"] == 0
-        later = _spans(22)
-        store_spans(store, later)
-        assert store.stats["rebuilds"] == 0  # the saved state follows; no target rereads its spans
-        assert _windows(store) == _from_scratch(tmp_path, spans + later, "later")
+        for batch in batches:
+            store_spans(store, batch)
+        assert store.stats["recomputed_windows"] == 0 and store.stats["rebuilds"] == 0
+        (tmp_path / "scratch_dir").mkdir()
+        assert _windows(store) == _from_scratch(tmp_path / "scratch_dir", [s for b in batches for s in b])
     finally:
         store.shutdown()
