@@ -213,6 +213,8 @@ EXPERIMENTS_PATH = "/api/experiments"
 """POST an experiment manifest {"manifest": {...}} to create or update it."""
 HEALTH_PATH = "/healthz"
 WINDOWS_PATH = "/api/windows"
+WINDOWS_RANGE_PATH = "/api/windows/range"
+"""POST {"since_us", "until_us", "target", "scope"}: the windows of a time range (from the windows by time)."""
 """POST evaluated windows {"windows": [...]} (written by `meritlens evaluate` when a collector holds the file)."""
 GRPC_TRACE_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 

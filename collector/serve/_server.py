@@ -29,6 +29,7 @@ from meritlens.collector._settings import (
     is_loopback,
 )
 from meritlens.collector.store._store import SpanStore
+from meritlens.collector.serve._ranges import RangeWindowsEndpoint
 from meritlens.collector.windows._processor import WindowProcessor
 
 log = logging.getLogger("meritlens.collector")
@@ -125,6 +126,8 @@ class Collector:
         app = self._http.app()
         Dashboard(self.store, readiness=self.readiness, token=self.token).install(app)
         MetricsEndpoint(self.store, readiness=self.readiness, window_lag=window_lag, limiter=self.limiter).install(app)
+        if self.windows is not None:
+            RangeWindowsEndpoint(self.windows, self.store.db_name).install(app)
         count_exports(self.ingest)
         time_writes(self.pipeline)
         # `_stop_http` waits for the requests in progress itself; what aiohttp then waits for is answers
