@@ -11,7 +11,6 @@ order-free evidence digests, so the rows are the same whatever the order and bat
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
 from typing import Iterable, Iterator, Protocol
 from urllib.parse import quote
@@ -69,9 +68,7 @@ def bucket_rows(book: WindowBook, keys, db_name: str, computed_at: _dt.datetime)
     for key in sorted(keys):
         start, end = bucket_range(key)
         span = f"&from={quote(start.isoformat(), safe='')}&to={quote(end.isoformat(), safe='')}"
-        for w in book.windows(key, db_name, computed_at):
-            rows.append((dataclasses.replace(w, evidence_uri=w.evidence_uri and w.evidence_uri + span), start,
-                         key[3] // 1_000_000))
+        rows.extend((w, start, key[3] // 1_000_000) for w in book.windows(key, db_name, computed_at, span))
     return rows
 
 
