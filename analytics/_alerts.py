@@ -35,7 +35,7 @@ from meritlens.analytics._accumulate import WindowAccumulator
 from meritlens.analytics._catalogue import Aggregation, Direction
 from meritlens.analytics._distribution import scaled_to_float
 from meritlens.analytics._intervals import check_confidence
-from meritlens.analytics._regressions import DEFAULT_QUANTILE
+from meritlens.analytics._regressions import quantile_level, statistic_of
 from meritlens.analytics._sequential import mean_above, mean_below, mean_bounds, quantile_rank_bounds
 from meritlens.analytics._state_view import StateView, value_range, view
 from meritlens.analytics._time_buckets import DAY_US, HOUR_US
@@ -109,12 +109,11 @@ class AlertRule:
 
     @property
     def statistic(self) -> str:
-        aggregation = self.aggregation or DEFINITIONS_BY_METRIC[self.metric].aggregation
-        if aggregation is Aggregation.PERCENTILE:
-            return f"p{(self.quantile or DEFAULT_QUANTILE) * 100:g}"
-        if aggregation is Aggregation.SUM and self.kind is RuleKind.CONSTRAINT:
+        """What the rule bounds: a regression's statistic, or a constraint's observed "sum"."""
+        definition = DEFINITIONS_BY_METRIC[self.metric]
+        if (self.aggregation or definition.aggregation) is Aggregation.SUM and self.kind is RuleKind.CONSTRAINT:
             return "sum"
-        return "rate" if aggregation is Aggregation.RATE else "mean"
+        return statistic_of(definition, self.aggregation, self.quantile)
 
 
 def sequence_start(rule: AlertRule, now_us: int) -> int:
@@ -183,7 +182,7 @@ def evaluate(rule: AlertRule, current: WindowAccumulator, *, baseline: WindowAcc
         enough = s.n >= rule.min_samples or rule.statistic == "sum"
         margin, baseline_samples = rule.threshold, None
         counts, method, asymptotic = bounds.counts, bounds.method, bounds.asymptotic
-        if rule.statistic.startswith("p"):
+        if quantile_level(rule.statistic) is not None:
             certain, possible = s.count_at_most(rule.threshold)
             counts = {**counts, "at_or_below_threshold": [certain, possible]}
     # regression: difference vs +tolerance (lower is better) or -tolerance; constraint: value vs threshold
@@ -230,8 +229,8 @@ def _bounds(rule: AlertRule, s: StateView, alpha: float) -> _Bounds:
     if statistic == "sum":
         total = scaled_to_float(s.total)
         return _Bounds(total, total, total, "observed_sum", False, counts)
-    if statistic.startswith("p"):
-        q = float(statistic[1:]) / 100
+    q = quantile_level(statistic)
+    if q is not None:
         low_rank, high_rank = quantile_rank_bounds(s.n, q, alpha)
         low = float(s.rank_ranges([low_rank])[0][0]) if low_rank is not None else -math.inf
         high = float(s.rank_ranges([high_rank])[1][0]) if high_rank is not None else math.inf

@@ -25,7 +25,7 @@ import numpy as np
 from meritlens.analytics._accumulate import WindowAccumulator
 from meritlens.analytics._catalogue import Aggregation
 from meritlens.analytics._intervals import normal_quantile, quantile_ranks, t_quantile
-from meritlens.analytics._regressions import family_confidence, statistic_of
+from meritlens.analytics._regressions import family_confidence, quantile_level, statistic_of
 from meritlens.analytics._state_view import StateView, view
 
 DEFAULT_POWER = 0.8
@@ -153,7 +153,7 @@ def plan(state: WindowAccumulator, change: float, *, confidence: float = 0.95, p
          simulations: int = DEFAULT_SIMULATIONS, seed: int = 0) -> SamplePlan:
     """Samples per side for one metric to show ``change`` (in its unit) from what ``state`` holds
     (e.g. the baseline range's window): its rate, its variance, or its distribution."""
-    statistic = statistic_of(state, aggregation, quantile)
+    statistic = statistic_of(state.definition, aggregation, quantile)
     if statistic is None:
         raise ValueError(f"{state.definition.metric}: its value is not a statistic of its samples; no plan")
     s = view(state)
@@ -161,8 +161,8 @@ def plan(state: WindowAccumulator, change: float, *, confidence: float = 0.95, p
         raise ValueError(f"{state.definition.metric}: a plan needs a state of at least two samples, it has {s.n}")
     common = dict(metric=state.definition.metric, statistic=statistic, change=change, power=power,
                   confidence=confidence, family_size=family_size)
-    if statistic.startswith("p"):
-        q = float(statistic[1:]) / 100 if quantile is None else quantile
+    q = quantile_level(statistic)
+    if q is not None:
         baseline = s.quantile(q)
         if not baseline > 0:
             raise ValueError(f"{state.definition.metric}: a quantile plan needs a positive {statistic}, not {baseline}")

@@ -50,12 +50,11 @@ from meritlens.analytics._intervals import (
     wilson_interval,
 )
 from meritlens.analytics._state_view import StateView, view
-from meritlens.analytics._windows import MIN_SAMPLES_FOR_REPEATED_CLAIM, ValueRule
+from meritlens.analytics._windows import MIN_SAMPLES_FOR_REPEATED_CLAIM, ValueRule, WindowDefinition
 
 CORRECTION = "bonferroni"
 DEFAULT_QUANTILE = 0.95
 """The quantile a percentile metric is compared at (its window's value is the p95)."""
-QUANTILES = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
 
 
 class Change(str, Enum):
@@ -130,17 +129,16 @@ def verdict(direction: Direction, difference: Estimate, tolerance: float = 0.0) 
     return Change.NO_CHANGE
 
 
-def statistic_of(state: WindowAccumulator, aggregation: Aggregation | None = None,
+def statistic_of(definition: WindowDefinition, aggregation: Aggregation | None = None,
                  quantile: float | None = None) -> str | None:
-    """What a regression of this window compares ("rate", "mean", "p95", ...); None when unsupported."""
-    definition = state.definition
+    """What a regression of this metric's window compares ("rate", "mean", "p95", ...); None when unsupported."""
     if definition.value_rule is not ValueRule.AGGREGATE:
         return None
     aggregation = aggregation or definition.aggregation
     if aggregation is Aggregation.SINGLE_VALUE:
         return None
     if aggregation is Aggregation.PERCENTILE:
-        return _quantile_name(quantile if quantile is not None else DEFAULT_QUANTILE)
+        return quantile_name(quantile if quantile is not None else DEFAULT_QUANTILE)
     return "rate" if aggregation is Aggregation.RATE else "mean"
 
 
@@ -160,7 +158,7 @@ def compare(recent: WindowAccumulator, baseline: WindowAccumulator, *, confidenc
     level = family_confidence(confidence, family_size)
     spec = recent.definition.spec
     minimum = max(min_samples or 0, MIN_SAMPLES_FOR_REPEATED_CLAIM)
-    statistic = statistic_of(recent, aggregation, quantile)
+    statistic = statistic_of(recent.definition, aggregation, quantile)
     r, b = view(recent), view(baseline)
     common = dict(metric=spec.id, confidence=level, family_confidence=confidence, family_size=family_size,
                   recent_samples=r.n, baseline_samples=b.n, min_samples=minimum, tolerance=tolerance)
@@ -199,27 +197,30 @@ def compare_all(pairs: Mapping[Hashable, tuple[WindowAccumulator, WindowAccumula
     def tested(recent: WindowAccumulator, base: WindowAccumulator) -> bool:
         o = options(recent)
         needed = max(o["min_samples"] or 0, MIN_SAMPLES_FOR_REPEATED_CLAIM)
-        return (statistic_of(recent, o["aggregation"], quantile) is not None
+        return (statistic_of(recent.definition, o["aggregation"], quantile) is not None
                 and min(recent.values.n, base.values.n) >= needed)
 
     family = max(1, sum(tested(r, b) for r, b in pairs.values()))
     return {key: compare(r, b, confidence=confidence, family_size=family, **options(r)) for key, (r, b) in pairs.items()}
 
 
-def _quantile_name(q: float) -> str:
+def quantile_name(q: float) -> str:
+    """A quantile statistic's name: 0.95 -> "p95"."""
     if not 0.0 < q < 1.0:
         raise ValueError(f"a quantile level lies strictly between 0 and 1, not {q}")
     return f"p{q * 100:g}"
 
 
-def _level(statistic: str) -> float:
-    return float(statistic[1:]) / 100.0
+def quantile_level(statistic: str) -> float | None:
+    """The level of a quantile statistic ("p95" -> 0.95); None for a rate, a mean or a sum."""
+    return float(statistic[1:]) / 100.0 if statistic.startswith("p") else None
 
 
 def _point(s: StateView, statistic: str) -> float | None:
     if s.n == 0:
         return None
-    return s.quantile(_level(statistic)) if statistic.startswith("p") else s.mean
+    q = quantile_level(statistic)
+    return s.mean if q is None else s.quantile(q)
 
 
 def _intervals(statistic: str, r: StateView, b: StateView,
@@ -228,12 +229,12 @@ def _intervals(statistic: str, r: StateView, b: StateView,
         difference = newcombe_difference(r.ones, r.n, b.ones, b.n, level)
         relative = mover_ratio(wilson_interval(r.ones, r.n, level), wilson_interval(b.ones, b.n, level))
         return Method.NEWCOMBE, difference, relative
-    if not statistic.startswith("p"):
+    q = quantile_level(statistic)
+    if q is None:
         difference = welch_difference(r.n, r.mean, r.variance, b.n, b.mean, b.variance, level)
         relative = mover_ratio(mean_interval(r.n, r.mean, r.variance, level),
                                mean_interval(b.n, b.mean, b.variance, level))
         return Method.WELCH, difference, relative
-    q = _level(statistic)
     sides = [quantile_interval(s, q, level) for s in (r, b)]
     return Method.ORDER_STATISTICS, mover_difference(*sides), mover_ratio(*sides)
 
@@ -248,5 +249,5 @@ def quantile_interval(s: StateView, q: float, level: float) -> Estimate:
     return Estimate(estimate, min(low, estimate), max(high, estimate))
 
 
-__all__ = ["CORRECTION", "Change", "DEFAULT_QUANTILE", "Method", "QUANTILES", "Regression", "compare", "compare_all",
-           "family_confidence", "quantile_interval", "statistic_of", "verdict"]
+__all__ = ["CORRECTION", "Change", "DEFAULT_QUANTILE", "Method", "Regression", "compare", "compare_all",
+           "family_confidence", "quantile_interval", "quantile_level", "quantile_name", "statistic_of", "verdict"]

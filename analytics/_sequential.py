@@ -8,7 +8,7 @@ supermartingale).
 
 **Means.** To claim that the mean of samples X_1, X_2, ... exceeds theta when every sample is at
 least ``floor``: with xi_i = X_i - theta >= -(theta - floor) = -c, Fan, Grama & Liu's inequality
-(2015, *Stochastic Processes and their Applications* 125; exp(l*xi - psi_E(l)*xi^2) <= 1 + l*xi for
+(2015, *Electronic Journal of Probability* 20(1); exp(l*xi - psi_E(l)*xi^2) <= 1 + l*xi for
 xi >= -1, 0 <= l < 1) makes exp(l*S_t - psi_{E,c}(l)*V_t), with S_t = sum xi_i and V_t = sum xi_i^2,
 a nonnegative supermartingale for every l in [0, 1/c) as long as each sample's conditional mean is
 at most theta (the samples need not be identically distributed). That is a sub-exponential, hence
@@ -140,35 +140,25 @@ def mean_bounds(n: int, total: int, squares: int, alpha: float, floor: float | N
     if floor is None:
         low = mean - radius
     else:
-        low = _last_true(lambda x: mean_above(n, total, squares, x, floor, alpha), floor, mean)
+        low = _edge(lambda x: mean_above(n, total, squares, x, floor, alpha), floor, mean)
     if ceiling is None:
         high = mean + radius
     else:
-        high = _first_true(lambda x: mean_below(n, total, squares, x, ceiling, alpha), mean, ceiling)
+        high = _edge(lambda x: mean_below(n, total, squares, x, ceiling, alpha), ceiling, mean)
     return low, high, radius is not None
 
 
-def _last_true(holds, low: float, high: float) -> float:
-    """The edge of the set where ``holds`` (true at ``low``, false at ``high``); ``low`` when it holds nowhere."""
-    if not holds(low):
-        return low
+def _edge(holds, inside: float, outside: float) -> float:
+    """The point nearest ``outside`` from which ``holds`` is true back to ``inside`` (by bisection);
+    ``inside`` when it does not hold there."""
+    if not holds(inside):
+        return inside
     for _ in range(64):
-        middle = 0.5 * (low + high)
-        if middle in (low, high):
+        middle = 0.5 * (inside + outside)
+        if middle in (inside, outside):
             break
-        low, high = (middle, high) if holds(middle) else (low, middle)
-    return low
-
-
-def _first_true(holds, low: float, high: float) -> float:
-    if not holds(high):
-        return high
-    for _ in range(64):
-        middle = 0.5 * (low + high)
-        if middle in (low, high):
-            break
-        low, high = (low, middle) if holds(middle) else (middle, high)
-    return high
+        inside, outside = (middle, outside) if holds(middle) else (inside, middle)
+    return inside
 
 
 def quantile_rank_bounds(n: int, q: float, alpha: float) -> tuple[int | None, int | None]:

@@ -15,14 +15,7 @@ import numpy as np
 
 from meritlens.analytics._accumulate import WindowAccumulator
 from meritlens.analytics._catalogue import MetricSpec
-from meritlens.analytics._distribution import (
-    SUM_SCALE,
-    Distribution,
-    exact_square_sum,
-    exact_sum,
-    sample_variance,
-    scaled_to_float,
-)
+from meritlens.analytics._distribution import SUM_SCALE, Distribution, sample_variance, scaled_to_float
 
 _EDGE_SLACK = 1e-12
 """Bucket edges are computed in doubles; widened by this relative margin so that they surely hold
@@ -95,15 +88,6 @@ def view(state: WindowAccumulator) -> StateView:
                      lows, highs, points, counts, state.values)
 
 
-def view_of_values(values: np.ndarray, scale: int) -> StateView:
-    """The view of a state holding ``values`` (as a window of that many samples would keep them)."""
-    distribution = Distribution(scale)
-    distribution.add(np.asarray(values, dtype=float))
-    lows, highs, points, counts = _slots(distribution)
-    return StateView(distribution.n, exact_sum(values), exact_square_sum(values), distribution.exact,
-                     distribution.relative_error, lows, highs, points, counts, distribution)
-
-
 def value_range(spec: MetricSpec) -> tuple[float, float | None]:
     """The values a metric's samples can take: [0, 1] for ratios, [0, inf) for every other catalogue
     quantity (counts, costs, durations, frequencies are never negative)."""
@@ -134,4 +118,4 @@ def _slots(d: Distribution) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
     return lows[held], highs[held], points[held], counts[held].astype(np.int64)
 
 
-__all__ = ["StateView", "value_range", "view", "view_of_values"]
+__all__ = ["StateView", "value_range", "view"]

@@ -81,7 +81,7 @@ def test_quantile_intervals_cover_near_their_level_exact_and_histogram(q, sizes)
     coverage, _ = _coverage("end_to_end_latency",
                             lambda g: (g.lognormal(0, _SIGMA, sizes[0]) * 1.2, g.lognormal(0, _SIGMA, sizes[1])),
                             0.2 * true_q, seed=int(q * 100) + sizes[0], quantile=q)
-    assert 0.93 <= coverage <= 0.99, coverage
+    assert 0.93 <= coverage <= 0.995, coverage  # conservative beyond 1,000 samples: bucket edges
 
 
 def test_histogram_states_widen_quantile_intervals_by_no_more_than_their_buckets():
