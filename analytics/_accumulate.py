@@ -523,6 +523,10 @@ class WindowBook:
                 accumulators[metric].merge(accumulator)
         return merged
 
+    def state(self, key: WindowKey, metric: str) -> WindowAccumulator | None:
+        """The state of one window held (to read: statistics over it, `meritlens.analytics._state_view`)."""
+        return self._windows.get(key, {}).get(metric)
+
     def needing_recompute(self, key: WindowKey) -> set[WindowId]:
         """The windows of ``key`` whose state cannot say their row (see `WindowAccumulator.needs_recompute`)."""
         return {(*key, metric) for metric, a in self._windows.get(key, {}).items() if a.needs_recompute}

@@ -51,7 +51,7 @@ def hour_book(rows: pa.Table, now_us: int) -> WindowBook:
 
 def state_in(book: WindowBook, key: tuple, metric: str) -> WindowAccumulator:
     """The state a book holds for one window (read only)."""
-    return book._windows[key][metric]
+    return book.state(key, metric)
 
 
 def add_samples(state: WindowAccumulator, values, end_us: int) -> None:
