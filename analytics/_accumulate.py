@@ -35,6 +35,8 @@ from meritlens.analytics._catalogue import Aggregation
 from meritlens.analytics._distribution import (
     Distribution,
     bucket_indices,
+    exact_square_sum,
+    exact_sum,
     segment_sums,
     sample_stddev,
     scaled_to_float,
@@ -359,6 +361,17 @@ class SampleColumns:
     last_end_max: int | None = None
     buckets: np.ndarray | None = None
     """The values' histogram bucket indices (of their magnitudes; zeros' are meaningless), when computed."""
+
+    @classmethod
+    def of(cls, v: np.ndarray, first_end_us: np.ndarray, last_end_us: np.ndarray, start_ns: np.ndarray,
+           end_ns: np.ndarray, *, successes: int = 0, spans: int | None = None, key_high: int = 0,
+           key_low: int = 0) -> "SampleColumns":
+        """One window's samples with their sums computed here (`group_samples` computes them for many
+        windows at once)."""
+        v = np.asarray(v, dtype=float)
+        return cls(v, first_end_us, last_end_us, start_ns, end_ns, key_high, key_low, exact_sum(v),
+                   exact_square_sum(v), successes, v.size if spans is None else spans,
+                   int(first_end_us.min()) if v.size else None, int(last_end_us.max()) if v.size else None)
 
 
 _NO_SAMPLES = SampleColumns(*(np.empty(0, dtype=t) for t in (float, np.int64, np.int64, np.int64, np.int64)), 0, 0)

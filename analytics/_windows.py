@@ -23,7 +23,6 @@ import os
 import urllib.parse
 from dataclasses import dataclass
 from enum import Enum
-from typing import Callable
 
 from meritlens.analytics._catalogue import (
     METRICS,

@@ -62,5 +62,5 @@ def add_samples(state: WindowAccumulator, values, end_us: int) -> None:
 
 def _columns(v: np.ndarray, ends: np.ndarray) -> SampleColumns:
     ints = np.arange(v.size, dtype=np.int64)
-    return SampleColumns(v, ends, ends, ints * 1000, ints * 1000 + 5, np.zeros(v.size, dtype=bool),
-                         np.ones(v.size, dtype=np.int64), int(ints.sum()) * 7919, int(ints.sum()))
+    return SampleColumns.of(v, ends, ends, ints * 1000, ints * 1000 + 5, key_high=int(ints.sum()) * 7919,
+                            key_low=int(ints.sum()))
