@@ -20,5 +20,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "_metric": ("Measurement", "Metric", "MetricOptions", "OptionError", "ScopeEvidence", "SpanRow", "TaskRecord",),
     "_registry": ("BUILTIN_METRICS", "ENTRY_POINT_GROUP", "MetricRegistry", "load_registry",),
     "_sidecar": ("KeyedObservation", "read_sidecar", "sidecar_path", "write_sidecar",),
-    "_windows": ("PLUGIN_ONLY_METRICS", "SCOPE_ALL", "SPAN_WINDOW_METRICS", "TASK_FIELDS", "WINDOW_DEFINITIONS", "Window", "WindowDefinition", "WindowState", "list_windows_sql",),
+    "_windows": ("SCOPE_ALL", "Window", "WindowState", "list_windows_sql",),
+    "_definitions": ("PLUGIN_ONLY_METRICS", "SPAN_WINDOW_METRICS", "WINDOW_DEFINITIONS", "WindowDefinition",),
+    "_tasks": ("TASK_FIELDS",),
 })

@@ -32,19 +32,15 @@ from meritlens.analytics._bootstrap import (
     value_interval,
 )
 from meritlens.analytics._catalogue import METRICS, Aggregation, Direction
+from meritlens.analytics._definitions import SPAN_WINDOW_METRICS, sample_statistic
+from meritlens.analytics._evidence import span_keys_digest
 from meritlens.analytics._experiments import ArmCheck, ExperimentManifest, canonical_json, check_arm
 from meritlens.analytics._format import format_signed, format_value
 from meritlens.analytics._profiles import TaskProfile, text_table
+from meritlens.analytics._samples import window_samples_sql
 from meritlens.analytics._schema import WINDOW_COLUMN_NAMES, WINDOWS_TABLE
-from meritlens.analytics._windows import (
-    MIN_SAMPLES_FOR_REPEATED_CLAIM,
-    SPAN_WINDOW_METRICS,
-    Window,
-    sample_statistic,
-    span_keys_digest,
-    sql_string,
-    window_samples_sql,
-)
+from meritlens.analytics._sql import sql_string
+from meritlens.analytics._windows import MIN_SAMPLES_FOR_REPEATED_CLAIM, Window
 
 METHOD_NAME = "cluster bootstrap, BCa with expanded quantiles"
 PAIRING_RULE = (

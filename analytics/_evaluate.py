@@ -27,6 +27,8 @@ from typing import Iterable, Literal, Protocol
 from urllib.parse import quote
 
 from meritlens.analytics._catalogue import METRICS, REPEATED_RUN_AGGREGATIONS, Aggregation
+from meritlens.analytics._definitions import SPAN_WINDOW_METRICS
+from meritlens.analytics._evidence import evidence_uri, span_keys_digest
 from meritlens.analytics._judge import DEFAULT_REPLICAS, Judge, JudgeCall, JudgeSession, is_fake_model
 from meritlens.analytics._metric import (
     SCOPE_SPAN_COLUMNS,
@@ -39,13 +41,12 @@ from meritlens.analytics._metric import (
 )
 from meritlens.analytics._schema import SPANS_TABLE
 from meritlens.analytics._sidecar import sidecar_path
-from meritlens.analytics._windows import evidence_uri, span_keys_digest, sql_string
+from meritlens.analytics._sql import sql_string
 from meritlens.analytics._windows import (
     EVALUATED_SUFFIX,
     EVIDENCE_MEDIA_TYPE,
     MIN_SAMPLES_FOR_REPEATED_CLAIM,
     SCOPE_ALL,
-    WINDOWED_METRICS,
     Window,
     WindowState,
 )
@@ -56,7 +57,7 @@ log = logging.getLogger("meritlens.analytics.evaluate")
 REPORT_FILENAME = "evaluation.json"
 DEFAULT_RUNS_DIR = "meritlens-runs"
 PARTITION_SEPARATOR = "."
-PROCESSOR_OWNED_METRICS = frozenset(WINDOWED_METRICS)
+PROCESSOR_OWNED_METRICS = frozenset(SPAN_WINDOW_METRICS)
 """Metrics whose bare-name window the collector's processor recomputes from spans on every batch."""
 
 

@@ -30,7 +30,7 @@ from meritlens.analytics._schema import (
     SPANS_TABLE,
     WINDOWS_TABLE,
 )
-from meritlens.analytics._windows import sql_string
+from meritlens.analytics._sql import sql_string
 from meritlens.instrumentation.conventions import ROLE_APPLICATION
 
 SHUFFLE_METHOD = "cases ordered by sha256('<shuffle_seed>:<case_id>') hex digest"

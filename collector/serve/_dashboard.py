@@ -32,7 +32,8 @@ from meritlens.analytics._catalogue import CATALOGUE, METRICS
 from meritlens.analytics._schema import SPANS_TABLE, WINDOW_COLUMN_NAMES, WINDOWS_TABLE
 from meritlens.analytics._task_samples import TASK_SAMPLE_METRICS, task_samples_sql
 from meritlens.analytics._views import COVERAGE_VIEW
-from meritlens.analytics._windows import SCOPE_ALL, sql_string
+from meritlens.analytics._sql import sql_string
+from meritlens.analytics._windows import SCOPE_ALL
 from meritlens.collector.store._results import json_default
 from meritlens.collector.serve._dashboard_api import Explorer
 from meritlens.collector._settings import (

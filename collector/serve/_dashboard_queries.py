@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 from meritlens.analytics._schema import SPANS_TABLE, WINDOWS_TABLE
 from meritlens.analytics._views import TASKS_VIEW
-from meritlens.analytics._windows import APPLICATION_SPANS, SCOPE_ALL, sql_string
+from meritlens.analytics._sql import sql_string
+from meritlens.analytics._tasks import APPLICATION_SPANS
+from meritlens.analytics._windows import SCOPE_ALL
 
 RANGES: dict[str, _dt.timedelta | None] = {
     "hour": _dt.timedelta(hours=1),

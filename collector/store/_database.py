@@ -18,7 +18,7 @@ from meritlens.analytics._schema import (
     WINDOWS_TABLE,
 )
 from meritlens.analytics._views import STORE_DDL
-from meritlens.analytics._windows import sql_string
+from meritlens.analytics._sql import sql_string
 from meritlens.collector.store._sqlguard import LOCKED_DOWN, lock_configuration
 
 log = logging.getLogger("meritlens.collector.store")

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from meritlens.analytics._schema import SPANS_TABLE, WINDOW_COLUMN_NAMES, WINDOWS_TABLE
-from meritlens.analytics._windows import WINDOW_INPUT_COLUMNS
+from meritlens.analytics._samples import WINDOW_INPUT_COLUMNS
 from meritlens.collector._settings import (
     DEFAULT_CHECKPOINT_WAL_BYTES,
     DEFAULT_SPAN_INDEX_BYTES,

@@ -10,7 +10,7 @@ import urllib.parse
 import httpx
 import pytest
 
-from meritlens.analytics._windows import span_keys_digest
+from meritlens.analytics._evidence import span_keys_digest
 from meritlens.instrumentation import conventions as c
 from tests.browser import DevToolsPage, dump_dom, parse_dom, screenshot, squash
 from tests.collector.dashboard_spans import MODEL, T0, TARGET, TASK5_TRACE, XSS_TARGET, known_spans, post
