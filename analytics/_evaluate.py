@@ -42,6 +42,7 @@ from meritlens.analytics._metric import (
 from meritlens.analytics._schema import SPANS_TABLE
 from meritlens.analytics._sidecar import sidecar_path
 from meritlens.analytics._sql import sql_string
+from meritlens.analytics._tasks import APPLICATION_SPANS
 from meritlens.analytics._windows import (
     EVALUATED_SUFFIX,
     EVIDENCE_MEDIA_TYPE,
@@ -50,7 +51,6 @@ from meritlens.analytics._windows import (
     Window,
     WindowState,
 )
-from meritlens.instrumentation.conventions import ROLE_APPLICATION
 
 log = logging.getLogger("meritlens.analytics.evaluate")
 
@@ -108,7 +108,7 @@ PAGE_SIZE = 5000
 def scope_spans_sql(target_id: str, scope: str, *, after: SpanPosition | None = None, limit: int | None = None) -> str:
     """The read-only query for the application spans of one target's scope, in a stable order,
     optionally only those after ``after`` and at most ``limit`` of them."""
-    where = [f"target_id = {sql_string(target_id)}", f"role = {sql_string(ROLE_APPLICATION)}"]
+    where = [APPLICATION_SPANS, f"target_id = {sql_string(target_id)}"]
     if scope != SCOPE_ALL:
         where.append(f"assessment_id = {sql_string(scope)}")
     if after is not None:

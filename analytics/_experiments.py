@@ -31,7 +31,7 @@ from meritlens.analytics._schema import (
     WINDOWS_TABLE,
 )
 from meritlens.analytics._sql import sql_string
-from meritlens.instrumentation.conventions import ROLE_APPLICATION
+from meritlens.analytics._tasks import APPLICATION_SPANS, TASK_KEY
 
 SHUFFLE_METHOD = "cases ordered by sha256('<shuffle_seed>:<case_id>') hex digest"
 """How ``case_order`` follows from the seed: specified here, so anyone can re-derive it with any tool."""
@@ -475,14 +475,14 @@ def _ts(value: _dt.datetime) -> str:
 
 def arm_spans_sql(target_id: str, assessment_id: str) -> str:
     """Summary of the application spans of one arm: counts, time range, model identities."""
-    return f"""SELECT count(*) AS spans, count(DISTINCT coalesce(task_id, trace_id)) AS tasks,
+    return f"""SELECT count(*) AS spans, count(DISTINCT {TASK_KEY}) AS tasks,
   min(start_time) AS earliest_start, max(end_time) AS latest_end,
   coalesce(list(DISTINCT response_model ORDER BY response_model) FILTER (WHERE response_model IS NOT NULL), [])
     AS response_models,
   coalesce(list(DISTINCT request_model ORDER BY request_model) FILTER (WHERE request_model IS NOT NULL), [])
     AS request_models
 FROM {SPANS_TABLE}
-WHERE role = '{ROLE_APPLICATION}' AND target_id = {sql_string(target_id)} AND assessment_id = {sql_string(assessment_id)}"""
+WHERE {APPLICATION_SPANS} AND target_id = {sql_string(target_id)} AND assessment_id = {sql_string(assessment_id)}"""
 
 
 def observe_arm(query, target_id: str, assessment_id: str) -> dict[str, Any]:
@@ -521,7 +521,7 @@ def check_arm(manifest: ExperimentManifest, arm: Arm, query) -> ArmCheck:
         window = f"[{start.isoformat()}, {end.isoformat()}]"
         if observed["earliest_start"] < start or observed["latest_end"] > end:
             outside = query(
-                f"SELECT count(*) FROM {SPANS_TABLE} WHERE role = '{ROLE_APPLICATION}' "
+                f"SELECT count(*) FROM {SPANS_TABLE} WHERE {APPLICATION_SPANS} "
                 f"AND target_id = {sql_string(target)} AND assessment_id = {sql_string(arm.assessment_id)} "
                 f"AND (start_time < {_ts(start)} OR end_time > {_ts(end)})"
             ).rows[0][0]
@@ -577,8 +577,8 @@ def check_arm(manifest: ExperimentManifest, arm: Arm, query) -> ArmCheck:
 
 def _case_warnings(manifest: ExperimentManifest, arm: Arm, target: str, query) -> list[str]:
     rows = query(
-        f"SELECT case_id, count(*) FROM (SELECT coalesce(task_id, trace_id) AS task, min(case_id) AS case_id "
-        f"FROM {SPANS_TABLE} WHERE role = '{ROLE_APPLICATION}' AND target_id = {sql_string(target)} "
+        f"SELECT case_id, count(*) FROM (SELECT {TASK_KEY} AS task, min(case_id) AS case_id "
+        f"FROM {SPANS_TABLE} WHERE {APPLICATION_SPANS} AND target_id = {sql_string(target)} "
         f"AND assessment_id = {sql_string(arm.assessment_id)} GROUP BY 1) GROUP BY case_id"
     ).rows
     runs = {case: int(n) for case, n in rows}

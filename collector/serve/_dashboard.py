@@ -33,6 +33,7 @@ from meritlens.analytics._schema import SPANS_TABLE, WINDOW_COLUMN_NAMES, WINDOW
 from meritlens.analytics._task_samples import TASK_SAMPLE_METRICS, task_samples_sql
 from meritlens.analytics._views import COVERAGE_VIEW
 from meritlens.analytics._sql import sql_string
+from meritlens.analytics._tasks import APPLICATION_SPANS, TASK_KEY
 from meritlens.analytics._windows import SCOPE_ALL
 from meritlens.collector.store._results import json_default
 from meritlens.collector.serve._dashboard_api import Explorer
@@ -48,7 +49,6 @@ from meritlens.collector._settings import (
     STATIC_PATH_PREFIX,
 )
 from meritlens.collector.store._store import SpanStore
-from meritlens.instrumentation.conventions import ROLE_APPLICATION
 
 log = logging.getLogger("meritlens.collector.dashboard")
 
@@ -86,13 +86,13 @@ ReadinessProvider = Callable[[str], dict]
 _TARGETS_SQL = f"""
 SELECT target_id,
   count(*) AS spans,
-  count(DISTINCT coalesce(task_id, trace_id)) AS tasks,
+  count(DISTINCT {TASK_KEY}) AS tasks,
   min(end_time) AS first_span_time,
   max(end_time) AS last_span_time,
   coalesce(list(DISTINCT assessment_id ORDER BY assessment_id) FILTER (WHERE assessment_id IS NOT NULL), [])
     AS assessments
 FROM {SPANS_TABLE}
-WHERE target_id IS NOT NULL AND role = '{ROLE_APPLICATION}'
+WHERE {APPLICATION_SPANS}
 GROUP BY target_id ORDER BY target_id
 """
 
