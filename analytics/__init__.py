@@ -9,8 +9,12 @@ from meritlens.instrumentation._exports import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "_catalogue": ("CATALOGUE", "METRIC_IDS", "METRICS", "Aggregation", "Direction", "MetricGroup", "MetricKind", "MetricSpec", "SampleUnit", "Source", "get_metric",),
-    "_compare": ("Comparison", "ComparisonError", "MetricRule", "ResultState", "Verdict", "compare", "recompute_interval",),
-    "_experiments": ("Arm", "ArmCheck", "ExperimentError", "ExperimentManifest", "ExperimentNotFound", "check_arm", "load_experiment", "shuffled_case_order",),
+    "_compare": ("Comparison", "compare",),
+    "_rules": ("ComparisonError", "MetricRule", "ResultState", "Verdict",),
+    "_calculator": ("recompute_interval",),
+    "_manifest": ("Arm", "ExperimentError", "ExperimentManifest", "ExperimentNotFound", "shuffled_case_order",),
+    "_arm_check": ("ArmCheck", "check_arm",),
+    "_manifest_store": ("load_experiment",),
     "_frontier": ("Frontier", "frontier",),
     "_plots": ("plot_frontier",),
     "_profiles": ("MetricPlan", "ProfileError", "ProfileProblem", "SamplingStrategy", "TaskProfile", "load_profile", "profile_from_dict",),

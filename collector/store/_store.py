@@ -436,7 +436,7 @@ class SpanStore:
         transaction, after ``check_update`` against the stored one; returns it as stored (with its
         created/updated times). Raises ExperimentError for an update that rewrites the past, or with
         ``create`` when the experiment exists."""
-        from meritlens.analytics._experiments import save_manifest
+        from meritlens.analytics._manifest_store import save_manifest
 
         with self.write_lock:
             con = self._db.con
