@@ -5,7 +5,7 @@ Names are imported from their private modules on first use, so a process that ne
 
 from __future__ import annotations
 
-from meritlens.instrumentation._exports import lazy_exports
+from meritlens.instrumentation.exports import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "_catalogue": ("CATALOGUE", "METRIC_IDS", "METRICS", "Aggregation", "Direction", "MetricGroup", "MetricKind", "MetricSpec", "SampleUnit", "Source", "get_metric",),

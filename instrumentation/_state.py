@@ -9,12 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 
+from meritlens.instrumentation.conventions import TRACER_NAME
+
 if TYPE_CHECKING:
     from meritlens.instrumentation._task import Task
 
 log = logging.getLogger("meritlens.instrumentation")
 
-TRACER_NAME = "meritlens.instrumentation"
 
 
 class _Config:

@@ -16,9 +16,14 @@ from typing import Callable, Iterator, Sequence
 
 from aiohttp import web
 
-from meritlens.analytics._arm_lifecycle import finish_arm, start_arm
-from meritlens.analytics._manifest import ExperimentError, ExperimentManifest, validate_manifest
-from meritlens.analytics._manifest_store import load_experiment
+from meritlens.analytics.engine import (
+    ExperimentError,
+    ExperimentManifest,
+    finish_arm,
+    load_experiment,
+    start_arm,
+    validate_manifest,
+)
 from meritlens.collector.cli._query import CollectorRefused, QueryError, opened_store, post_json, query_store, query_url
 from meritlens.collector.cli._resolve import ResolveError, Source, resolve
 from meritlens.collector._settings import EXPERIMENTS_PATH

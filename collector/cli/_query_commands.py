@@ -59,7 +59,7 @@ def windows(target: str | None, scope: str | None, metric: str | None, connectio
     windows with evidence, as `metric_window_available` signals (JSON lines)."""
     import json
 
-    from meritlens.analytics._windows import Window, list_windows_sql
+    from meritlens.analytics.engine import Window, list_windows_sql
     from meritlens.collector.cli._output import render
     from meritlens.collector.cli._query import QueryError, run_query
 

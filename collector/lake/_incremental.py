@@ -16,8 +16,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from meritlens.analytics._accumulate import WindowBook
-from meritlens.analytics._evidence import window_definitions_digest
+from meritlens.analytics.engine import WindowBook, window_definitions_digest
 from meritlens.collector.lake._layout import Lake
 
 log = logging.getLogger("meritlens.collector.lake")

@@ -16,8 +16,7 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
-from meritlens.analytics._accumulate import WindowBook
-from meritlens.analytics._scale import DEFAULT_RELATIVE_ERROR, scale_for
+from meritlens.analytics.engine import DEFAULT_RELATIVE_ERROR, WindowBook, scale_for
 from meritlens.collector.lake._incremental import SavedRun, load_run, prune_states, save_run
 from meritlens.collector.lake._layout import SPANS_DIR, WINDOWS_DIR, Lake, unique_stem
 from meritlens.collector.lake._versions import current_version, publish_windows

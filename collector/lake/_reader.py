@@ -20,10 +20,16 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as pads
 
-from meritlens.analytics._schema import (
-    COVERAGE_COLUMN_NAMES, COVERAGE_DDL, COVERAGE_TABLE, SPANS_DDL, SPANS_TABLE, WINDOWS_DDL, WINDOWS_TABLE,
+from meritlens.analytics.engine import (
+    COVERAGE_COLUMN_NAMES,
+    COVERAGE_DDL,
+    COVERAGE_TABLE,
+    SPANS_DDL,
+    SPANS_TABLE,
+    STORE_DDL,
+    WINDOWS_DDL,
+    WINDOWS_TABLE,
 )
-from meritlens.analytics._views import STORE_DDL
 from meritlens.collector.lake._layout import (
     COVERAGE_DIR, SPANS_DIR, Lake, coverage_schema, spans_schema, unique_stem, windows_schema,
 )
@@ -122,7 +128,7 @@ class LakeReader:
     # --- writing what readers record ----------------------------------------------------------------
     def record_coverage(self, report) -> None:
         """A readiness check as a file of its own under ``coverage/`` (the `coverage` view shows the latest)."""
-        from meritlens.analytics._readiness import coverage_row
+        from meritlens.analytics.engine import coverage_row
 
         row = dict(zip(COVERAGE_COLUMN_NAMES, coverage_row(report)))
         checked = row["checked_at"]

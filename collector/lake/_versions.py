@@ -11,7 +11,7 @@ from typing import Callable
 
 import pyarrow as pa
 
-from meritlens.analytics._schema import WINDOW_COLUMN_NAMES
+from meritlens.analytics.engine import WINDOW_COLUMN_NAMES
 from meritlens.collector.lake._layout import CURRENT, WINDOWS_DIR, Lake, unique_stem, windows_schema
 
 KEEP_VERSIONS = 2

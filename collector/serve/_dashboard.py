@@ -28,13 +28,20 @@ from importlib import resources
 import pyarrow as pa
 from aiohttp import web
 
-from meritlens.analytics._catalogue import CATALOGUE, METRICS
-from meritlens.analytics._schema import SPANS_TABLE, WINDOW_COLUMN_NAMES, WINDOWS_TABLE
-from meritlens.analytics._task_samples import TASK_SAMPLE_METRICS, task_samples_sql
-from meritlens.analytics._views import COVERAGE_VIEW
-from meritlens.analytics._sql import sql_string
-from meritlens.analytics._tasks import APPLICATION_SPANS, TASK_KEY
-from meritlens.analytics._windows import SCOPE_ALL
+from meritlens.analytics.engine import (
+    APPLICATION_SPANS,
+    CATALOGUE,
+    COVERAGE_VIEW,
+    METRICS,
+    SCOPE_ALL,
+    SPANS_TABLE,
+    TASK_KEY,
+    TASK_SAMPLE_METRICS,
+    WINDOWS_TABLE,
+    WINDOW_COLUMN_NAMES,
+    sql_string,
+    task_samples_sql,
+)
 from meritlens.collector.store._results import json_default
 from meritlens.collector.serve._dashboard_api import Explorer
 from meritlens.collector._settings import (

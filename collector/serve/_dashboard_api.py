@@ -20,13 +20,17 @@ import math
 
 from aiohttp import web
 
-from meritlens.analytics._schema import WINDOW_COLUMN_NAMES, WINDOWS_TABLE
-from meritlens.analytics._views import COVERAGE_VIEW
-from meritlens.analytics._definitions import DEFINITIONS_BY_METRIC, sample_statistic
-from meritlens.analytics._evidence import span_keys_digest
-from meritlens.analytics._samples import window_samples_sql
-from meritlens.analytics._sql import sql_string
-from meritlens.analytics._windows import SCOPE_ALL
+from meritlens.analytics.engine import (
+    COVERAGE_VIEW,
+    DEFINITIONS_BY_METRIC,
+    SCOPE_ALL,
+    WINDOWS_TABLE,
+    WINDOW_COLUMN_NAMES,
+    sample_statistic,
+    span_keys_digest,
+    sql_string,
+    window_samples_sql,
+)
 from meritlens.collector.serve import _dashboard_queries as q
 from meritlens.collector.store._results import json_default
 

@@ -11,11 +11,17 @@ from __future__ import annotations
 import datetime as _dt
 from dataclasses import dataclass
 
-from meritlens.analytics._schema import SPANS_TABLE, WINDOWS_TABLE
-from meritlens.analytics._views import TASKS_VIEW
-from meritlens.analytics._sql import sql_string
-from meritlens.analytics._tasks import APPLICATION_SPANS, ERROR_SPAN, TASK_KEY, flagged_spans_sql
-from meritlens.analytics._windows import SCOPE_ALL
+from meritlens.analytics.engine import (
+    APPLICATION_SPANS,
+    ERROR_SPAN,
+    SCOPE_ALL,
+    SPANS_TABLE,
+    TASKS_VIEW,
+    TASK_KEY,
+    WINDOWS_TABLE,
+    flagged_spans_sql,
+    sql_string,
+)
 
 RANGES: dict[str, _dt.timedelta | None] = {
     "hour": _dt.timedelta(hours=1),

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from meritlens.analytics._tasks import APPLICATION_SPANS
+from meritlens.analytics.engine import APPLICATION_SPANS
 
 log = logging.getLogger("meritlens.collector.partitions")
 

@@ -25,10 +25,16 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from meritlens.analytics._accumulate import WindowBook, WindowId, WindowKey, delta_keys
-from meritlens.analytics._scale import DEFAULT_RELATIVE_ERROR, scale_for
-from meritlens.analytics._schema import SPANS_TABLE
-from meritlens.analytics._evidence import window_definitions_digest
+from meritlens.analytics.engine import (
+    DEFAULT_RELATIVE_ERROR,
+    SPANS_TABLE,
+    WindowBook,
+    WindowId,
+    WindowKey,
+    delta_keys,
+    scale_for,
+    window_definitions_digest,
+)
 from meritlens.collector._settings import (
     DEFAULT_DB_MEMORY_BYTES,
     DEFAULT_KEY_FILTER_BYTES,

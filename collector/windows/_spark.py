@@ -29,9 +29,16 @@ import pyarrow.dataset as pads
 import sqlglot
 from sqlglot import exp
 
-from meritlens.analytics._schema import SPANS_DDL, SPANS_TABLE
-from meritlens.analytics._samples import KEY_HIGH, KEY_LOW, WINDOW_INPUT_COLUMNS, sample_rows_sql
-from meritlens.analytics._tasks import APPLICATION_SPANS, TASK_KEY
+from meritlens.analytics.engine import (
+    APPLICATION_SPANS,
+    KEY_HIGH,
+    KEY_LOW,
+    SPANS_DDL,
+    SPANS_TABLE,
+    TASK_KEY,
+    WINDOW_INPUT_COLUMNS,
+    sample_rows_sql,
+)
 
 BATCH_ROWS = 65_536
 MAX_ROUNDS = 20

@@ -15,17 +15,17 @@ import logging
 import duckdb
 import pyarrow as pa
 
-from meritlens.analytics._schema import (
+from meritlens.analytics.engine import (
+    EVIDENCE_MEDIA_TYPE,
     SPANS_TABLE,
-    WINDOW_COLUMN_NAMES,
+    WINDOWS_TABLE,
     WINDOW_COLUMNS,
+    WINDOW_COLUMN_NAMES,
     WINDOW_KEY_COLUMNS,
     WINDOW_STATE_TABLE,
     WINDOW_WATERMARK_COLUMN_NAMES,
     WINDOW_WATERMARK_TABLE,
-    WINDOWS_TABLE,
 )
-from meritlens.analytics._windows import EVIDENCE_MEDIA_TYPE
 from meritlens.collector.store._database import count, transaction
 
 log = logging.getLogger("meritlens.collector.windows")
