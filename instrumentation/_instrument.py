@@ -15,22 +15,25 @@ import sys
 import weakref
 from typing import Any
 
-from meritlens.instrumentation import conventions as c
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from meritlens.instrumentation._call import (
-    _watched,
-    CallRecorder,
-    StreamObservation,
-    _hook_response_close,
-    finish_chat_completion,
-    observe_sdk_chat_stream,
-    observe_sdk_stream,
+from meritlens.instrumentation import conventions as c
+from meritlens.instrumentation._call import CallRecorder, finish_chat_completion
+from meritlens.instrumentation._foreign import mark_enclosing_duplicates
+from meritlens.instrumentation._state import (
+    config,
+    current_call,
+    current_scope,
+    report_internal_error,
     scope_attributes,
 )
-from meritlens.instrumentation._foreign import mark_enclosing_duplicates
-from meritlens.instrumentation._state import config, current_call, current_scope, report_internal_error
+from meritlens.instrumentation._streams import (
+    StreamObservation,
+    hook_response_close,
+    observe_sdk_chat_stream,
+    observe_sdk_stream,
+)
 from meritlens.instrumentation._usage import (
     CHAT,
     COMPLETION,
@@ -474,9 +477,7 @@ def _finish_at_close(call: CallRecorder, route: _Route, http_response: Any, is_a
         def finish(self, error: BaseException | None = None) -> None:
             if self.call.ended:
                 return
-            if self.finalizer is not None:
-                _watched.discard(self.finalizer)
-                self.finalizer = None
+            self.unwatch()
             if not self.reader.family == "sse" and _body_read(http_response):
                 try:
                     _finish_from_body(self.call, route, http_response)
@@ -486,7 +487,7 @@ def _finish_at_close(call: CallRecorder, route: _Route, http_response: Any, is_a
             self.call.finish(None, error)
 
     observation = _AtClose(call, StreamReader("sse" if _is_sse(http_response) else route.family))
-    _hook_response_close(http_response, observation, is_async)
+    hook_response_close(http_response, observation, is_async)
 
 
 def _is_sse(http_response: Any) -> bool:
