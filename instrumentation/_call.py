@@ -12,13 +12,8 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from meritlens.instrumentation import conventions as c
 from meritlens.instrumentation._state import config, report_internal_error, tracer
-from meritlens.instrumentation._usage import (
-    CHAT,
-    Reading,
-    get,
-    openai_usage_counts,
-    read_response,
-)
+from meritlens.instrumentation._reading import Reading, read_response
+from meritlens.instrumentation._usage import CHAT, get, openai_usage_counts
 from meritlens.instrumentation.pricing import _price_now
 
 _CLIENT = SpanKind.CLIENT
