@@ -21,7 +21,6 @@ A (target, scope)'s state is saved as one blob and taken up exactly (`WindowBook
 
 from __future__ import annotations
 
-import bisect
 import datetime as _dt
 import json
 import math
@@ -51,10 +50,11 @@ EXTREME_DEPTH = 8
 """Distinct first/last times kept per window: a removal of every sample of all of them (and nothing as
 good added) needs the window recomputed; a growing task only widens its times, so its delta never does."""
 DEFAULT_SCALE = scale_for(DEFAULT_RELATIVE_ERROR)
-WindowKey = tuple[str, str]
-"""(target_id, scope)"""
-WindowId = tuple[str, str, str]
-"""(target_id, scope, metric)"""
+KEY_COLUMNS = ("target_id", "scope")
+WindowKey = tuple
+"""A key's values of its key columns: (target_id, scope), or a bucket's (`_time_buckets.BUCKET_KEY_COLUMNS`)."""
+WindowId = tuple
+"""A key and a metric: (target_id, scope, [bucket start, bucket width,] metric)."""
 
 
 class _Extreme:
@@ -324,18 +324,18 @@ _NO_SAMPLES = SampleColumns(*(np.empty(0, dtype=t) for t in (float, np.int64, np
                                                               np.int64)), 0, 0)
 
 
-def group_samples(table: pa.Table) -> dict[WindowId, SampleColumns]:
-    """Sample rows (``SAMPLE_ROW_COLUMNS``) as the samples of each (target_id, scope, metric) with
-    any (a fact is a metric ``FACT_PREFIX + name`` here), each in the rows' order."""
+def group_samples(table: pa.Table, key_columns: tuple[str, ...] = KEY_COLUMNS) -> dict[WindowId, SampleColumns]:
+    """Sample rows (``SAMPLE_ROW_COLUMNS``, and any other ``key_columns``) as the samples of each key
+    and metric with any (a fact is a metric ``FACT_PREFIX + name`` here), each in the rows' order."""
     if table.num_rows == 0:
         return {}
     codes = np.zeros(table.num_rows, dtype=np.int64)
-    for name in ("target_id", "scope"):  # one integer per distinct (target, scope)
+    for name in key_columns:  # one integer per distinct key
         encoded = table.column(name).combine_chunks().dictionary_encode()
         codes = codes * len(encoded.dictionary) + encoded.indices.to_numpy(zero_copy_only=False)
     order = np.argsort(codes, kind="stable")
     starts = np.flatnonzero(np.diff(codes[order], prepend=-1))
-    keys = [tuple(table.column(n)[int(order[i])].as_py() for n in ("target_id", "scope")) for i in starts.tolist()]
+    keys = [tuple(table.column(n)[int(order[i])].as_py() for n in key_columns) for i in starts.tolist()]
 
     def column(name: str, dtype) -> np.ndarray:
         values = table.column(name)
@@ -368,13 +368,13 @@ def group_samples(table: pa.Table) -> dict[WindowId, SampleColumns]:
     return groups
 
 
-def delta_keys(*tables: pa.Table | None) -> set[WindowKey]:
-    """The (target_id, scope) keys with a row in any of the sample tables."""
+def delta_keys(*tables: pa.Table | None, key_columns: tuple[str, ...] = KEY_COLUMNS) -> set[WindowKey]:
+    """The keys with a row in any of the sample tables."""
     keys: set[WindowKey] = set()
     for table in tables:
         if table is not None and table.num_rows:
-            pairs = table.select(["target_id", "scope"]).group_by(["target_id", "scope"]).aggregate([])
-            keys |= set(zip(pairs.column("target_id").to_pylist(), pairs.column("scope").to_pylist()))
+            distinct = table.select(list(key_columns)).group_by(list(key_columns)).aggregate([])
+            keys |= set(zip(*(distinct.column(name).to_pylist() for name in key_columns)))
     return keys
 
 
@@ -413,13 +413,14 @@ class WindowBook:
         self._windows[key] = {d.metric: WindowAccumulator.empty(d, self.scale) for d in WINDOW_DEFINITIONS}
         self._facts[key] = {name: 0 for name in FACTS}
 
-    def apply_delta(self, removed: pa.Table | None, added: pa.Table | None) -> tuple[set[WindowKey], set[WindowId]]:
+    def apply_delta(self, removed: pa.Table | None, added: pa.Table | None,
+                    key_columns: tuple[str, ...] = KEY_COLUMNS) -> tuple[set[WindowKey], set[WindowId]]:
         """Take out the ``removed`` sample rows and put in the ``added`` ones (``SAMPLE_ROW_COLUMNS``,
-        facts included); keys not held are started empty. Returns the (target, scope) keys changed and
-        the windows that must be recomputed from their samples before they are rendered."""
-        out = group_samples(removed) if removed is not None else {}
-        into = group_samples(added) if added is not None else {}
-        keys = {k[:2] for k in out} | {k[:2] for k in into}
+        facts included), by their ``key_columns``; keys not held are started empty. Returns the keys
+        changed and the windows that must be recomputed from their samples before they are rendered."""
+        out = group_samples(removed, key_columns) if removed is not None else {}
+        into = group_samples(added, key_columns) if added is not None else {}
+        keys = {k[:-1] for k in out} | {k[:-1] for k in into}
         recompute: set[WindowId] = set()
         for key in keys:
             if key not in self._windows:
@@ -447,9 +448,12 @@ class WindowBook:
     def take_windows(self, other: "WindowBook", windows: set[WindowId]) -> None:
         """Replace ``windows``' accumulators by ``other``'s (a book computed from those windows'
         samples), or by empty ones where ``other`` has none."""
-        for target, scope, metric in windows:
-            held = other._windows.get((target, scope), {}).get(metric)
-            self._windows[(target, scope)][metric] = held or WindowAccumulator.empty(_DEFINITIONS[metric], self.scale)
+        for window in windows:
+            key, metric = window[:-1], window[-1]
+            held = other._windows.get(key, {}).get(metric)
+            if key not in self._windows:
+                self.add_key(key)
+            self._windows[key][metric] = held or WindowAccumulator.empty(_DEFINITIONS[metric], self.scale)
 
     def merged(self, keys: list[WindowKey], into: WindowKey) -> "WindowBook":
         """A book holding one key, ``into``, whose state is that of all ``keys``' samples together
@@ -465,6 +469,10 @@ class WindowBook:
             for metric, accumulator in self._windows[key].items():  # read, never changed
                 accumulators[metric].merge(accumulator)
         return merged
+
+    def needing_recompute(self, key: WindowKey) -> set[WindowId]:
+        """The windows of ``key`` whose state cannot say their row (see `WindowAccumulator.needs_recompute`)."""
+        return {(*key, metric) for metric, a in self._windows.get(key, {}).items() if a.needs_recompute}
 
     def windows(self, key: WindowKey, db_name: str, computed_at: _dt.datetime) -> list[Window]:
         accumulators = self._windows[key]
@@ -484,6 +492,12 @@ class WindowBook:
         head = json.dumps({"scale": self.scale, "facts": self._facts[key], "windows": windows},
                           separators=(",", ":")).encode()
         return b"".join([_BLOB_HEADER.pack(len(head)), head, *(a.tobytes() for a in arrays)])
+
+    @staticmethod
+    def scale_of(blob: bytes) -> int:
+        """The histograms' scale a key's state was saved at (`export_key`)."""
+        (size,) = _BLOB_HEADER.unpack_from(blob)
+        return int(json.loads(blob[_BLOB_HEADER.size:_BLOB_HEADER.size + size])["scale"])
 
     def import_key(self, key: WindowKey, blob: bytes) -> None:
         """Take up a key's state from `export_key`'s blob. Raises ValueError when it does not fit this

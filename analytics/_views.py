@@ -16,8 +16,11 @@ from meritlens.analytics._schema import (
     EXPERIMENT_ARMS_DDL,
     EXPERIMENTS_DDL,
     SPANS_DDL,
+    WINDOW_BUCKET_CUTOFFS_DDL,
+    WINDOW_BUCKET_STATE_DDL,
     WINDOW_STATE_DDL,
     WINDOW_WATERMARK_DDL,
+    WINDOWS_BY_TIME_DDL,
     WINDOWS_DDL,
 )
 from meritlens.analytics._sql import sql_string
@@ -65,6 +68,9 @@ STORE_DDL: tuple[str, ...] = (
     EXPERIMENT_ARMS_DDL,
     WINDOW_WATERMARK_DDL,
     WINDOW_STATE_DDL,
+    WINDOWS_BY_TIME_DDL,
+    WINDOW_BUCKET_STATE_DDL,
+    WINDOW_BUCKET_CUTOFFS_DDL,
     tasks_view_sql(TASKS_VIEW),
     COVERAGE_VIEW_DDL,
     CATALOGUE_VIEW_DDL,

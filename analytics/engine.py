@@ -18,7 +18,8 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
         "ADDED_WINDOW_COLUMNS", "COVERAGE_COLUMN_NAMES", "COVERAGE_DDL", "COVERAGE_TABLE", "SPANS_DDL", "SPANS_TABLE",
         "SPAN_COLUMNS", "SPAN_COLUMN_NAMES", "WINDOWS_DDL", "WINDOWS_TABLE", "WINDOW_COLUMNS", "WINDOW_COLUMN_NAMES",
         "WINDOW_KEY_COLUMNS", "WINDOW_STATE_COLUMN_NAMES", "WINDOW_STATE_TABLE", "WINDOW_WATERMARK_COLUMN_NAMES",
-        "WINDOW_WATERMARK_TABLE",
+        "WINDOW_WATERMARK_TABLE", "WINDOWS_BY_TIME_COLUMN_NAMES", "WINDOWS_BY_TIME_DDL", "WINDOWS_BY_TIME_TABLE",
+        "WINDOW_BUCKET_CUTOFFS_TABLE", "WINDOW_BUCKET_STATE_DDL", "WINDOW_BUCKET_STATE_TABLE",
     ),
     "_views": ("COVERAGE_VIEW", "STORE_DDL", "TASKS_VIEW"),
     "_catalogue": ("CATALOGUE", "METRICS", "Direction"),
@@ -36,6 +37,10 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "_evidence": ("span_keys_digest", "window_definitions_digest"),
     "_scale": ("DEFAULT_RELATIVE_ERROR", "scale_for"),
     "_accumulate": ("DEFAULT_SCALE", "WindowBook", "WindowId", "WindowKey", "delta_keys"),
+    "_time_buckets": (
+        "BUCKET_KEY_COLUMNS", "BucketCutoffs", "RangeWindows", "bucket_range", "bucketed", "compact", "keys_in",
+        "merge_plan", "merge_range",
+    ),
     "_window_io": ("WindowRejected", "window_to_json", "windows_from_json"),
     # profiles and readiness
     "_profiles": ("ProfileError", "TaskProfile", "format_plan", "load_profile", "profile_from_dict"),

@@ -17,7 +17,6 @@ ENV_HTTP_PORT = "MERITLENS_HTTP_PORT"
 ENV_GRPC_PORT = "MERITLENS_GRPC_PORT"
 ENV_MAX_BODY_BYTES = "MERITLENS_MAX_BODY_BYTES"
 ENV_MAX_PENDING_BATCHES = "MERITLENS_MAX_PENDING_BATCHES"
-ENV_MAX_INFLIGHT_BYTES = "MERITLENS_MAX_INFLIGHT_BYTES"
 ENV_MEMORY_LIMIT = "MERITLENS_MEMORY_LIMIT"
 ENV_CHECKPOINT_WAL_BYTES = "MERITLENS_CHECKPOINT_WAL_BYTES"
 ENV_DB_THREADS = "MERITLENS_DB_THREADS"
@@ -45,12 +44,108 @@ DEFAULT_GRPC_PORT = 4317
 DEFAULT_MAX_BODY_BYTES = 20 * 1024 * 1024
 DEFAULT_MAX_PENDING_BATCHES = 64
 DEFAULT_MAX_SPANS_PER_REQUEST = 50_000
-DEFAULT_MAX_INFLIGHT_BYTES = 128 * 1024 * 1024
 DEFAULT_MEMORY_LIMIT = 512 * 1024 * 1024
-"""The memory the collector's bounded parts may take together (`MemoryBudget`)."""
-MIN_MEMORY_LIMIT = 256 * 1024 * 1024
-"""Below this DuckDB's half can run out of memory committing a batch, which invalidates the database."""
-DEFAULT_WINDOW_MEMORY_BYTES = DEFAULT_MEMORY_LIMIT // 4
+"""The anonymous memory the whole collector process may take (`MemoryBudget`, `MemoryLimiterConfig`)."""
+PROCESS_MEMORY_BYTES = 80 * 1024 * 1024
+"""The process's own anonymous memory beside its bounded parts: the interpreter, the imported libraries,
+the threads and the event loop. A started idle collector holds 62 MiB (60 without gRPC), 67 after its
+first export; the rest is room for the allocator's slack."""
+MEMORY_SPIKE_DIVISOR = 8
+"""The limiter's spike headroom is this part of the limit: exports are refused above the rest (the soft
+limit). The anonymous memory rose by at most 50-75 MiB within 100 ms under 4-8 clients sending
+1,000-10,000-span requests as fast as answered, in-flight requests included."""
+ENV_MEMORY_SPIKE = "MERITLENS_MEMORY_SPIKE"
+"""A larger spike headroom than `MEMORY_SPIKE_DIVISOR`'s: exports are refused sooner; the parts keep their shares."""
+MEMORY_IN_FLIGHT_DIVISOR = 4
+"""Requests being processed may hold this part of the limit (a quarter: 128MiB at the default)."""
+DEFAULT_MEMORY_CHECK_INTERVAL_S = 0.1
+"""How often the memory limiter reads the process's anonymous memory."""
+SPAN_MEMORY_ESTIMATE_BYTES = 2048
+"""Bytes charged to the in-flight share for each decoded span, on top of the body: decoded
+protobuf, normalized columns and the Arrow batch together stay below this for small spans."""
+DECODED_BYTES_PER_BODY_BYTE = 4
+"""Bytes charged for each body byte instead, when more: a span's large attributes are copied by the
+decoding, the normalized columns and the Arrow batch (measured 3.4-3.7x the body beside it)."""
+
+
+def request_memory_bytes(body_bytes: int, spans: int) -> int:
+    """What a request is charged in the in-flight share while it is processed."""
+    return body_bytes + max(spans * SPAN_MEMORY_ESTIMATE_BYTES, DECODED_BYTES_PER_BODY_BYTE * body_bytes)
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """`--memory-limit` split so that the whole process fits in it (docs/collector.md, "Memory"): the
+    limiter's spike headroom (`MEMORY_SPIKE_DIVISOR`), the process itself (`PROCESS_MEMORY_BYTES`),
+    the requests in flight (`MEMORY_IN_FLIGHT_DIVISOR`), and of the rest, each part counted at its cap
+    from the start: 9/16 for DuckDB (its memory limit), 3/16 for the window state, 3/16 for the store's
+    key locator and 1/16 for the window processor's filter of seen keys."""
+
+    limit: int
+    spike: int
+    process: int
+    in_flight: int
+    duckdb: int
+    window_state: int
+    span_index: int
+    key_filter: int
+
+    @classmethod
+    def of(cls, limit: int) -> "MemoryBudget":
+        spike, in_flight = limit // MEMORY_SPIKE_DIVISOR, limit // MEMORY_IN_FLIGHT_DIVISOR
+        rest = max(0, limit - spike - in_flight - PROCESS_MEMORY_BYTES)
+        return cls(limit=limit, spike=spike, process=PROCESS_MEMORY_BYTES, in_flight=in_flight,
+                   duckdb=rest * 9 // 16, window_state=rest * 3 // 16, span_index=rest * 3 // 16, key_filter=rest // 16)
+
+    @classmethod
+    def minimum(cls, request_bytes: int, duckdb_bytes: int) -> int:
+        """The smallest limit, in whole MiB, whose in-flight share holds a request of ``request_bytes``
+        and whose DuckDB share is at least ``duckdb_bytes``."""
+        mib = 1024 * 1024
+        fixed = PROCESS_MEMORY_BYTES + duckdb_bytes * 16 // 9
+        kept = 1 - 1 / MEMORY_SPIKE_DIVISOR - 1 / MEMORY_IN_FLIGHT_DIVISOR
+        limit = max(request_bytes * MEMORY_IN_FLIGHT_DIVISOR, int(fixed / kept)) // mib * mib
+        while (budget := cls.of(limit)).in_flight < request_bytes or budget.duckdb < duckdb_bytes:
+            limit += mib
+        return limit
+
+    @property
+    def soft_limit(self) -> int:
+        return self.limit - self.spike
+
+    def limiter(self, spike: int | None = None,
+                check_interval_s: float = DEFAULT_MEMORY_CHECK_INTERVAL_S) -> "MemoryLimiterConfig":
+        """The limiter's settings: this budget's spike headroom, or a larger one."""
+        return MemoryLimiterConfig(self.limit, spike or self.spike, check_interval_s)
+
+
+@dataclass(frozen=True)
+class MemoryLimiterConfig:
+    """The memory limiter's settings (`collector/receive/_memory.py`): while the process's anonymous
+    memory is above ``limit - spike`` (the soft limit), read every ``check_interval_s``, exports are refused."""
+
+    limit: int
+    spike: int
+    check_interval_s: float = DEFAULT_MEMORY_CHECK_INTERVAL_S
+
+    @property
+    def soft_limit(self) -> int:
+        return self.limit - self.spike
+
+    def validate(self) -> None:
+        """Raise SettingsError naming the first value that cannot work."""
+        if self.limit <= 0:
+            raise SettingsError(f"the memory limiter's limit must be positive, got {self.limit}")
+        if not 0 < self.spike < self.limit:
+            raise SettingsError(f"the memory limiter's spike headroom must be positive and below its limit"
+                                f" ({self.limit}), got {self.spike}")
+        if not 0.001 <= self.check_interval_s <= 10:
+            raise SettingsError(f"the memory limiter's check interval must be between 0.001 and 10 seconds,"
+                                f" got {self.check_interval_s}")
+
+
+_DEFAULT_BUDGET = MemoryBudget.of(DEFAULT_MEMORY_LIMIT)
+DEFAULT_WINDOW_MEMORY_BYTES = _DEFAULT_BUDGET.window_state
 """Window processor state kept in memory; beyond it, least recently written targets are rebuilt on demand."""
 DEFAULT_WINDOW_LAG_ROWS = 50_000
 """Committed span rows that may wait for the window processor; appends wait beyond it (bounds memory)."""
@@ -77,14 +172,13 @@ once more when it has an assessment): it reads DuckDB's memory limit / this many
 The per-task aggregation does not spill; measured on one-span tasks, 150k rows fit in 128MiB and 187k
 did not (~0.7-0.9 KiB a row)."""
 MIN_REBUILD_ROWS_PER_PARTITION = 10_000
-DEFAULT_KEY_FILTER_BYTES = DEFAULT_MEMORY_LIMIT // 16
+DEFAULT_KEY_FILTER_BYTES = _DEFAULT_BUDGET.key_filter
 """Largest size of the filter of seen trace/task keys: it grows with its keys (~4 bytes a key) up to
-this size; past it more keys only cost more reads of stored spans. At 10M keys it answers a wrong
-"maybe" for ~0.004% of new keys."""
-DEFAULT_SPAN_INDEX_BYTES = DEFAULT_MEMORY_LIMIT * 3 // 16
+this size; past it more keys only cost more reads of stored spans."""
+DEFAULT_SPAN_INDEX_BYTES = _DEFAULT_BUDGET.span_index
 """Largest size of the locator of stored span, trace and task keys (more keys only cost larger reads).
 Its blocks fill as spans arrive (~6 bytes a span)."""
-DEFAULT_DB_MEMORY_BYTES = DEFAULT_MEMORY_LIMIT // 2
+DEFAULT_DB_MEMORY_BYTES = _DEFAULT_BUDGET.duckdb
 """DuckDB's memory limit (its buffer pool; larger operations spill to a temporary directory). DuckDB
 keeps the blocks it writes and reads cached up to this limit, so a long-running collector's memory
 grows towards it. A larger limit makes large ad-hoc queries and the start-up rebuild faster."""
@@ -103,14 +197,12 @@ DEFAULT_MAX_ATTRIBUTE_BYTES = 1024 * 1024
 DEFAULT_GRPC_MAX_CONCURRENT_RPCS = 16
 DEFAULT_SQL_TIMEOUT_S = 30.0
 DEFAULT_SQL_MAX_ROWS = 10_000
-DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0
+DEFAULT_SHUTDOWN_TIMEOUT_S = 10.0
+"""How long a graceful stop (SIGTERM) may take; requests in progress get up to half of it."""
 DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_HTTP_PORT}"
 DEFAULT_TARGET_FALLBACK = "{service.name}/{model}"
 TARGET_FALLBACK_OFF = "none"
 
-SPAN_MEMORY_ESTIMATE_BYTES = 2048
-"""Bytes charged to the in-flight budget for each decoded span, on top of the body: decoded
-protobuf, normalized columns and the Arrow batch together stay below this for small spans."""
 RETRY_AFTER_SECONDS = 1
 """What an overloaded collector tells clients to wait (HTTP Retry-After, gRPC RetryInfo)."""
 
@@ -121,6 +213,8 @@ EXPERIMENTS_PATH = "/api/experiments"
 """POST an experiment manifest {"manifest": {...}} to create or update it."""
 HEALTH_PATH = "/healthz"
 WINDOWS_PATH = "/api/windows"
+WINDOWS_RANGE_PATH = "/api/windows/range"
+"""POST {"since_us", "until_us", "target", "scope"}: the windows of a time range (from the windows by time)."""
 """POST evaluated windows {"windows": [...]} (written by `meritlens evaluate` when a collector holds the file)."""
 GRPC_TRACE_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 
@@ -165,6 +259,10 @@ def parse_bytes(raw: str | int, name: str = "size") -> int:
         raise SettingsError(f"{name}={raw!r} is not a byte count (e.g. 1048576, 512KiB, 20MiB, 1GiB)")
     unit = (match.group(2) or "").lower()[:1]
     return int(match.group(1)) * _SIZE_FACTORS[unit]
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.4g}MiB"
 
 
 def _env_int(name: str, default: int) -> int:
@@ -249,14 +347,13 @@ class ServerSettings:
     max_pending_batches: int = field(
         default_factory=lambda: _env_int(ENV_MAX_PENDING_BATCHES, DEFAULT_MAX_PENDING_BATCHES)
     )
-    max_inflight_bytes: int = field(
-        default_factory=lambda: _env_bytes(ENV_MAX_INFLIGHT_BYTES, DEFAULT_MAX_INFLIGHT_BYTES)
-    )
     max_spans_per_request: int = field(
         default_factory=lambda: _env_int(ENV_MAX_SPANS_PER_REQUEST, DEFAULT_MAX_SPANS_PER_REQUEST)
     )
     memory_limit: int = field(default_factory=lambda: _env_bytes(ENV_MEMORY_LIMIT, DEFAULT_MEMORY_LIMIT))
-    """What DuckDB, the window state and the key filters may take together (`memory_budget`)."""
+    """The anonymous memory the whole process may take (`memory_budget`)."""
+    memory_spike: int | None = field(default_factory=lambda: _env_bytes(ENV_MEMORY_SPIKE, 0) or None)
+    """The memory limiter's spike headroom, when larger than its share of the limit (`memory_limiter`)."""
     checkpoint_wal_bytes: int = field(
         default_factory=lambda: _env_bytes(ENV_CHECKPOINT_WAL_BYTES, DEFAULT_CHECKPOINT_WAL_BYTES)
     )
@@ -292,6 +389,14 @@ class ServerSettings:
     def memory_budget(self) -> "MemoryBudget":
         return MemoryBudget.of(self.memory_limit)
 
+    def memory_limiter(self) -> "MemoryLimiterConfig":
+        return self.memory_budget().limiter(self.memory_spike)
+
+    def db_memory_floor(self) -> int:
+        """DuckDB keeps the rows written since its last checkpoint in memory (up to the checkpoint WAL
+        bytes) and needs as much again for the rows being stored (`IngestPipeline`'s move bytes)."""
+        return 2 * self.checkpoint_wal_bytes
+
     @property
     def tls(self) -> bool:
         return bool(self.tls_cert)
@@ -301,15 +406,14 @@ class ServerSettings:
         return self.grpc_port is not None and self.grpc_port >= 0
 
     def worst_case_request_bytes(self) -> int:
-        """What one admissible request can charge to the in-flight budget."""
-        return self.max_body_bytes + self.max_spans_per_request * SPAN_MEMORY_ESTIMATE_BYTES
+        """What one admissible request can charge to the in-flight share."""
+        return request_memory_bytes(self.max_body_bytes, self.max_spans_per_request)
 
     def validate(self) -> None:
         """Raise SettingsError naming the first setting that cannot work."""
         positive = {
             "max body bytes": self.max_body_bytes,
             "max pending batches": self.max_pending_batches,
-            "max in-flight bytes": self.max_inflight_bytes,
             "max spans per request": self.max_spans_per_request,
             "max attributes": self.max_attributes,
             "max attribute bytes": self.max_attribute_bytes,
@@ -322,9 +426,18 @@ class ServerSettings:
         for name, value in positive.items():
             if value <= 0:
                 raise SettingsError(f"{name} must be positive, got {value}")
-        if self.memory_limit < MIN_MEMORY_LIMIT:
-            raise SettingsError(f"the memory limit must be at least {MIN_MEMORY_LIMIT >> 20}MiB"
-                                f" (DuckDB can fail a commit below half of it), got {self.memory_limit}")
+        request = self.worst_case_request_bytes()
+        minimum = MemoryBudget.minimum(request, self.db_memory_floor())
+        if self.memory_limit < minimum:
+            raise SettingsError(
+                f"the memory limit must be at least {minimum >> 20}MiB, got {_mib(self.memory_limit)}: a quarter"
+                f" of it holds the requests in flight, one of them up to {_mib(request)} (max body bytes"
+                f" {self.max_body_bytes}, max spans per request {self.max_spans_per_request}), and DuckDB needs"
+                f" twice the checkpoint WAL bytes ({_mib(self.db_memory_floor())}) of the rest")
+        if self.memory_spike is not None and self.memory_spike < self.memory_budget().spike:
+            raise SettingsError(f"{ENV_MEMORY_SPIKE} must be at least an eighth of the memory limit"
+                                f" ({_mib(self.memory_budget().spike)}), got {_mib(self.memory_spike)}")
+        self.memory_limiter().validate()
         try:
             scale_for(self.quantile_error)
         except ValueError as exc:
@@ -338,31 +451,8 @@ class ServerSettings:
                 raise SettingsError(f"{name} {port} is not a TCP port")
         if self.http_port < 0:
             raise SettingsError(f"HTTP port {self.http_port} is not a TCP port")
-        needed = self.worst_case_request_bytes()
-        if self.max_inflight_bytes < needed:
-            raise SettingsError(
-                f"max in-flight bytes ({self.max_inflight_bytes}) must hold one full request: max body bytes"
-                f" ({self.max_body_bytes}) + max spans per request ({self.max_spans_per_request})"
-                f" x {SPAN_MEMORY_ESTIMATE_BYTES} = {needed}; raise it or lower the other two"
-            )
         if bool(self.tls_cert) != bool(self.tls_key):
             raise SettingsError("TLS needs both a certificate (--tls-cert) and its key (--tls-key)")
         for name, path in (("TLS certificate", self.tls_cert), ("TLS key", self.tls_key)):
             if path and not os.access(path, os.R_OK):
                 raise SettingsError(f"{name} {path} is not a readable file")
-
-
-@dataclass(frozen=True)
-class MemoryBudget:
-    """`--memory-limit` split among the collector's bounded parts: half for DuckDB's buffer pool
-    (its `memory_limit`; larger operations spill to disk), a quarter for the window state, the rest for
-    the store's key locator (3/16) and the window processor's filter of seen keys (1/16)."""
-
-    duckdb: int
-    window_state: int
-    span_index: int
-    key_filter: int
-
-    @classmethod
-    def of(cls, limit: int) -> "MemoryBudget":
-        return cls(duckdb=limit // 2, window_state=limit // 4, span_index=limit * 3 // 16, key_filter=limit // 16)

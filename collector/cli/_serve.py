@@ -37,7 +37,6 @@ from meritlens.collector._settings import (
     ENV_MAX_ATTRIBUTE_BYTES,
     ENV_MAX_ATTRIBUTES,
     ENV_MAX_BODY_BYTES,
-    ENV_MAX_INFLIGHT_BYTES,
     ENV_MAX_PENDING_BATCHES,
     ENV_MAX_SPANS_PER_REQUEST,
     ENV_QUANTILE_ERROR,
@@ -86,13 +85,12 @@ def _size(ctx, param, value):
               help=f"PEM private key of --tls-cert [env {ENV_TLS_KEY}].")
 @click.option("--max-body-bytes", callback=_size, default=None,
               help=f"Largest request after decompression, e.g. 20MiB [env {ENV_MAX_BODY_BYTES}; default 20MiB].")
-@click.option("--max-inflight-bytes", callback=_size, default=None,
-              help="Memory budget of requests being processed (bodies plus an estimate per span); over it "
-                   f"requests get 503/UNAVAILABLE [env {ENV_MAX_INFLIGHT_BYTES}; default 128MiB].")
 @click.option("--memory-limit", callback=_size, default=None,
-              help="What the collector's bounded parts may take together, e.g. 1GiB: half for DuckDB's buffer "
-                   "pool (larger operations spill to disk), a quarter for the window state, the rest for the key "
-                   f"filters; at least 256MiB [env {ENV_MEMORY_LIMIT}; default {DEFAULT_MEMORY_LIMIT >> 20}MiB].")
+              help="The anonymous memory the whole process may take, e.g. 1GiB; above all but an eighth of it "
+                   "exports get 503/UNAVAILABLE until it falls. A quarter holds the requests in flight; the rest "
+                   "is split among the process, DuckDB's buffer pool (larger operations spill to disk), the window "
+                   f"state and the key filters (docs/collector.md) [env {ENV_MEMORY_LIMIT}; default "
+                   f"{DEFAULT_MEMORY_LIMIT >> 20}MiB].")
 @click.option("--checkpoint-wal-bytes", callback=_size, default=None,
               help="Write-ahead log size at which DuckDB checkpoints the file; larger: less CPU per span, a "
                    f"larger WAL to replay after a crash [env {ENV_CHECKPOINT_WAL_BYTES}; default 64MiB].")
@@ -128,7 +126,7 @@ def _size(ctx, param, value):
               help="Target ID for LLM-call spans that carry none, from {service.name}, {model}, {provider}, "
                    f"{{scope}}; 'none' turns it off [env {ENV_TARGET_FALLBACK}; default {DEFAULT_TARGET_FALLBACK}].")
 @click.option("--shutdown-timeout", "shutdown_timeout_s", type=float, default=None,
-              help="Seconds SIGTERM waits for in-flight requests "
+              help="Seconds a graceful stop (SIGTERM) may take; requests in progress get up to half of it "
                    f"[env {ENV_SHUTDOWN_TIMEOUT}; default {DEFAULT_SHUTDOWN_TIMEOUT_S:g}].")
 @click.option("--quantile-error", type=float, default=None,
               help="Bound on the relative error of min, max and p50-p99 of windows of more than 1,000 samples "

@@ -7,8 +7,10 @@ in-flight budget. Compression (gzip) and the message size limit (checked after d
 are gRPC's own.
 
 It is registered as a client-streaming method (the wire format of a unary call is the same), so
-that the handler runs before gRPC reads the message: a call without the bearer token, or beyond
-`--grpc-max-concurrent-rpcs`, is answered without its message being buffered. The concurrency
+that the handler runs before gRPC reads the message: a call without the bearer token, beyond
+`--grpc-max-concurrent-rpcs`, or while the process is above its soft memory limit, is answered
+without its message being buffered. A call takes the largest message size from the in-flight share
+before its message is read, and gives back what the message did not need once it is. The concurrency
 limit is ours rather than grpc.aio's `maximum_concurrent_rpcs`, which answers RESOURCE_EXHAUSTED
 without retry information (an exporter in Go or Java then drops the batch): ours answers
 UNAVAILABLE with a RetryInfo, like every other overload.
@@ -26,6 +28,7 @@ from meritlens.collector.process import _otlp
 from meritlens.collector.receive._auth import AUTHORIZATION, BearerToken
 from meritlens.collector.receive._ingest import Ingest, IngestError, bad_request, overloaded
 from meritlens.collector.receive._refusals import RefusalLog
+from meritlens.collector.serve import _health
 
 log = logging.getLogger("meritlens.collector.grpc")
 
@@ -42,10 +45,11 @@ class TraceServiceReceiver(trace_service_pb2_grpc.TraceServiceServicer):
     """OTLP `TraceService` whose `Export` receives the serialized request, at most
     ``max_concurrent_rpcs`` calls at a time."""
 
-    def __init__(self, ingest: Ingest, token: BearerToken, *, max_concurrent_rpcs: int):
+    def __init__(self, ingest: Ingest, token: BearerToken, *, max_concurrent_rpcs: int, max_message_bytes: int):
         self._ingest = ingest
         self._token = token
         self._max_concurrent_rpcs = max_concurrent_rpcs
+        self._max_message_bytes = max_message_bytes
         self._active = 0  # calls in Export; the event loop is the only thread that changes it
 
     async def Export(self, requests, context: grpc.aio.ServicerContext):  # noqa: N802 - gRPC method name
@@ -58,7 +62,8 @@ class TraceServiceReceiver(trace_service_pb2_grpc.TraceServiceServicer):
             ))
         if self._active >= self._max_concurrent_rpcs:
             await _abort(context, overloaded(
-                f"the collector is handling {self._active} gRPC calls already (--grpc-max-concurrent-rpcs)"))
+                f"the collector is handling {self._active} gRPC calls already (--grpc-max-concurrent-rpcs)",
+                "grpc_calls"))
         self._active += 1
         try:
             return await self._export(requests, context)
@@ -66,14 +71,17 @@ class TraceServiceReceiver(trace_service_pb2_grpc.TraceServiceServicer):
             self._active -= 1
 
     async def _export(self, requests, context: grpc.aio.ServicerContext):
-        messages = aiter(requests)
-        request = await anext(messages, None)
-        if request is None or await anext(messages, None) is not None:
-            await _abort(context, bad_request("an Export call carries exactly one ExportTraceServiceRequest"))
         failure = None
         with self._ingest.reservation() as reservation:
             try:
-                reservation.add(len(request))
+                # the message's size is known once gRPC holds all of it; until then the call holds the largest
+                self._ingest.admit()
+                reservation.ensure(self._max_message_bytes)
+                messages = aiter(requests)
+                request = await anext(messages, None)
+                if request is None or await anext(messages, None) is not None:
+                    raise bad_request("an Export call carries exactly one ExportTraceServiceRequest")
+                reservation.shrink(len(request))
                 outcome = await self._ingest.export(request, _otlp.PROTOBUF, reservation)
             except IngestError as err:
                 failure = err
@@ -87,6 +95,8 @@ _REFUSALS = RefusalLog()
 
 async def _abort(context: grpc.aio.ServicerContext, err: IngestError) -> None:
     code = _GRPC_CODES.get(err.rpc_code, grpc.StatusCode.UNKNOWN)
+    if err.overload:
+        _health.overloaded(err.overload)
     _REFUSALS.note(code.name, "gRPC TraceService/Export", err.message, context.peer())
     status = _otlp.rpc_status(err.rpc_code, err.message, err.retry_after_s)
     trailing = [(STATUS_DETAILS_KEY, status.SerializeToString())]

@@ -18,8 +18,9 @@ from google.rpc import code_pb2
 from meritlens.analytics.engine import WindowRejected, windows_from_json
 from meritlens.collector.process import _otlp
 from meritlens.collector.receive._auth import AUTHORIZATION, BearerToken
-from meritlens.collector.receive._ingest import Ingest, IngestError, Reservation, bad_request, too_large
+from meritlens.collector.receive._ingest import Ingest, IngestError, Reservation, bad_request, overloaded, too_large
 from meritlens.collector.receive._refusals import RefusalLog
+from meritlens.collector.serve import _health
 from meritlens.collector.store._results import json_default
 from meritlens.collector._settings import (
     DASHBOARD_PATH, EXPERIMENTS_PATH, HEALTH_PATH, READINESS_PATH, SQL_PATH, STATIC_PATH_PREFIX, TRACES_PATH,
@@ -108,6 +109,8 @@ async def read_body(request: web.Request, limit: int, reservation: Reservation) 
 
 
 def _status_response(media_type: str, err: IngestError, headers: dict | None = None) -> web.Response:
+    if err.overload:
+        _health.overloaded(err.overload)
     headers = dict(headers or {})
     if err.retry_after_s is not None:
         headers["Retry-After"] = str(max(1, round(err.retry_after_s)))
@@ -224,11 +227,12 @@ class HttpReceiver:
     @web.middleware
     async def _track(self, request: web.Request, handler):
         if self._draining:
-            err = IngestError(503, code_pb2.UNAVAILABLE, "the collector is shutting down; retry", retry_after_s=1)
+            err = overloaded("the collector is shutting down", "shutting_down")
             if request.path == TRACES_PATH:
                 response = _status_response(_reply_type(request), err)
             else:
-                response = web.json_response({"error": err.message}, status=503, headers={"Retry-After": "1"})
+                response = web.json_response({"error": err.message}, status=503,
+                                             headers={"Retry-After": str(err.retry_after_s)})
             response.force_close()
             return response
         self._active += 1
@@ -256,8 +260,14 @@ class HttpReceiver:
 
     async def health(self, request: web.Request) -> web.Response:
         batches, rows = self._window_lag()
-        return web.json_response({"status": "ok", "windows_lag": {"batches": batches, "rows": rows},
-                                  "staged_rows": self._store.staged_rows()})
+        body = {"status": "ok", "windows_lag": {"batches": batches, "rows": rows},
+                "staged_rows": self._store.staged_rows(), "overloaded_exports": _health.overloaded_totals()}
+        limiter = self._ingest.limiter
+        if limiter is not None:
+            body["memory"] = {"limit_bytes": limiter.config.limit, "soft_limit_bytes": limiter.config.soft_limit,
+                              "anonymous_bytes": limiter.usage, "in_flight_bytes": self._ingest.budget.used,
+                              "refusing_exports": limiter.limited}
+        return web.json_response(body)
 
     async def traces(self, request: web.Request) -> web.Response:
         media_type = (request.content_type or "").lower()
@@ -270,6 +280,7 @@ class HttpReceiver:
             return _status_response(reply_type, IngestError(415, code_pb2.INVALID_ARGUMENT, message))
         with self._ingest.reservation() as reservation:
             try:
+                self._ingest.admit()
                 body = await read_body(request, self._max_body_bytes, reservation)
                 outcome = await self._ingest.export(body, media_type, reservation)
             except IngestError as err:

@@ -4,10 +4,12 @@ The HTTP and gRPC receivers differ only in transport. Each hands the (decompress
 `Ingest.export` and maps an `IngestError` to its own status: HTTP status plus a
 `google.rpc.Status` body, or a gRPC status with the same code and message.
 
-Memory is bounded by an `InflightBudget`: a request holds a `Reservation` of its decompressed
-body bytes (taken while the body streams in) plus an estimate per decoded span, until it is
-answered. When the budget cannot cover a request, it is refused at once as overloaded
-(HTTP 503 + Retry-After, gRPC UNAVAILABLE + RetryInfo) instead of waiting in memory.
+Memory is bounded by an `InflightBudget` (the in-flight share of `--memory-limit`): a request holds
+a `Reservation` of its decompressed body bytes (taken while the body streams in) plus what its
+decoded copies cost (`request_memory_bytes`), until it is answered. When the budget cannot cover a
+request, it is refused at once as overloaded (HTTP 503 + Retry-After, gRPC UNAVAILABLE + RetryInfo)
+instead of waiting in memory; so is every export while the process is above the memory limiter's
+soft limit (`admit`, before the body is read).
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ from google.rpc import code_pb2
 
 from meritlens.collector.process import _otlp
 from meritlens.collector.process._normalize import NormalizeOptions, SpanBatch, normalize
+from meritlens.collector.receive._memory import MemoryLimiter
 from meritlens.collector.serve import _health
 from meritlens.collector.serve._pipeline import IngestPipeline, Overloaded
-from meritlens.collector._settings import RETRY_AFTER_SECONDS, SPAN_MEMORY_ESTIMATE_BYTES
+from meritlens.collector._settings import RETRY_AFTER_SECONDS, request_memory_bytes
 
 _DECODE_THREAD = "meritlens-decode"
 
@@ -36,14 +39,17 @@ _MAX_REASONS_IN_MESSAGE = 20
 
 
 class IngestError(Exception):
-    """A request that is answered with an error: HTTP status, RPC code, message, maybe a retry delay."""
+    """A request that is answered with an error: HTTP status, RPC code, message, maybe a retry delay
+    and, for an overload, which limit refused it (`_health.OVERLOAD_REASONS`)."""
 
-    def __init__(self, http_status: int, rpc_code: int, message: str, *, retry_after_s: float | None = None):
+    def __init__(self, http_status: int, rpc_code: int, message: str, *, retry_after_s: float | None = None,
+                 overload: str | None = None):
         super().__init__(message)
         self.http_status = http_status
         self.rpc_code = rpc_code
         self.message = message
         self.retry_after_s = retry_after_s
+        self.overload = overload
 
 
 def bad_request(message: str) -> IngestError:
@@ -54,10 +60,10 @@ def too_large(message: str) -> IngestError:
     return IngestError(413, code_pb2.RESOURCE_EXHAUSTED, message)
 
 
-def overloaded(message: str) -> IngestError:
+def overloaded(message: str, reason: str) -> IngestError:
     return IngestError(
         503, code_pb2.UNAVAILABLE, f"{message}; retry after {RETRY_AFTER_SECONDS}s",
-        retry_after_s=RETRY_AFTER_SECONDS,
+        retry_after_s=RETRY_AFTER_SECONDS, overload=reason,
     )
 
 
@@ -106,11 +112,14 @@ class Reservation:
         if not self._budget.try_take(extra):
             raise overloaded(
                 f"the collector is holding {self._budget.used} of its {self._budget.limit} in-flight bytes"
-            )
+                " (a quarter of --memory-limit)", "in_flight_bytes")
         self.held = total
 
-    def add(self, n: int) -> None:
-        self.ensure(self.held + n)
+    def shrink(self, total: int) -> None:
+        """Hold no more than ``total`` bytes."""
+        if self.held > total:
+            self._budget.give_back(self.held - total)
+            self.held = total
 
     def release(self) -> None:
         if self.held:
@@ -139,9 +148,11 @@ class Ingest:
     def __init__(
         self, pipeline: IngestPipeline, budget: InflightBudget, *, max_spans_per_request: int,
         limits: _otlp.SpanLimits, normalize_options: NormalizeOptions = NormalizeOptions(), decode_threads: int = 2,
+        limiter: MemoryLimiter | None = None,
     ):
         self._pipeline = pipeline
         self.budget = budget
+        self.limiter = limiter
         self._max_spans = max_spans_per_request
         self._limits = limits
         self._normalize_options = normalize_options
@@ -153,13 +164,18 @@ class Ingest:
     def reservation(self) -> Reservation:
         return Reservation(self.budget)
 
+    def admit(self) -> None:
+        """Refuse a new export (an overloaded IngestError) while the process is above its soft memory limit."""
+        if self.limiter is not None and self.limiter.limited:
+            raise overloaded(self.limiter.refusal(), "memory_limit")
+
     def close(self) -> None:
         self._executor.shutdown(wait=True)
 
     async def export(self, body: bytes, media_type: str, reservation: Reservation) -> ExportOutcome:
         """Store the spans of one decompressed OTLP body; returns once they are committed.
 
-        ``reservation`` must already hold the body's bytes; this adds the per-span estimate.
+        ``reservation`` must already hold the body's bytes; this adds what its decoded copies cost.
         Raises IngestError for anything that is not a (possibly partial) success.
         """
         loop = asyncio.get_running_loop()
@@ -176,7 +192,7 @@ class Ingest:
                 413, code_pb2.INVALID_ARGUMENT,
                 f"the request carries {spans} spans; the limit is {self._max_spans} per request; send smaller batches",
             )
-        reservation.add(spans * SPAN_MEMORY_ESTIMATE_BYTES)
+        reservation.ensure(request_memory_bytes(len(body), spans))
         try:
             batch, table = await loop.run_in_executor(self._executor, self._prepare, decoded)
         except _otlp.BadRequest as exc:  # a part of the body only parsed while normalizing
@@ -188,12 +204,12 @@ class Ingest:
             try:
                 await self._pipeline.submit(table)
             except Overloaded as exc:
-                raise overloaded(str(exc)) from None
+                raise overloaded(str(exc), "write_queue") from None
             except Exception:
                 # Nothing of this request was acknowledged; the client may retry (idempotent).
                 incident = uuid.uuid4().hex[:12]
                 log.exception("storing spans failed (incident %s)", incident)
-                raise overloaded(f"storing spans failed (incident {incident})") from None
+                raise overloaded(f"storing spans failed (incident {incident})", "store_failed") from None
         refused = batch.refused
         message = "; ".join(refused[:_MAX_REASONS_IN_MESSAGE])
         if len(refused) > _MAX_REASONS_IN_MESSAGE:

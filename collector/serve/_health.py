@@ -28,9 +28,18 @@ WRITE_SECONDS = Histogram(
     "meritlens_span_write_duration_seconds", "Time to make one coalesced group of export batches durable.",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0), registry=REGISTRY)
 
+EXPORTS_OVERLOADED = Counter(
+    "meritlens_exports_overloaded", "Export requests answered 503 / UNAVAILABLE with a retry delay, by the limit "
+    "that refused them: memory_limit (the process above the memory limiter's soft limit; refused before the body "
+    "is read), in_flight_bytes, grpc_calls, write_queue, store_failed, shutting_down.", ["reason"],
+    registry=REGISTRY)
+
 REFUSAL_REASONS = ("invalid", "too_many_spans", "overloaded", "bad_request", "internal")
 for _reason in REFUSAL_REASONS:  # every reason is exposed from the start, so a rate() sees its first refusal
     SPANS_REFUSED.labels(_reason)
+OVERLOAD_REASONS = ("memory_limit", "in_flight_bytes", "grpc_calls", "write_queue", "store_failed", "shutting_down")
+for _reason in OVERLOAD_REASONS:
+    EXPORTS_OVERLOADED.labels(_reason)
 
 _request_spans: contextvars.ContextVar[int | None] = contextvars.ContextVar("meritlens_request_spans", default=None)
 
@@ -39,6 +48,17 @@ def received(spans: int) -> None:
     """Called by the receive path once a request's spans are counted."""
     SPANS_RECEIVED.inc(spans)
     _request_spans.set(spans)
+
+
+def overloaded(reason: str) -> None:
+    """Called by both receivers when they answer an export 503 / UNAVAILABLE for ``reason``."""
+    EXPORTS_OVERLOADED.labels(reason).inc()
+
+
+def overloaded_totals() -> dict[str, int]:
+    """Export requests refused so far, by reason, read through the counter's public samples."""
+    [family] = EXPORTS_OVERLOADED.collect()
+    return {s.labels["reason"]: int(s.value) for s in family.samples if s.name.endswith("_total")}
 
 
 def accepted_total() -> int:

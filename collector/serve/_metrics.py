@@ -47,10 +47,11 @@ def _finite(value) -> bool:
 class WindowCollector:
     """A prometheus_client collector reading the store at each scrape."""
 
-    def __init__(self, store, readiness=None, window_lag=lambda: (0, 0)):
+    def __init__(self, store, readiness=None, window_lag=lambda: (0, 0), limiter=None):
         self._store = store
         self._readiness = readiness
         self._window_lag = window_lag
+        self._limiter = limiter
         """(batches, rows) committed that the windows do not include yet (the window processor's)."""
         self._stored_at_start = self._span_rows()
         self._duplicates = 0
@@ -64,6 +65,8 @@ class WindowCollector:
     def collect(self):
         yield from self._windows()
         yield from self._store_health()
+        if self._limiter is not None:
+            yield from self._memory()
         if self._readiness is not None:
             yield from self._profiles()
 
@@ -107,6 +110,18 @@ class WindowCollector:
         yield GaugeMetricFamily("meritlens_window_lag_rows", "Stored span rows the windows do not include yet.",
                                 value=rows)
 
+    def _memory(self):
+        config, usage = self._limiter.config, self._limiter.usage
+        if usage is not None:  # not reported by this system: no sample rather than a zero
+            yield GaugeMetricFamily("meritlens_memory_anonymous_bytes", "The process's anonymous resident memory "
+                                    "at the memory limiter's last check.", value=usage)
+        yield GaugeMetricFamily("meritlens_memory_limit_bytes", "--memory-limit.", value=config.limit)
+        yield GaugeMetricFamily("meritlens_memory_soft_limit_bytes", "Anonymous memory above which exports are "
+                                "refused (meritlens_exports_overloaded_total{reason=\"memory_limit\"}).",
+                                value=config.soft_limit)
+        yield GaugeMetricFamily("meritlens_memory_refusing_exports", "1 while exports are refused for memory, else 0.",
+                                value=1 if self._limiter.limited else 0)
+
     def _profiles(self):
         covered = GaugeMetricFamily(
             "meritlens_profile_metric_covered",
@@ -141,9 +156,9 @@ class WindowCollector:
 class MetricsEndpoint:
     """`GET /metrics` over one store: the windows' registry and the process's health registry."""
 
-    def __init__(self, store, readiness=None, window_lag=lambda: (0, 0)):
+    def __init__(self, store, readiness=None, window_lag=lambda: (0, 0), limiter=None):
         self._registry = CollectorRegistry(auto_describe=False)
-        self._registry.register(WindowCollector(store, readiness, window_lag))
+        self._registry.register(WindowCollector(store, readiness, window_lag, limiter))
 
     def install(self, app: web.Application) -> None:
         app.router.add_get(METRICS_PATH, self.metrics)

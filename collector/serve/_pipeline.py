@@ -5,7 +5,14 @@ arrive while the writer is busy are written together. On a store with staging (t
 durable means forced to the staging log; a mover thread stores the staged batches in DuckDB in one
 INSERT about once a second, or at once when a query waits for them, while the writer goes on
 staging (so no export waits for a DuckDB insert). When the queue is full a request is refused at
-once (the receivers answer 503/UNAVAILABLE), never queued without bound.
+once (the receivers answer 503/UNAVAILABLE), never queued without bound. The mover also stores the
+staged rows once their Arrow bytes reach ``move_bytes``: DuckDB holds the rows of one INSERT in its
+memory while it commits them, so large spans are stored in INSERTs that fit in its memory limit. A
+coalesced group stops at ``move_bytes`` too.
+
+At shutdown the writer stages what is queued for requests still waiting (a request the receivers
+gave up on is dropped: it was never acknowledged), then stores what is staged: one INSERT, bounded
+by ``move_bytes`` or a row group. If that fails, the staging log keeps the rows for the next start.
 """
 
 from __future__ import annotations
@@ -40,8 +47,13 @@ class IngestPipeline:
     """Serializes span writes to a SpanStore, coalescing batches that arrive while a write is
     running; a mover thread stores staged batches in DuckDB meanwhile."""
 
-    def __init__(self, store: SpanStore, *, max_pending_batches: int = 64, max_coalesced_rows: int = 50_000):
+    def __init__(self, store: SpanStore, *, max_pending_batches: int = 64, max_coalesced_rows: int = 50_000,
+                 move_bytes: int | None = None):
         self._store = store
+        self._move_bytes = move_bytes
+        self._staged_bytes = 0
+        """Arrow bytes this pipeline staged that no move has taken yet (writer and mover: ``_bytes_lock``)."""
+        self._bytes_lock = threading.Lock()
         self._queue: queue.Queue = queue.Queue(maxsize=max_pending_batches)
         self._max_coalesced_rows = max_coalesced_rows
         self._thread: threading.Thread | None = None
@@ -59,7 +71,7 @@ class IngestPipeline:
         self._thread.start()
 
     def shutdown(self) -> None:
-        """Write everything already accepted, store what is staged, then stop the threads."""
+        """Stage what is queued for requests still waiting, store what is staged, then stop both threads."""
         if self._thread is None:
             return
         self._queue.put(_STOP)
@@ -80,14 +92,16 @@ class IngestPipeline:
         stopping = False
         while not stopping:
             item = self._queue.get()
-            group, rows = [], 0
+            group, rows, nbytes = [], 0, 0
             while True:
                 if item is _STOP:
                     stopping = True
                 else:
                     group.append(item)
                     rows += item.table.num_rows
-                if stopping or rows >= self._max_coalesced_rows:
+                    nbytes += item.table.nbytes
+                # the staging log serializes a group whole: a copy of its bytes
+                if stopping or rows >= self._max_coalesced_rows or nbytes >= (self._move_bytes or nbytes + 1):
                     break
                 try:
                     item = self._queue.get_nowait()
@@ -109,13 +123,19 @@ class IngestPipeline:
             self._mover_wake.clear()
             if self._mover_stop.is_set():
                 return
-            if self._store.move_due() == 0.0:
+            if self._store.move_due() == 0.0 or (self._move_bytes is not None
+                                                 and self._staged_bytes >= self._move_bytes):
                 self._move()
 
     def _write(self, group: list[_Pending]) -> None:
+        group = [p for p in group if not p.future.done()]  # done before its write: the request was cancelled
+        if not group:
+            return
         try:
             table = pa.concat_tables([p.table for p in group]) if len(group) > 1 else group[0].table
             self._store.stage(table)
+            with self._bytes_lock:
+                self._staged_bytes += table.nbytes
         except BaseException as exc:  # noqa: BLE001 - every waiter must hear about it
             log.exception("writing a batch of %d requests failed", len(group))
             for p in group:
@@ -126,10 +146,14 @@ class IngestPipeline:
             p.loop.call_soon_threadsafe(_set_result, p.future, None)
 
     def _move(self) -> None:
+        taken = self._staged_bytes
         try:
             self._store.move_staged()
         except Exception:  # noqa: BLE001 - they stay staged (durable); the store retries a second later
             log.exception("storing the staged spans in DuckDB failed; they stay in the staging log")
+            return
+        with self._bytes_lock:
+            self._staged_bytes -= taken
 
 
 def _set_result(future: asyncio.Future, value) -> None:

@@ -8,6 +8,7 @@ import os
 import signal
 import ssl
 
+import pyarrow as pa
 from aiohttp import web
 
 from meritlens.collector.receive._auth import BearerToken
@@ -16,6 +17,7 @@ from meritlens.collector.serve._health import count_exports, time_writes
 from meritlens.collector.serve._metrics import MetricsEndpoint
 from meritlens.collector.receive._http import HttpReceiver
 from meritlens.collector.receive._ingest import InflightBudget, Ingest
+from meritlens.collector.receive._memory import MemoryLimiter
 from meritlens.collector.process._normalize import NATIVE_SCANNER, NormalizeOptions, check_target_fallback
 from meritlens.collector.process._otlp import SpanLimits
 from meritlens.collector.serve._pipeline import IngestPipeline
@@ -27,9 +29,12 @@ from meritlens.collector._settings import (
     is_loopback,
 )
 from meritlens.collector.store._store import SpanStore
+from meritlens.collector.serve._ranges import RangeWindowsEndpoint
 from meritlens.collector.windows._processor import WindowProcessor
 
 log = logging.getLogger("meritlens.collector")
+
+_CLOSE_WAIT_S = 0.5
 
 
 def normalize_options(settings: ServerSettings) -> NormalizeOptions:
@@ -57,13 +62,17 @@ class Collector:
                                    span_index_bytes=budget.span_index, staging=settings.stage_s > 0,
                                    stage_move_s=settings.stage_s)
         self.windows: WindowProcessor | None = None
-        self.pipeline = IngestPipeline(self.store, max_pending_batches=settings.max_pending_batches)
-        self.budget = InflightBudget(settings.max_inflight_bytes)
+        # DuckDB keeps up to a checkpoint's worth of rows in memory beside the rows of the INSERT under way
+        move_bytes = max(1, (budget.duckdb - settings.checkpoint_wal_bytes) // 2)
+        self.pipeline = IngestPipeline(self.store, max_pending_batches=settings.max_pending_batches,
+                                       move_bytes=move_bytes)
+        self.budget = InflightBudget(budget.in_flight)
+        self.limiter = MemoryLimiter(settings.memory_limiter(), in_flight=lambda: self.budget.used)
         self.ingest = Ingest(
             self.pipeline, self.budget,
             max_spans_per_request=settings.max_spans_per_request,
             limits=SpanLimits(settings.max_attributes, settings.max_attribute_bytes),
-            normalize_options=normalize_options(settings),
+            normalize_options=normalize_options(settings), limiter=self.limiter,
         )
         self.token = BearerToken(settings.token)
         self.readiness = None  # the dashboard's ReadinessProvider, from `serve --profile`
@@ -88,6 +97,7 @@ class Collector:
 
     async def _start(self) -> None:
         s = self.settings
+        budget = s.memory_budget()
         if not NATIVE_SCANNER:
             log.warning("the native span scanner (collector/process/_spanscan.c) is not built: spans are normalized by the"
                         " Python walk, ~4x slower; reinstall with a C compiler present (pip install -e .)")
@@ -95,7 +105,6 @@ class Collector:
         if s.lake:  # the lake's windows come from `meritlens lake windows` (Spark)
             log.info("writing span segments to %s as %s", s.lake, self.store.writer.collector_id)
         else:
-            budget = s.memory_budget()
             self.windows = WindowProcessor(self.store, key_filter_bytes=budget.key_filter,
                                            window_memory_bytes=budget.window_state,
                                            quantile_error=s.quantile_error)
@@ -104,6 +113,11 @@ class Collector:
             log.info("opened %s; windows of %d keys %s", s.db, keys, "taken up" if resumed else "recomputed")
         window_lag = self.windows.window_lag if self.windows else (lambda: (0, 0))
         self.pipeline.start()
+        self.limiter.start()
+        log.info("memory limit %dMiB, exports refused above %dMiB: requests in flight %dMiB, DuckDB %dMiB, window"
+                 " state %dMiB, key locator %dMiB, key filter %dMiB, the process %dMiB", budget.limit >> 20,
+                 self.limiter.config.soft_limit >> 20, budget.in_flight >> 20, budget.duckdb >> 20,
+                 budget.window_state >> 20, budget.span_index >> 20, budget.key_filter >> 20, budget.process >> 20)
         self._http = HttpReceiver(
             self.ingest, self.store, max_body_bytes=s.max_body_bytes, token=self.token,
             sql_max_rows=s.sql_max_rows, sql_timeout_s=s.sql_timeout_s,
@@ -111,20 +125,20 @@ class Collector:
         )
         app = self._http.app()
         Dashboard(self.store, readiness=self.readiness, token=self.token).install(app)
-        MetricsEndpoint(self.store, readiness=self.readiness, window_lag=window_lag).install(app)
+        MetricsEndpoint(self.store, readiness=self.readiness, window_lag=window_lag, limiter=self.limiter).install(app)
+        if self.windows is not None:
+            RangeWindowsEndpoint(self.windows, self.store.db_name).install(app)
         count_exports(self.ingest)
         time_writes(self.pipeline)
-        self._runner = web.AppRunner(
-            app, auto_decompress=False, access_log=None, shutdown_timeout=s.shutdown_timeout_s,
-        )
+        # `_stop_http` waits for the requests in progress itself; what aiohttp then waits for is answers
+        # already being written
+        self._runner = web.AppRunner(app, auto_decompress=False, access_log=None, shutdown_timeout=_CLOSE_WAIT_S)
         await self._runner.setup()
         ssl_context = None
         if s.tls:
             ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             ssl_context.load_cert_chain(s.tls_cert, s.tls_key)
-        site = web.TCPSite(
-            self._runner, s.host, s.http_port, ssl_context=ssl_context, shutdown_timeout=s.shutdown_timeout_s
-        )
+        site = web.TCPSite(self._runner, s.host, s.http_port, ssl_context=ssl_context)
         await site.start()
         self.http_port = site._server.sockets[0].getsockname()[1]
         log.info("OTLP/HTTP listening on %s", self.url)
@@ -133,7 +147,8 @@ class Collector:
               # imported only when enabled: gRPC's library is ~7 MiB resident
 
             self._grpc_server = _grpc.create_server(
-                _grpc.TraceServiceReceiver(self.ingest, self.token, max_concurrent_rpcs=s.grpc_max_concurrent_rpcs),
+                _grpc.TraceServiceReceiver(self.ingest, self.token, max_concurrent_rpcs=s.grpc_max_concurrent_rpcs,
+                                           max_message_bytes=s.max_body_bytes),
                 max_message_bytes=s.max_body_bytes,
             )
             cert = key = None
@@ -184,8 +199,13 @@ class Collector:
         await self._runner.cleanup()
 
     async def shutdown(self) -> None:
-        """Stop accepting, let in-flight requests finish (up to the shutdown timeout), commit, close."""
-        grace = self.settings.shutdown_timeout_s
+        """Stop accepting, let in-flight requests finish (up to half the shutdown timeout), store what is
+        durable, save the windows, close. Acknowledged spans that are not windowed yet stay durable (the
+        staging log, the stored spans) and the next start takes them up."""
+        grace = self.settings.shutdown_timeout_s / 2
+        loop = asyncio.get_running_loop()
+        if self.windows is not None:
+            self.windows.close_queue()  # a write waiting for the windows to catch up goes ahead
         stops = []
         if self._grpc_server is not None:
             stops.append(self._grpc_server.stop(grace))
@@ -194,11 +214,12 @@ class Collector:
         await asyncio.gather(*stops)
         self._grpc_server = None
         self._runner = None
-        await asyncio.get_running_loop().run_in_executor(None, self.pipeline.shutdown)
+        self.limiter.shutdown()
+        await loop.run_in_executor(None, self.pipeline.shutdown)
         self.ingest.close()
         if self.windows is not None:
             # what is not windowed yet stays in `spans`: the next start follows it from the saved state
-            await asyncio.get_running_loop().run_in_executor(None, self.windows.shutdown, False)
+            await loop.run_in_executor(None, self.windows.shutdown, False)
         self.store.shutdown()
         if self.http_port is not None and not self.settings.lake:
             try:
@@ -211,6 +232,10 @@ class Collector:
 
 def serve(settings: ServerSettings) -> None:
     """Run a collector until SIGINT or SIGTERM, then drain and exit."""
+
+    # Arrow's default pool (mimalloc) keeps the pages it freed for reuse: under large spans 130-150 MiB
+    # beyond its live bytes, which the memory limiter counts; the system allocator gives them back.
+    pa.set_memory_pool(pa.system_memory_pool())
 
     async def main() -> None:
         collector = Collector(settings)

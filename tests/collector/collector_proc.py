@@ -170,20 +170,23 @@ class CollectorProcess:
             self.proc.wait()
         self.proc = None
 
+    def _status_bytes(self, field: str) -> int:
+        with open(f"/proc/{self.proc.pid}/status") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+        raise RuntimeError(f"{field} not found")
+
     def peak_rss_bytes(self) -> int:
         """The process's peak resident memory (VmHWM)."""
-        with open(f"/proc/{self.proc.pid}/status") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-        raise RuntimeError("VmHWM not found")
+        return self._status_bytes("VmHWM")
 
     def rss_bytes(self) -> int:
-        with open(f"/proc/{self.proc.pid}/status") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-        raise RuntimeError("VmRSS not found")
+        return self._status_bytes("VmRSS")
+
+    def anonymous_bytes(self) -> int:
+        """The process's anonymous resident memory (RssAnon): what `--memory-limit` bounds."""
+        return self._status_bytes("RssAnon")
 
     def sql(self, query: str) -> dict:
         with self.client(timeout=30.0) as client:

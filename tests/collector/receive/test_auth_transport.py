@@ -234,9 +234,9 @@ def test_public_bind_without_a_token_warns_and_with_a_token_does_not(tmp_path, t
 
 
 def test_invalid_settings_are_refused_at_start_with_a_clear_message(tmp_path, token_file):
-    result = run_cli("serve", "--db", str(tmp_path / "x.duckdb"), "--max-inflight-bytes", "1MiB")
+    result = run_cli("serve", "--db", str(tmp_path / "x.duckdb"), "--max-body-bytes", "128MiB")
     assert result.returncode == 2
-    assert "max in-flight bytes (1048576) must hold one full request" in result.stderr
+    assert "the memory limit must be at least 2560MiB, got 512MiB" in result.stderr
     result = run_cli("serve", "--db", str(tmp_path / "x.duckdb"), "--tls-cert", str(token_file))
     assert result.returncode == 2 and "--tls-key" in result.stderr
     result = run_cli("serve", "--db", str(tmp_path / "x.duckdb"), "--max-body-bytes", "lots")
@@ -244,7 +244,7 @@ def test_invalid_settings_are_refused_at_start_with_a_clear_message(tmp_path, to
     result = run_cli("serve", "--db", str(tmp_path / "x.duckdb"), env={"MERITLENS_MEMORY_LIMIT": "0"})
     assert result.returncode == 2 and "memory limit must be positive" in result.stderr
     result = run_cli("serve", "--db", str(tmp_path / "x.duckdb"), "--memory-limit", "128MiB")
-    assert result.returncode == 2 and "the memory limit must be at least 256MiB" in result.stderr
+    assert result.returncode == 2 and "the memory limit must be at least 493MiB" in result.stderr
     result = run_cli("serve", "--db", str(tmp_path / "x.duckdb"), "--checkpoint-wal-bytes", "0")
     assert result.returncode == 2 and "checkpoint WAL bytes must be positive" in result.stderr
     assert not (tmp_path / "x.duckdb").exists()

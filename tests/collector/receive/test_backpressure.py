@@ -1,5 +1,5 @@
-"""Overload: more concurrent load than the in-flight budget holds gets 503 + Retry-After, memory stays
-bounded, and every acknowledged span is stored."""
+"""Overload: more concurrent load than the in-flight share of `--memory-limit` holds gets 503 +
+Retry-After, memory stays bounded, and every acknowledged span is stored."""
 
 from __future__ import annotations
 
@@ -11,13 +11,15 @@ import duckdb
 import httpx
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
+from meritlens.collector._settings import MemoryBudget
 from tests.collector.collector_proc import CollectorProcess, make_request
 
 CLIENTS = 40
 REQUESTS_PER_CLIENT = 3
 VALID_SPANS = 5
 PADDED_SPANS = 35
-INFLIGHT_LIMIT = 8 * 1024 * 1024
+MEMORY_LIMIT = 493 * 1024 * 1024
+INFLIGHT_LIMIT = MemoryBudget.of(MEMORY_LIMIT).in_flight
 PROTOBUF = {"Content-Type": "application/x-protobuf"}
 
 
@@ -34,7 +36,7 @@ def _request(batch: int):
 
 def test_overload_gets_503_with_retry_after_bounded_memory_and_no_lost_span(tmp_path):
     args = (
-        "--max-inflight-bytes", str(INFLIGHT_LIMIT), "--max-body-bytes", "2MiB",
+        "--memory-limit", str(MEMORY_LIMIT), "--max-body-bytes", "2MiB",
         "--max-spans-per-request", "100", "--max-attribute-bytes", "32KiB",
     )
     requests = {b: _request(b) for b in range(CLIENTS * REQUESTS_PER_CLIENT)}
@@ -61,9 +63,7 @@ def test_overload_gets_503_with_retry_after_bounded_memory_and_no_lost_span(tmp_
                         refusals.append(response.headers.get("Retry-After", "missing").encode() + b" " + response.content)
                     time.sleep(float(response.headers["Retry-After"]) * rng.uniform(0.05, 0.3))
 
-    # The key filters grow with the keys they hold up to their share of the memory limit; the
-    # smallest limit keeps the growth measured here the receivers'.
-    with CollectorProcess(tmp_path / "busy.duckdb", args=args, env={"MERITLENS_MEMORY_LIMIT": "256MiB"}) as collector:
+    with CollectorProcess(tmp_path / "busy.duckdb", args=args) as collector:
         with collector.client() as http:  # warm up: first request's imports and allocations
             assert http.post("/v1/traces", content=_request(10_000).SerializeToString(), headers=PROTOBUF).status_code == 200
         idle_rss = collector.rss_bytes()
@@ -76,12 +76,12 @@ def test_overload_gets_503_with_retry_after_bounded_memory_and_no_lost_span(tmp_
         growth = collector.peak_rss_bytes() - idle_rss
 
     assert acked == set(requests)
-    assert refusals, f"{CLIENTS} clients with ~1.4 MiB each never exceeded an 8 MiB budget"
+    assert refusals, f"{CLIENTS} clients charged ~7 MiB each never exceeded a {INFLIGHT_LIMIT >> 20} MiB share"
     assert all(r.startswith(b"1 ") for r in refusals), refusals[0]
     assert b"in-flight bytes" in refusals[0]
-    # Unbounded, 40 such requests at once cost ~160 MiB here. The budget counts bodies plus 2 KiB per
-    # span; decoded and normalized copies make a request cost up to ~4x that, plus allocator slack.
-    assert growth < 4 * INFLIGHT_LIMIT + 64 * 1024 * 1024, f"peak RSS grew by {growth / 2**20:.0f} MiB"
+    # Unbounded, 40 such requests at once cost ~280 MiB. A request is charged its body and 4x the body for
+    # its decoded copies (these spans' attributes are large); allocator slack comes on top.
+    assert growth < INFLIGHT_LIMIT + 64 * 1024 * 1024, f"peak RSS grew by {growth / 2**20:.0f} MiB"
 
     expected = {
         span.span_id.hex()

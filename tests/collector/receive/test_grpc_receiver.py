@@ -172,15 +172,17 @@ def test_an_export_call_with_two_messages_is_invalid_argument(collector):
     assert stored["rows"] == [[span_ids(9103, 0)[1].hex()]]
 
 
-@pytest.mark.parametrize("limit, args, reason", [
-    # Room for one request of <= 64 KiB and 100 spans at a time.
-    ("in-flight bytes", ("--max-body-bytes", "64KiB", "--max-spans-per-request", "100",
-                         "--max-inflight-bytes", "300KiB"), "in-flight bytes"),
+@pytest.mark.parametrize("limit, spans, args, reason", [
+    # The in-flight share (123MiB) holds ~11 calls of 5,000 spans (2 KiB each, ~10 MiB), and 6 calls whose
+    # messages are being read (each holds the largest message, 20MiB, until it is read).
+    ("in-flight bytes", 5000, ("--max-spans-per-request", "5000", "--memory-limit", "493MiB",
+                               "--grpc-max-concurrent-rpcs", "64"), "in-flight bytes"),
     # One call at a time; bytes for all of them. grpc.aio's own limit answered RESOURCE_EXHAUSTED here.
-    ("concurrent calls", ("--grpc-max-concurrent-rpcs", "1"), "--grpc-max-concurrent-rpcs"),
+    ("concurrent calls", 100, ("--grpc-max-concurrent-rpcs", "1"), "--grpc-max-concurrent-rpcs"),
 ], ids=["in-flight-bytes", "concurrent-calls"])
-def test_overload_answers_unavailable_with_retry_info_and_loses_no_acknowledged_span(tmp_path, limit, args, reason):
-    requests = {b: make_request(20_000 + b, 100).SerializeToString() for b in range(40)}
+def test_overload_answers_unavailable_with_retry_info_and_loses_no_acknowledged_span(tmp_path, limit, spans, args,
+                                                                                    reason):
+    requests = {b: make_request(20_000 + b, spans).SerializeToString() for b in range(40)}
 
     async def send_all(target: str):
         acked, unavailable = set(), []
@@ -190,7 +192,7 @@ def test_overload_answers_unavailable_with_retry_info_and_loses_no_acknowledged_
             async def send(batch: int):
                 for _ in range(200):
                     try:
-                        await export(requests[batch], timeout=10)
+                        await export(requests[batch], timeout=60)
                         acked.add(batch)
                         return
                     except grpc.aio.AioRpcError as error:
@@ -205,7 +207,7 @@ def test_overload_answers_unavailable_with_retry_info_and_loses_no_acknowledged_
         acked, unavailable = asyncio.run(send_all(busy.grpc_target))
         assert acked == set(requests)
         count = busy.sql("SELECT count(*) FROM spans")["rows"][0][0]
-    assert unavailable, f"40 concurrent requests never exceeded a budget of one request ({limit})"
+    assert unavailable, f"40 concurrent requests never exceeded the {limit} limit"
     error = unavailable[0]
     metadata = dict(error.trailing_metadata())
     retry = error_details_pb2.RetryInfo.FromString(metadata["google.rpc.retryinfo-bin"])
@@ -214,4 +216,4 @@ def test_overload_answers_unavailable_with_retry_info_and_loses_no_acknowledged_
     assert status.code == code_pb2.UNAVAILABLE
     assert status.details[0].Is(error_details_pb2.RetryInfo.DESCRIPTOR)
     assert reason in error.details()
-    assert count == 40 * 100
+    assert count == 40 * spans

@@ -67,3 +67,31 @@ def test_sigterm_drains_a_request_in_flight_and_commits_it(tmp_path):
     finally:
         con.close()
     assert not (tmp_path / "drain.duckdb.collector").exists()
+
+
+def test_a_request_still_uploading_gets_half_the_shutdown_timeout_then_the_collector_stops(tmp_path):
+    collector = CollectorProcess(tmp_path / "stuck.duckdb", args=("--no-grpc",))
+    collector.start()
+    body = make_request(9, 400).SerializeToString()
+    sock = socket.create_connection(("127.0.0.1", collector.http_port), timeout=60)
+    try:
+        sock.sendall((
+            f"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-protobuf\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        ).encode() + body[: len(body) // 2])  # the rest never comes
+        collector.wait_for_log("OTLP/HTTP listening")
+        time.sleep(0.5)  # the handler is now reading the body
+        collector.proc.send_signal(signal.SIGTERM)
+        assert collector.proc.wait(60) == 0
+        response = _read_response(sock)
+    finally:
+        sock.close()
+    assert not response.startswith(b"HTTP/1.1 200"), response[:200]
+    log = collector.log()
+    assert "1 requests still in progress after 5s; closing them" in log  # the default 10 s, halved
+    assert "stopped;" in log
+    con = duckdb.connect(str(collector.db), read_only=True)
+    try:
+        assert con.execute("SELECT count(*) FROM spans").fetchone()[0] == 0
+    finally:
+        con.close()
