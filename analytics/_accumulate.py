@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from meritlens.analytics._catalogue import Aggregation
+from meritlens.analytics._definitions import FACT_PREFIX, FACTS, WINDOW_DEFINITIONS, ValueRule, WindowDefinition
 from meritlens.analytics._distribution import (
     Distribution,
     bucket_indices,
@@ -41,20 +42,10 @@ from meritlens.analytics._distribution import (
     sample_stddev,
     scaled_to_float,
 )
+from meritlens.analytics._evidence import digest_from_sums, evidence_uri
+from meritlens.analytics._samples import SAMPLE_VALUES
 from meritlens.analytics._scale import DEFAULT_RELATIVE_ERROR, scale_for
-from meritlens.analytics._windows import (
-    EVIDENCE_MEDIA_TYPE,
-    FACT_PREFIX,
-    FACTS,
-    SAMPLE_VALUES,
-    WINDOW_DEFINITIONS,
-    ValueRule,
-    Window,
-    WindowDefinition,
-    WindowState,
-    digest_from_sums,
-    evidence_uri,
-)
+from meritlens.analytics._windows import EVIDENCE_MEDIA_TYPE, Window, WindowState
 
 _QUANTILES = (0.5, 0.9, 0.95, 0.99)
 EXTREME_DEPTH = 8

@@ -39,7 +39,7 @@ from meritlens.analytics._regressions import quantile_level, statistic_of
 from meritlens.analytics._sequential import mean_above, mean_below, mean_bounds, quantile_rank_bounds
 from meritlens.analytics._state_view import StateView, value_range, view
 from meritlens.analytics._time_buckets import DAY_US, HOUR_US
-from meritlens.analytics._windows import DEFINITIONS_BY_METRIC, ValueRule
+from meritlens.analytics._definitions import DEFINITIONS_BY_METRIC, ValueRule
 
 MONTH_US = 30 * DAY_US
 

@@ -50,7 +50,8 @@ from meritlens.analytics._intervals import (
     wilson_interval,
 )
 from meritlens.analytics._state_view import StateView, view
-from meritlens.analytics._windows import MIN_SAMPLES_FOR_REPEATED_CLAIM, ValueRule, WindowDefinition
+from meritlens.analytics._definitions import ValueRule, WindowDefinition
+from meritlens.analytics._windows import MIN_SAMPLES_FOR_REPEATED_CLAIM
 
 CORRECTION = "bonferroni"
 DEFAULT_QUANTILE = 0.95

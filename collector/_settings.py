@@ -7,7 +7,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from meritlens.analytics._scale import DEFAULT_RELATIVE_ERROR, scale_for
+from meritlens.analytics.engine import DEFAULT_RELATIVE_ERROR, scale_for
 
 ENV_LAKE = "MERITLENS_LAKE"
 ENV_COLLECTOR_ID = "MERITLENS_COLLECTOR_ID"

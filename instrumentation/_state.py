@@ -5,16 +5,14 @@ from __future__ import annotations
 import logging
 import threading
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from opentelemetry import trace
 
-if TYPE_CHECKING:
-    from meritlens.instrumentation._task import Task
+from meritlens.instrumentation import conventions as c
 
 log = logging.getLogger("meritlens.instrumentation")
 
-TRACER_NAME = "meritlens.instrumentation"
 
 
 class _Config:
@@ -39,7 +37,7 @@ def tracer() -> trace.Tracer:
     cached = config.tracer
     if cached is None:
         provider = config.tracer_provider or trace.get_tracer_provider()
-        cached = config.tracer = provider.get_tracer(TRACER_NAME, _version())
+        cached = config.tracer = provider.get_tracer(c.TRACER_NAME, _version())
     return cached
 
 
@@ -57,13 +55,36 @@ class Scope:
 
     __slots__ = ("attributes", "task", "frame")
 
-    def __init__(self, attributes: dict[str, Any], task: Task | None, frame: Any) -> None:
+    def __init__(self, attributes: dict[str, Any], task: Any, frame: Any) -> None:
         self.attributes = attributes
+        # The enclosing `_task.Task` (it counts the agent steps), or None; typed loosely so that the
+        # state every module reads imports none of them.
         self.task = task
         self.frame = frame
 
 
 current_scope: ContextVar[Scope | None] = ContextVar("meritlens_scope", default=None)
+
+
+def scope_attributes(own: dict[str, Any], explicit: dict[str, Any] | None) -> dict[str, Any]:
+    """Span attributes: ``own`` constants, then the task/observe scope, then the call site's explicit values.
+
+    The configured default target fills in when neither the scope nor the call site names one.
+    """
+    scope = current_scope.get()
+    defaults = config.default_attributes
+    if scope is None:
+        if explicit:
+            return {**defaults, **own, **explicit} if defaults else {**own, **explicit}
+        return {**defaults, **own} if defaults else own.copy()
+    attributes = {**defaults, **own, **scope.attributes}
+    if explicit:
+        attributes.update(explicit)
+    task = scope.task
+    if task is not None and task.step_count:
+        attributes[c.AGENT_STEP] = task.step_count
+    return attributes
+
 
 # The instrumented LLM call in progress (read by instrument()'s retry hook to count its retries).
 current_call: ContextVar[Any] = ContextVar("meritlens_call", default=None)

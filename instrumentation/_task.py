@@ -15,8 +15,14 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from meritlens.instrumentation import conventions as c
-from meritlens.instrumentation._call import scope_attributes
-from meritlens.instrumentation._state import Scope, current_scope, report_internal_error, tracer, warn_once
+from meritlens.instrumentation._state import (
+    Scope,
+    current_scope,
+    report_internal_error,
+    scope_attributes,
+    tracer,
+    warn_once,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 

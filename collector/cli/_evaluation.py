@@ -18,10 +18,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
 
-from meritlens.analytics._evaluate import EvaluationError, QueryPage
-from meritlens.analytics._judge import JudgeCall
-from meritlens.analytics._window_io import window_to_json
-from meritlens.analytics._windows import SCOPE_ALL, Window
+from meritlens.analytics.engine import SCOPE_ALL, EvaluationError, JudgeCall, QueryPage, Window, window_to_json
 from meritlens.collector.process._normalize import normalize
 from meritlens.collector.cli._query import QueryError, client_ssl_context
 from meritlens.collector.cli._resolve import Source, open_file_or_explain

@@ -16,7 +16,7 @@ from typing import Callable, Iterator, Sequence
 
 from aiohttp import web
 
-from meritlens.analytics._experiments import (
+from meritlens.analytics.engine import (
     ExperimentError,
     ExperimentManifest,
     finish_arm,

@@ -14,7 +14,7 @@ import tempfile
 import click
 
 from meritlens.collector._settings import ENV_LAKE, ENV_QUANTILE_ERROR
-from meritlens.analytics._scale import DEFAULT_RELATIVE_ERROR
+from meritlens.analytics.engine import DEFAULT_RELATIVE_ERROR
 
 
 def _lake_source(lake: str):

@@ -8,7 +8,7 @@ import datetime as _dt
 import os
 import re
 
-from meritlens.analytics._schema import WINDOW_COLUMN_NAMES
+from meritlens.analytics.engine import WINDOW_COLUMN_NAMES
 from meritlens.collector._settings import WINDOWS_RANGE_PATH
 from meritlens.collector.cli._query import QueryError, open_read_only, opened_store, post_json
 from meritlens.collector.cli._resolve import Source
@@ -61,7 +61,7 @@ def range_result(source: Source, since_us: int | None, until_us: int | None, *, 
 
 
 def _merged_here(source: Source, since_us, until_us, target, scope):
-    from meritlens.analytics._time_buckets import merge_range
+    from meritlens.analytics.engine import merge_range
     from meritlens.collector.windows._state import load_range
 
     with contextlib.ExitStack() as stack:

@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 
-from meritlens.analytics._schema import SPAN_COLUMN_NAMES, SPAN_COLUMNS
+from meritlens.analytics.engine import SPAN_COLUMNS, SPAN_COLUMN_NAMES
 from meritlens.collector.process import _otlp
 from meritlens.collector.process._native import native as _spanscan  # None unbuilt: the Python walk is complete
 from meritlens.collector.process._options import (  # noqa: F401 - NormalizeOptions and the check are imported from here too

@@ -15,7 +15,7 @@ import aiohttp
 from aiohttp import web
 from google.rpc import code_pb2
 
-from meritlens.analytics._window_io import WindowRejected, windows_from_json
+from meritlens.analytics.engine import WindowRejected, windows_from_json
 from meritlens.collector.process import _otlp
 from meritlens.collector.receive._auth import AUTHORIZATION, BearerToken
 from meritlens.collector.receive._ingest import Ingest, IngestError, Reservation, bad_request, overloaded, too_large

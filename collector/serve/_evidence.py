@@ -12,9 +12,16 @@ import asyncio
 
 from aiohttp import web
 
-from meritlens.analytics._profiles import ProfileError, TaskProfile, profile_from_dict
-from meritlens.analytics._readiness import CoverageReport, UnknownSubject, check_readiness, require_known
-from meritlens.analytics._windows import SCOPE_ALL
+from meritlens.analytics.engine import (
+    SCOPE_ALL,
+    CoverageReport,
+    ProfileError,
+    TaskProfile,
+    UnknownSubject,
+    check_readiness,
+    profile_from_dict,
+    require_known,
+)
 from meritlens.collector.cli._query import opened_store, post_json
 from meritlens.collector.cli._resolve import Source
 from meritlens.collector._settings import READINESS_PATH

@@ -18,8 +18,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from meritlens.analytics._catalogue import METRICS, Direction
-from meritlens.analytics._schema import SPANS_TABLE, WINDOWS_TABLE
+from meritlens.analytics.engine import METRICS, SPANS_TABLE, WINDOWS_TABLE, Direction
 from meritlens.collector.serve import _health
 
 METRICS_PATH = "/metrics"

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from meritlens.analytics._profiles import TaskProfile, load_profile
-from meritlens.analytics._readiness import check_readiness
+from meritlens.analytics.engine import TaskProfile, check_readiness, load_profile
 from meritlens.collector.store._store import SpanStore
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from meritlens.analytics._schema import SPAN_COLUMN_NAMES, SPANS_TABLE
+from meritlens.analytics.engine import SPANS_TABLE, SPAN_COLUMN_NAMES
 from meritlens.collector.store._database import timestamp_sql
 
 

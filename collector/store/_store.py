@@ -22,8 +22,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from meritlens.analytics._schema import SPANS_TABLE, WINDOW_COLUMN_NAMES, WINDOWS_TABLE
-from meritlens.analytics._windows import WINDOW_INPUT_COLUMNS
+from meritlens.analytics.engine import SPANS_TABLE, WINDOWS_TABLE, WINDOW_COLUMN_NAMES, WINDOW_INPUT_COLUMNS
 from meritlens.collector._settings import (
     DEFAULT_CHECKPOINT_WAL_BYTES,
     DEFAULT_SPAN_INDEX_BYTES,
@@ -47,7 +46,7 @@ from meritlens.collector.store._sqlguard import ArrowQuery, check_read_only, run
 from meritlens.collector.store._staging import StagingLog, read_staged, set_aside, staging_path
 
 if TYPE_CHECKING:
-    from meritlens.analytics._readiness import CoverageReport
+    from meritlens.analytics.engine import CoverageReport
 
 log = logging.getLogger("meritlens.collector.store")
 
@@ -436,7 +435,7 @@ class SpanStore:
         transaction, after ``check_update`` against the stored one; returns it as stored (with its
         created/updated times). Raises ExperimentError for an update that rewrites the past, or with
         ``create`` when the experiment exists."""
-        from meritlens.analytics._experiments import save_manifest
+        from meritlens.analytics.engine import save_manifest
 
         with self.write_lock:
             con = self._db.con
@@ -450,7 +449,7 @@ class SpanStore:
 
     def record_coverage(self, report: CoverageReport) -> None:
         """Append a readiness check to `coverage_checks` (the `coverage` view shows the latest)."""
-        from meritlens.analytics._readiness import coverage_row, record_coverage_sql  # pydantic: on first use
+        from meritlens.analytics.engine import coverage_row, record_coverage_sql  # pydantic: on first use
 
         with self.write_lock:
             self._db.con.execute(record_coverage_sql(), coverage_row(report))
