@@ -34,7 +34,8 @@ from meritlens.collector.cli._import_files import ROWS_PER_REQUEST, Chunk, FileP
 from meritlens.collector.cli._query import QueryError, client_ssl_context
 from meritlens.collector.cli._resolve import Source, open_file_or_explain
 from meritlens.collector.process import _otlp
-from meritlens.collector.process._normalize import NormalizeOptions, normalize
+from meritlens.collector.process._normalize import normalize
+from meritlens.collector.process._options import NormalizeOptions
 from meritlens.collector.receive._auth import authorization_header
 from meritlens.collector._settings import TRACES_PATH
 from meritlens.collector.store._store import SpanStore

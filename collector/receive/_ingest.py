@@ -25,7 +25,9 @@ import pyarrow as pa
 from google.rpc import code_pb2
 
 from meritlens.collector.process import _otlp
-from meritlens.collector.process._normalize import NormalizeOptions, SpanBatch, normalize
+from meritlens.collector.process._normalize import normalize
+from meritlens.collector.process._options import NormalizeOptions
+from meritlens.collector.process._walk import SpanBatch
 from meritlens.collector.receive._memory import MemoryLimiter
 from meritlens.collector.serve import _health
 from meritlens.collector.serve._pipeline import IngestPipeline, Overloaded

@@ -18,7 +18,8 @@ from meritlens.collector.serve._metrics import MetricsEndpoint
 from meritlens.collector.receive._http import HttpReceiver
 from meritlens.collector.receive._ingest import InflightBudget, Ingest
 from meritlens.collector.receive._memory import MemoryLimiter
-from meritlens.collector.process._normalize import NATIVE_SCANNER, NormalizeOptions, check_target_fallback
+from meritlens.collector.process._normalize import NATIVE_SCANNER
+from meritlens.collector.process._options import NormalizeOptions, check_target_fallback
 from meritlens.collector.process._otlp import SpanLimits
 from meritlens.collector.serve._pipeline import IngestPipeline
 from meritlens.instrumentation.pricing import price_call

@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from meritlens.collector.process import _otlp
 from meritlens.collector.receive._ingest import prepare
-from meritlens.collector.process._normalize import NormalizeOptions
+from meritlens.collector.process._options import NormalizeOptions
 from meritlens.collector.store._staging import StagingLog, read_staged, staging_path
 from tests.store_under_test import StoreUnderTest
 from meritlens.instrumentation import conventions as c
