@@ -1,7 +1,7 @@
 """Evidence for a decision: `meritlens profile check` and `meritlens readiness`.
 
-The logic lives in meritlens.analytics and collector/serve/_evidence.py (recording readiness);
-these commands parse options and print."""
+The logic lives in meritlens.analytics and collector/serve/_evidence.py (recording readiness,
+collector/cli/_readiness_io.py where it is recorded); these commands parse options and print."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def readiness(profile_path: str, target: str | None, scope: str, baseline: bool,
     from meritlens.analytics._profiles import ProfileError, load_profile
     from meritlens.analytics._readiness import UnknownSubject, format_report, judged, report_json
     from meritlens.collector.cli._query import QueryError
-    from meritlens.collector.serve._evidence import check_readiness_at
+    from meritlens.collector.cli._readiness_io import check_readiness_at
 
     try:
         task_profile = load_profile(profile_path)

@@ -1,0 +1,27 @@
+"""Recording a readiness check from a command: inside the collector that holds the file (POST
+/api/readiness, collector/serve/_evidence.py), else on the file or lake itself."""
+
+from __future__ import annotations
+
+from meritlens.analytics._profiles import TaskProfile
+from meritlens.analytics._readiness import CoverageReport
+from meritlens.collector._settings import READINESS_PATH
+from meritlens.collector.cli._query import opened_store, post_json
+from meritlens.collector.cli._resolve import Source
+from meritlens.collector.serve._evidence import check_and_record
+
+
+def readiness_through(source: Source, profile: TaskProfile, *, target: str | None, scope: str) -> CoverageReport:
+    """Ask the collector ``source`` points to to check and record readiness."""
+    body = post_json(source.url, READINESS_PATH, {"profile": profile.to_dict(), "target": target, "scope": scope},
+                     token=source.token, ca_file=source.ca_file)
+    return CoverageReport.model_validate(body)
+
+
+def check_readiness_at(profile: TaskProfile, *, target: str | None, scope: str, source: Source) -> CoverageReport:
+    """Check and record readiness where ``source`` points (collector/cli/_resolve.py): in the file
+    it names, on the lake (the check is a file of the lake's), or inside the collector."""
+    if source.is_collector:
+        return readiness_through(source, profile, target=target, scope=scope)
+    with opened_store(source, read_only=False) as store:
+        return check_and_record(store, profile, target=target, scope=scope)
