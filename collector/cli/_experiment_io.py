@@ -22,7 +22,8 @@ from meritlens.analytics._experiments import (
     start_arm,
     validate_manifest,
 )
-from meritlens.collector.cli._query import CollectorRefused, QueryError, opened_store, post_json, query_store, query_url
+from meritlens.collector.cli._client import CollectorClient, CollectorRefused, QueryError
+from meritlens.collector.cli._query import opened_store, query_store, query_url
 from meritlens.collector.cli._resolve import ResolveError, Source, resolve
 from meritlens.collector._settings import EXPERIMENTS_PATH
 from meritlens.collector.store._results import QueryResult
@@ -36,8 +37,8 @@ class ExperimentConflict(ExperimentError):
 def _post(url: str, manifest: ExperimentManifest, create: bool, *, token: str | None,
           ca_file: str | None) -> ExperimentManifest:
     try:
-        reply = post_json(url, EXPERIMENTS_PATH, {"manifest": manifest.model_dump(mode="json"), "create": create},
-                          token=token, ca_file=ca_file)
+        with CollectorClient(url, token=token, ca_file=ca_file) as client:
+            reply = client.post_json(EXPERIMENTS_PATH, {"manifest": manifest.model_dump(mode="json"), "create": create})
     except CollectorRefused as exc:
         problems = exc.payload.get("problems") or [str(exc)]
         error = ExperimentConflict if exc.status == 409 else ExperimentError

@@ -13,7 +13,7 @@ import traceback
 from meritlens.collector.cli._exit import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_NO, EXIT_OK, NegativeAnswer
 
 # What every command needs beyond the application side (`pip install meritlens`); see pyproject's [server].
-SERVER_MODULES = ("click", "rich", "duckdb", "pyarrow", "aiohttp", "pydantic")
+SERVER_MODULES = ("click", "rich", "duckdb", "pyarrow", "aiohttp", "httpx", "pydantic")
 SERVER_EXTRA_HINT = "pip install 'meritlens[server]'"
 
 

@@ -6,15 +6,16 @@ from __future__ import annotations
 from meritlens.analytics._profiles import TaskProfile
 from meritlens.analytics._readiness import CoverageReport
 from meritlens.collector._settings import READINESS_PATH
-from meritlens.collector.cli._query import opened_store, post_json
+from meritlens.collector.cli._client import CollectorClient
+from meritlens.collector.cli._query import opened_store
 from meritlens.collector.cli._resolve import Source
 from meritlens.collector.serve._evidence import check_and_record
 
 
 def readiness_through(source: Source, profile: TaskProfile, *, target: str | None, scope: str) -> CoverageReport:
     """Ask the collector ``source`` points to to check and record readiness."""
-    body = post_json(source.url, READINESS_PATH, {"profile": profile.to_dict(), "target": target, "scope": scope},
-                     token=source.token, ca_file=source.ca_file)
+    with CollectorClient(source.url, token=source.token, ca_file=source.ca_file) as client:
+        body = client.post_json(READINESS_PATH, {"profile": profile.to_dict(), "target": target, "scope": scope})
     return CoverageReport.model_validate(body)
 
 

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import os
 import re
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
@@ -117,17 +115,10 @@ def collector_url_beside(db: str) -> str | None:
 
 def _probe(url: str, token: str | None, ca_file: str | None) -> str | None:
     """None when a collector answers at ``url``; else why not (one line)."""
-    from meritlens.collector.cli._query import client_ssl_context  # imports duckdb: only on this path
+    from meritlens.collector.cli._client import CollectorClient  # only on this path
 
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    request = urllib.request.Request(url.rstrip("/") + HEALTH_PATH, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=5, context=client_ssl_context(url, ca_file)):
-            return None
-    except urllib.error.HTTPError:
-        return None  # it answered (a 401 is reported by the command itself, with the token advice)
-    except (urllib.error.URLError, OSError) as exc:
-        return str(getattr(exc, "reason", exc))
+    with CollectorClient(url, token=token, ca_file=ca_file, timeout=5) as client:
+        return client.probe(HEALTH_PATH)
 
 
 def resolve(db: str | None, url: str | None, *, token: str | None = None, token_file: str | None = None,
