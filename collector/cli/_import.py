@@ -221,7 +221,7 @@ def open_destination(source: Source,
         from meritlens.collector.serve._server import normalize_options
         from meritlens.collector._settings import ServerSettings
 
-        options = normalize_options(ServerSettings())
+        options = normalize_options(ServerSettings.from_env())
     return StoreDestination(store, options)
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Callable, TypeVar
 
 from meritlens.collector._settings import (
-    DEFAULT_DB, DEFAULT_URL, ENV_DB, ENV_LAKE, ENV_URL, HEALTH_PATH, address_file, resolve_token, SettingsError,
+    DEFAULT_DB, DEFAULT_URL, ENV_URL, HEALTH_PATH, SETTINGS, SettingsError, address_file, resolve_token,
 )
 
 __all__ = ["ResolveError", "Source", "collector_url_beside", "describe_lock_holder", "is_lock_conflict",
@@ -135,7 +135,7 @@ def resolve(db: str | None, url: str | None, *, token: str | None = None, token_
         if lake and (db is not None or url):
             raise ResolveError("--lake reads the lake's files: give it without --db and --url")
         # Like $MERITLENS_URL, $MERITLENS_LAKE never redirects a command given --db or --url.
-        lake = lake or (None if db is not None or url else os.environ.get(ENV_LAKE) or None)
+        lake = lake or (None if db is not None or url else os.environ.get(SETTINGS['lake'].env) or None)
         if lake:
             return _lake_source(lake, token, ca_file)
     path = db or DEFAULT_DB
@@ -150,7 +150,7 @@ def resolve(db: str | None, url: str | None, *, token: str | None = None, token_
                 raise ResolveError(f"cannot create {path}: the directory {parent} does not exist")
             return Source("file", path, None, token, ca_file)
         if db is not None:
-            raise ResolveError(f"no database at {path}: check --db (or ${ENV_DB}), or give --url to use a "
+            raise ResolveError(f"no database at {path}: check --db (or ${SETTINGS['db'].env}), or give --url to use a "
                                "running collector")
         fallback = collector_url_beside(path) or os.environ.get(ENV_URL) or DEFAULT_URL
         problem = _probe(fallback, token, ca_file)

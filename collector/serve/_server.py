@@ -76,7 +76,7 @@ class Collector:
             limits=SpanLimits(settings.max_attributes, settings.max_attribute_bytes),
             normalize_options=normalize_options(settings), limiter=self.limiter, health=self.health,
         )
-        self.token = BearerToken(settings.token)
+        self.token = BearerToken(settings.bearer_token())
         self.readiness = None  # the dashboard's ReadinessProvider, from `serve --profile`
         if settings.profiles:
             from meritlens.collector.serve._profiles_view import ProfileReadiness
