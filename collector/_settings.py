@@ -181,32 +181,8 @@ TARGET_FALLBACK_OFF = "none"
 RETRY_AFTER_SECONDS = 1
 """What an overloaded collector tells clients to wait (HTTP Retry-After, gRPC RetryInfo)."""
 
-TRACES_PATH = "/v1/traces"
-SQL_PATH = "/api/sql"
-READINESS_PATH = "/api/readiness"
-EXPERIMENTS_PATH = "/api/experiments"
-"""POST an experiment manifest {"manifest": {...}} to create or update it."""
-HEALTH_PATH = "/healthz"
-WINDOWS_PATH = "/api/windows"
-"""POST evaluated windows {"windows": [...]} (written by `meritlens evaluate` when a collector holds the file)."""
-GRPC_TRACE_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
-
-
 class SettingsError(ValueError):
     """A setting is invalid; the message names it and says why."""
-
-# The dashboard page, the read-only JSON endpoints it reads, and the Arrow export endpoint
-# (collector/serve/_dashboard.py).
-DASHBOARD_PATH = "/"
-STATIC_PATH_PREFIX = "/static/"
-"""The page and its static files carry no data: they are served without the bearer token."""
-API_TARGETS_PATH = "/api/dashboard/targets"
-API_WINDOWS_PATH = "/api/dashboard/windows"
-API_TASKS_PATH = "/api/dashboard/tasks"
-API_PROFILES_PATH = "/api/dashboard/profiles"
-API_ARROW_PATH = "/api/arrow"
-ARROW_STREAM_MEDIA_TYPE = "application/vnd.apache.arrow.stream"
-ARROW_ROW_COUNT_HEADER = "X-Meritlens-Row-Count"
 
 
 def address_file(db: str) -> str:

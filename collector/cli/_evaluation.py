@@ -23,7 +23,7 @@ from meritlens.analytics._windows import SCOPE_ALL, Window
 from meritlens.collector.process._normalize import normalize
 from meritlens.collector.cli._client import CollectorClient, CollectorRefused, QueryError
 from meritlens.collector.cli._resolve import Source, open_file_or_explain
-from meritlens.collector._settings import SQL_PATH, TRACES_PATH, WINDOWS_PATH
+from meritlens.collector._paths import SQL_PATH, TRACES_PATH, WINDOWS_PATH
 from meritlens.collector.windows._local import LocalStore
 from meritlens.instrumentation import conventions as c
 

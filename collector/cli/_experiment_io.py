@@ -25,7 +25,7 @@ from meritlens.analytics._experiments import (
 from meritlens.collector.cli._client import CollectorClient, CollectorRefused, QueryError
 from meritlens.collector.cli._query import opened_store, query_store, query_url
 from meritlens.collector.cli._resolve import ResolveError, Source, resolve
-from meritlens.collector._settings import EXPERIMENTS_PATH
+from meritlens.collector._paths import EXPERIMENTS_PATH
 from meritlens.collector.store._results import QueryResult
 
 

@@ -23,7 +23,7 @@ from meritlens.collector.serve._dashboard import EXPORT_TABLES
 from meritlens.collector.cli._client import CollectorClient, CollectorRefused, QueryError
 from meritlens.collector.cli._query import opened_store
 from meritlens.collector.cli._resolve import Source
-from meritlens.collector._settings import API_ARROW_PATH, ARROW_ROW_COUNT_HEADER, ARROW_STREAM_MEDIA_TYPE
+from meritlens.collector._paths import API_ARROW_PATH, ARROW_ROW_COUNT_HEADER, ARROW_STREAM_MEDIA_TYPE
 from meritlens.collector.store._store import SpanStore
 
 COMPRESSIONS = ("snappy", "zstd", "gzip", "none")

@@ -33,7 +33,7 @@ from meritlens.collector.cli._resolve import Source, open_file_or_explain
 from meritlens.collector.process import _otlp
 from meritlens.collector.process._normalize import normalize
 from meritlens.collector.process._options import NormalizeOptions
-from meritlens.collector._settings import TRACES_PATH
+from meritlens.collector._paths import TRACES_PATH
 from meritlens.collector.store._store import SpanStore
 from meritlens.collector.windows._delta import touched_keys
 from meritlens.collector.windows._processor import WindowProcessor

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Iterator
 
 import duckdb
 
-from meritlens.collector._settings import SQL_PATH, staging_path
+from meritlens.collector._settings import staging_path
+from meritlens.collector._paths import SQL_PATH
 from meritlens.collector.cli._client import CollectorClient, QueryError
 from meritlens.collector.cli._resolve import ResolveError, Source, open_file_or_explain, resolve
 from meritlens.collector.store._results import QueryResult

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from meritlens.analytics._profiles import TaskProfile
 from meritlens.analytics._readiness import CoverageReport
-from meritlens.collector._settings import READINESS_PATH
+from meritlens.collector._paths import READINESS_PATH
 from meritlens.collector.cli._client import CollectorClient
 from meritlens.collector.cli._query import opened_store
 from meritlens.collector.cli._resolve import Source

@@ -20,8 +20,15 @@ from dataclasses import dataclass
 from typing import Callable, TypeVar
 
 from meritlens.collector._settings import (
-    DEFAULT_DB, DEFAULT_URL, ENV_URL, HEALTH_PATH, SETTINGS, SettingsError, address_file, resolve_token,
+    DEFAULT_DB,
+    DEFAULT_URL,
+    ENV_URL,
+    SETTINGS,
+    SettingsError,
+    address_file,
+    resolve_token,
 )
+from meritlens.collector._paths import HEALTH_PATH
 
 __all__ = ["ResolveError", "Source", "collector_url_beside", "describe_lock_holder", "is_lock_conflict",
            "open_file_or_explain", "resolve"]

@@ -15,7 +15,7 @@ from meritlens.collector.process import _otlp
 from meritlens.collector.receive._auth import AUTHORIZATION, BearerToken
 from meritlens.collector.receive._ingest import Ingest, IngestError, Reservation, bad_request, overloaded, too_large
 from meritlens.collector.receive._refusals import RefusalLog
-from meritlens.collector._settings import DASHBOARD_PATH, STATIC_PATH_PREFIX, TRACES_PATH
+from meritlens.collector._paths import DASHBOARD_PATH, STATIC_PATH_PREFIX, TRACES_PATH
 
 log = logging.getLogger("meritlens.collector.http")
 

@@ -18,7 +18,7 @@ from typing import Awaitable, Callable
 from aiohttp import web
 
 from meritlens.analytics._window_io import WindowRejected, windows_from_json
-from meritlens.collector._settings import EXPERIMENTS_PATH, HEALTH_PATH, READINESS_PATH, SQL_PATH, WINDOWS_PATH
+from meritlens.collector._paths import EXPERIMENTS_PATH, HEALTH_PATH, READINESS_PATH, SQL_PATH, WINDOWS_PATH
 from meritlens.collector.receive._http import CLIENT_MAX_SIZE
 from meritlens.collector.receive._ingest import Ingest
 from meritlens.collector.serve._health import Health

@@ -35,7 +35,7 @@ from meritlens.analytics._views import COVERAGE_VIEW
 from meritlens.analytics._windows import SCOPE_ALL, sql_string
 from meritlens.collector.store._results import json_default
 from meritlens.collector.serve._dashboard_api import Explorer
-from meritlens.collector._settings import (
+from meritlens.collector._paths import (
     API_ARROW_PATH,
     API_PROFILES_PATH,
     API_TARGETS_PATH,

@@ -15,7 +15,7 @@ from aiohttp import web
 from meritlens.analytics._profiles import ProfileError, TaskProfile, profile_from_dict
 from meritlens.analytics._readiness import CoverageReport, UnknownSubject, check_readiness, require_known
 from meritlens.analytics._windows import SCOPE_ALL
-from meritlens.collector._settings import READINESS_PATH
+from meritlens.collector._paths import READINESS_PATH
 from meritlens.collector.store._store import SpanStore
 
 

@@ -9,7 +9,7 @@ import functools
 from aiohttp import web
 
 from meritlens.analytics._experiments import ExperimentError, validate_manifest
-from meritlens.collector._settings import EXPERIMENTS_PATH
+from meritlens.collector._paths import EXPERIMENTS_PATH
 from meritlens.collector.store._store import SpanStore
 
 
