@@ -30,7 +30,7 @@ from meritlens.instrumentation._call import (
     scope_attributes,
 )
 from meritlens.instrumentation._foreign import mark_enclosing_duplicates
-from meritlens.instrumentation._state import config, current_call, current_scope, report_internal_error
+from meritlens.instrumentation._state import check_role, config, current_call, current_scope, report_internal_error
 from meritlens.instrumentation._usage import (
     CHAT,
     COMPLETION,
@@ -200,8 +200,7 @@ def instrument_client(
             "instrument() supports openai.OpenAI/AsyncOpenAI and anthropic.Anthropic/AsyncAnthropic clients, "
             f"not {type(client).__name__}"
         )
-    if role is not None and role not in c.ROLES:
-        raise ValueError(f"role must be one of {c.ROLES}, not {role!r}")
+    check_role(role)
     sdk, provider, is_async = kind
     if _MARK in client.__dict__:
         uninstrument(client)
