@@ -46,7 +46,7 @@ from meritlens.collector._paths import (
     DASHBOARD_PATH,
     STATIC_PATH_PREFIX,
 )
-from meritlens.collector.store._store import SpanStore
+from meritlens.collector.store._sink import SpanQueries
 from meritlens.instrumentation.conventions import ROLE_APPLICATION
 
 log = logging.getLogger("meritlens.collector.dashboard")
@@ -117,9 +117,9 @@ def _error(status: int, message: str) -> web.Response:
 
 
 class Dashboard:
-    """The page and its endpoints over one SpanStore; `install(app)` adds the routes."""
+    """The page and its endpoints over one store (`SpanQueries`); `install(app)` adds the routes."""
 
-    def __init__(self, store: SpanStore, *, readiness: ReadinessProvider | None = None, token=None):
+    def __init__(self, store: SpanQueries, *, readiness: ReadinessProvider | None = None, token=None):
         self._store = store
         self._readiness = readiness
         self._token = token  # the collector's BearerToken: data is inlined only for a request it accepts

@@ -16,10 +16,10 @@ from meritlens.analytics._profiles import ProfileError, TaskProfile, profile_fro
 from meritlens.analytics._readiness import CoverageReport, UnknownSubject, check_readiness, require_known
 from meritlens.analytics._windows import SCOPE_ALL
 from meritlens.collector._paths import READINESS_PATH
-from meritlens.collector.store._store import SpanStore
+from meritlens.collector.store._sink import SpanQueries
 
 
-def check_and_record(store: SpanStore, profile: TaskProfile, *, target: str | None, scope: str) -> CoverageReport:
+def check_and_record(store: SpanQueries, profile: TaskProfile, *, target: str | None, scope: str) -> CoverageReport:
     """Compute the coverage report over ``store`` and record it; a target or scope that no span and
     no window has is refused (UnknownSubject) and nothing is recorded."""
     require_known(store.query, target or profile.target, scope)
@@ -28,7 +28,7 @@ def check_and_record(store: SpanStore, profile: TaskProfile, *, target: str | No
     return report
 
 
-def readiness_handler(store: SpanStore):
+def readiness_handler(store: SpanQueries):
     """The handler of POST /api/readiness {"profile": {...}, "target": null, "scope": "all"} -> the
     coverage report."""
 
