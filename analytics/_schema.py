@@ -22,6 +22,9 @@ EXPERIMENTS_TABLE = "experiments"
 EXPERIMENT_ARMS_TABLE = "experiment_arms"
 WINDOW_WATERMARK_TABLE = "window_watermark"
 WINDOW_STATE_TABLE = "window_state"
+WINDOWS_BY_TIME_TABLE = "windows_by_time"
+WINDOW_BUCKET_STATE_TABLE = "window_bucket_state"
+WINDOW_BUCKET_CUTOFFS_TABLE = "window_bucket_cutoffs"
 
 SPAN_COLUMNS: tuple[Column, ...] = (
     Column("trace_id", "VARCHAR NOT NULL", "32 lowercase hex characters"),
@@ -103,6 +106,14 @@ ADDED_WINDOW_COLUMNS: tuple[str, ...] = ("stddev", "quantile_error")
 """Columns files of earlier versions lack; the store adds them when it opens such a file."""
 WINDOW_COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in WINDOW_COLUMNS)
 
+BUCKET_COLUMNS: tuple[Column, ...] = (
+    Column("bucket_start", "TIMESTAMPTZ NOT NULL", "start of the time bucket the samples ended in"),
+    Column("bucket_seconds", "BIGINT NOT NULL", "the bucket's width: 3600 (hour), 86400 (day) or 604800 (week)"),
+)
+WINDOWS_BY_TIME_COLUMNS: tuple[Column, ...] = WINDOW_COLUMNS[:3] + BUCKET_COLUMNS + WINDOW_COLUMNS[3:]
+"""`windows_by_time`: a window's columns for the samples that ended in one time bucket."""
+WINDOWS_BY_TIME_COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in WINDOWS_BY_TIME_COLUMNS)
+
 
 COVERAGE_COLUMNS: tuple[Column, ...] = (
     Column("target_id", "VARCHAR NOT NULL", "the target whose readiness was checked"),
@@ -164,6 +175,22 @@ WINDOW_STATE_COLUMNS: tuple[Column, ...] = (
 )
 """The window processor's state, one row per (target, scope): it is what the windows were at the
 watermark (`window_watermark`), both saved in one transaction."""
+
+WINDOW_BUCKET_STATE_COLUMNS: tuple[Column, ...] = (
+    Column("target_id", "VARCHAR NOT NULL", "the windows' target"),
+    Column("scope", "VARCHAR NOT NULL", "the windows' scope"),
+    Column("bucket_start_us", "BIGINT NOT NULL", "the bucket's start, µs since the epoch"),
+    Column("bucket_us", "BIGINT NOT NULL", "the bucket's width, µs"),
+    Column("state", "BLOB NOT NULL", "the bucket's windows' state (WindowBook.export_key)"),
+)
+"""The state of `windows_by_time`, one row per (target, scope, bucket), saved with `window_state`."""
+WINDOW_BUCKET_CUTOFFS_COLUMNS: tuple[Column, ...] = (
+    Column("store", "VARCHAR NOT NULL", "the span table (one row)"),
+    Column("hours_from_us", "BIGINT NOT NULL", "hour buckets from this time on"),
+    Column("days_from_us", "BIGINT NOT NULL", "day buckets from this time up to the hours"),
+    Column("weeks_from_us", "BIGINT NOT NULL", "week buckets from this time up to the days; nothing before"),
+)
+"""Where the bucket tiers of the saved bucket state begin (`_time_buckets.BucketCutoffs`)."""
 WINDOW_STATE_COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in WINDOW_STATE_COLUMNS)
 
 
@@ -184,3 +211,8 @@ EXPERIMENTS_DDL = create_table_sql(EXPERIMENTS_TABLE, EXPERIMENT_COLUMNS, ("expe
 EXPERIMENT_ARMS_DDL = create_table_sql(EXPERIMENT_ARMS_TABLE, EXPERIMENT_ARM_COLUMNS, ("experiment_id", "arm"))
 WINDOW_WATERMARK_DDL = create_table_sql(WINDOW_WATERMARK_TABLE, WINDOW_WATERMARK_COLUMNS, ("store",))
 WINDOW_STATE_DDL = create_table_sql(WINDOW_STATE_TABLE, WINDOW_STATE_COLUMNS, ("target_id", "scope"))
+WINDOWS_BY_TIME_DDL = create_table_sql(WINDOWS_BY_TIME_TABLE, WINDOWS_BY_TIME_COLUMNS,
+                                       ("target_id", "metric", "scope", "bucket_start"))
+WINDOW_BUCKET_STATE_DDL = create_table_sql(WINDOW_BUCKET_STATE_TABLE, WINDOW_BUCKET_STATE_COLUMNS,
+                                           ("target_id", "scope", "bucket_start_us"))
+WINDOW_BUCKET_CUTOFFS_DDL = create_table_sql(WINDOW_BUCKET_CUTOFFS_TABLE, WINDOW_BUCKET_CUTOFFS_COLUMNS, ("store",))

@@ -15,8 +15,11 @@ from meritlens.analytics._schema import (
     EXPERIMENT_ARMS_DDL,
     EXPERIMENTS_DDL,
     SPANS_DDL,
+    WINDOW_BUCKET_CUTOFFS_DDL,
+    WINDOW_BUCKET_STATE_DDL,
     WINDOW_STATE_DDL,
     WINDOW_WATERMARK_DDL,
+    WINDOWS_BY_TIME_DDL,
     WINDOWS_DDL,
 )
 from meritlens.analytics._windows import SPAN_WINDOW_METRICS, sql_string, tasks_view_sql
@@ -63,6 +66,9 @@ STORE_DDL: tuple[str, ...] = (
     EXPERIMENT_ARMS_DDL,
     WINDOW_WATERMARK_DDL,
     WINDOW_STATE_DDL,
+    WINDOWS_BY_TIME_DDL,
+    WINDOW_BUCKET_STATE_DDL,
+    WINDOW_BUCKET_CUTOFFS_DDL,
     tasks_view_sql(TASKS_VIEW),
     COVERAGE_VIEW_DDL,
     CATALOGUE_VIEW_DDL,

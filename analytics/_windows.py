@@ -16,6 +16,7 @@ that only an evaluator or plugin can compute are written by them into the same t
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import hashlib
 import math
 import os
@@ -443,6 +444,7 @@ def digest_from_sums(count: int, high: int, low: int) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+@functools.lru_cache(maxsize=65_536)
 def evidence_uri(db_name: str, target_id: str, scope: str, metric: str, *, sidecar=None,
                  judge_model: str | None = None) -> str:
     """Where a window's evidence can be read: the spans that fed it, plus the sidecar file and the

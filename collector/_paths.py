@@ -8,6 +8,8 @@ EXPERIMENTS_PATH = "/api/experiments"
 HEALTH_PATH = "/healthz"
 WINDOWS_PATH = "/api/windows"
 """POST evaluated windows {"windows": [...]} (written by `meritlens evaluate` when a collector holds the file)."""
+WINDOWS_RANGE_PATH = "/api/windows/range"
+"""POST {"since_us", "until_us", "target", "scope"}: the windows of a time range (from the windows by time)."""
 
 # The dashboard page, the read-only JSON endpoints it reads, and the Arrow export endpoint
 # (collector/serve/_dashboard.py).

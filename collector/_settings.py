@@ -181,6 +181,7 @@ TARGET_FALLBACK_OFF = "none"
 RETRY_AFTER_SECONDS = 1
 """What an overloaded collector tells clients to wait (HTTP Retry-After, gRPC RetryInfo)."""
 
+
 class SettingsError(ValueError):
     """A setting is invalid; the message names it and says why."""
 

@@ -7,7 +7,7 @@ import click
 from meritlens.collector.cli._options import connection_options, format_option
 
 # Listed in `sql --help`: what a query can read.
-TABLES = ("spans", "windows", "tasks", "coverage", "catalogue")
+TABLES = ("spans", "windows", "windows_by_time", "tasks", "coverage", "catalogue")
 
 
 @click.command()
@@ -50,24 +50,35 @@ _WINDOW_TABLE_COLUMNS = ("target_id", "scope", "metric", "state", "aggregation",
 @click.option("--target", default=None, help="Only this target.")
 @click.option("--scope", default=None, help="Only this scope ('all' or an assessment id).")
 @click.option("--metric", default=None, help="Only this metric.")
+@click.option("--since", metavar="DURATION", default=None,
+              help="Only the samples that ended in the last DURATION (30m, 24h, 7d, 2w), from the windows by time.")
+@click.option("--between", nargs=2, metavar="START END", default=None,
+              help="Only the samples that ended between two ISO 8601 times (UTC unless they name a zone), "
+                   "from the windows by time.")
 @connection_options(lake=True)
 @format_option("table", "csv", "json", "signal", extra="; 'signal': one metric_window_available JSON object a line")
-def windows(target: str | None, scope: str | None, metric: str | None, connection, fmt: str) -> None:
+def windows(target: str | None, scope: str | None, metric: str | None, since: str | None,
+            between: tuple[str, str] | None, connection, fmt: str) -> None:
     """List metric windows: every catalogue metric of each (target, scope), with its state.
 
     Metrics no window was stored for are listed as not_configured. `--format signal` prints only
-    windows with evidence, as `metric_window_available` signals (JSON lines)."""
+    windows with evidence, as `metric_window_available` signals (JSON lines). With --since or
+    --between, the windows of that time range: the merge of the hour (then day, then week) buckets
+    of `windows_by_time` that overlap it, so the range is rounded out to whole buckets."""
     import json
 
     from meritlens.analytics._windows import Window, list_windows_sql
     from meritlens.collector.cli._output import render
     from meritlens.collector.cli._query import QueryError, run_query
 
-    sql_text = list_windows_sql(target=target, scope=scope, metric=metric, with_unmeasured=fmt != "signal")
-    try:
-        result = run_query(sql_text, source=connection.source())
-    except QueryError as exc:
-        raise click.ClickException(str(exc)) from None
+    if since is not None or between:
+        result = _range(since, between, target, scope, metric, connection)
+    else:
+        sql_text = list_windows_sql(target=target, scope=scope, metric=metric, with_unmeasured=fmt != "signal")
+        try:
+            result = run_query(sql_text, source=connection.source())
+        except QueryError as exc:
+            raise click.ClickException(str(exc)) from None
     if fmt != "signal":
         render(result, fmt, shown=_WINDOW_TABLE_COLUMNS)
         return
@@ -75,3 +86,31 @@ def windows(target: str | None, scope: str | None, metric: str | None, connectio
         window = Window.from_row(row, result.columns)
         if window.has_evidence:
             click.echo(json.dumps(window.to_signal()))
+
+
+def _range(since: str | None, between: tuple[str, str] | None, target, scope, metric, connection):
+    """The windows of --since or --between; the line saying what they cover goes to stderr."""
+    import datetime as _dt
+
+    from meritlens.collector.cli._query import QueryError
+    from meritlens.collector.cli._ranges import parse_duration, parse_time, range_result, to_us
+
+    if since is not None and between:
+        raise click.UsageError("give --since or --between, not both")
+    try:
+        if since is not None:
+            since_us, until_us = to_us(_dt.datetime.now(_dt.timezone.utc) - parse_duration(since)), None
+        else:
+            start, end = (parse_time(t) for t in between)
+            if end <= start:
+                raise ValueError(f"--between {between[0]} {between[1]}: the end is not after the start")
+            since_us, until_us = to_us(start), to_us(end)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--since" if since is not None else "--between") from None
+    try:
+        result, covered = range_result(connection.source(), since_us, until_us, target=target, scope=scope,
+                                       metric=metric)
+    except QueryError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(covered, err=True)
+    return result

@@ -21,7 +21,8 @@ from meritlens.analytics._scale import DEFAULT_RELATIVE_ERROR, scale_for
 from meritlens.collector.lake._incremental import SavedRun, load_run, prune_states, save_run
 from meritlens.collector.lake._layout import SPANS_DIR, WINDOWS_DIR, Lake, unique_stem
 from meritlens.collector.lake._versions import current_version, publish_windows
-from meritlens.collector.windows._engine import fill_book
+from meritlens.analytics._time_buckets import BUCKET_KEY_COLUMNS, BucketCutoffs, bucketed, compact
+from meritlens.collector.windows._engine import bucket_rows, fill_book
 
 log = logging.getLogger("meritlens.collector.lake")
 
@@ -97,16 +98,19 @@ def compute_lake_windows(spark, lake: Lake, *, computed_at: _dt.datetime | None 
     if saved is not None and not saved.segments <= set(names):
         log.info("segments the last run consumed are gone: every window is recomputed")
         saved = None
+    cutoffs = BucketCutoffs.at(int(computed_at.timestamp() * 1_000_000))
     try:
-        book, new = _follow(engine, saved, names) if saved is not None else (None, len(files))
+        book, new = _follow(engine, saved, names, cutoffs) if saved is not None else (None, len(files))
         if book is None:
             book, new = WindowBook(scale), len(files)
-            fill_book(book, engine.samples())
+            fill_book(book, engine.samples(), cutoffs=cutoffs)
     finally:
         if not lake.remote:
             shutil.rmtree(lake.path(WINDOWS_DIR, work), ignore_errors=True)
-    windows = [w for key in sorted(book.keys) for w in book.windows(key, lake.name, computed_at)]
-    version = publish_windows(lake, windows, computed_at, lambda name: save_run(lake, name, book, names))
+    windows = [w for key in sorted(k for k in book.keys if len(k) == 2) for w in book.windows(key, lake.name, computed_at)]
+    by_time = bucket_rows(book, [k for k in book.keys if len(k) > 2], lake.name, computed_at)
+    version = publish_windows(lake, windows, computed_at, lambda name: save_run(lake, name, book, names, cutoffs),
+                              by_time)
     prune_states(lake, lake.files(WINDOWS_DIR))
     mode = "full" if saved is None or book is not saved.book else "incremental"
     result = JobResult(len(windows), len(files), engine.sample_rows, version, computed_at,
@@ -116,21 +120,26 @@ def compute_lake_windows(spark, lake: Lake, *, computed_at: _dt.datetime | None 
     return result
 
 
-def _follow(engine, saved: SavedRun, names: list[str]) -> tuple[WindowBook | None, int]:
-    """The saved book brought up to the segments published since it was saved (None when it
-    cannot follow them), and how many those are. ``names``: the segments' base names, in the
-    order of ``engine.files``."""
+def _follow(engine, saved: SavedRun, names: list[str], cutoffs: BucketCutoffs) -> tuple[WindowBook | None, int]:
+    """The saved book brought up to the segments published since it was saved, and to ``cutoffs``
+    (None when it cannot follow them), and how many those are. ``names``: the segments' base names,
+    in the order of ``engine.files``."""
+    book = saved.book
+    recompute: set = set()
+    if cutoffs != saved.cutoffs:  # time passed: hours merge into days, days into weeks
+        recompute |= compact(book, [k for k in book.keys if len(k) > 2], cutoffs)[2]
     old = [uri for name, uri in zip(names, engine.files) if name in saved.segments]
     new = [uri for name, uri in zip(names, engine.files) if name not in saved.segments]
-    if not new:
-        return saved.book, 0
-    removed, added = engine.delta_samples(old, new)
-    _, recompute = saved.book.apply_delta(removed if removed.num_rows else None, added if added.num_rows else None)
+    if new:
+        removed, added = engine.delta_samples(old, new)
+        removed, added = (removed if removed.num_rows else None), (added if added.num_rows else None)
+        recompute |= book.apply_delta(removed, added)[1]
+        recompute |= book.apply_delta(bucketed(removed, cutoffs), bucketed(added, cutoffs), BUCKET_KEY_COLUMNS)[1]
     if recompute:
         log.info("%d saved windows cannot follow the new segments (e.g. %s): every window is recomputed",
                  len(recompute), sorted(recompute)[0])
         return None, len(names)
-    return saved.book, len(new)
+    return book, len(new)
 
 
 def _base(path: str) -> str:

@@ -23,10 +23,11 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from meritlens.analytics._schema import COVERAGE_DDL, SPANS_DDL, WINDOWS_DDL
+from meritlens.analytics._schema import COVERAGE_DDL, SPANS_DDL, WINDOWS_BY_TIME_DDL, WINDOWS_DDL
 
 SPANS_DIR = "spans"
 WINDOWS_DIR = "windows"
+BY_TIME_DIR = "windows_by_time"
 COVERAGE_DIR = "coverage"
 COLLECTORS_DIR = "collectors"
 CURRENT = "CURRENT"
@@ -52,6 +53,10 @@ def spans_schema() -> pa.Schema:
 
 def windows_schema() -> pa.Schema:
     return _schema_of(WINDOWS_DDL, "windows")
+
+
+def windows_by_time_schema() -> pa.Schema:
+    return _schema_of(WINDOWS_BY_TIME_DDL, "windows_by_time")
 
 
 def coverage_schema() -> pa.Schema:
@@ -89,7 +94,7 @@ class Lake:
         return ("file://" + self.path(*parts)) if not self.remote else self.root.rstrip("/") + "/" + "/".join(parts)
 
     def make_dirs(self) -> None:
-        for sub in (SPANS_DIR, WINDOWS_DIR, COVERAGE_DIR):
+        for sub in (SPANS_DIR, WINDOWS_DIR, BY_TIME_DIR, COVERAGE_DIR):
             self.fs.create_dir(self.path(sub), recursive=True)
         if not self.remote:
             os.makedirs(self.path(COLLECTORS_DIR), exist_ok=True)

@@ -21,19 +21,22 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 
 from meritlens.analytics._schema import (
-    COVERAGE_COLUMN_NAMES, COVERAGE_DDL, COVERAGE_TABLE, SPANS_DDL, SPANS_TABLE, WINDOWS_DDL, WINDOWS_TABLE,
+    COVERAGE_COLUMN_NAMES, COVERAGE_DDL, COVERAGE_TABLE, SPANS_DDL, SPANS_TABLE, WINDOW_BUCKET_STATE_DDL,
+    WINDOW_BUCKET_STATE_TABLE, WINDOWS_BY_TIME_DDL, WINDOWS_BY_TIME_TABLE, WINDOWS_DDL, WINDOWS_TABLE,
 )
 from meritlens.analytics._views import STORE_DDL
 from meritlens.collector.lake._layout import (
-    COVERAGE_DIR, SPANS_DIR, Lake, coverage_schema, spans_schema, unique_stem, windows_schema,
+    COVERAGE_DIR, SPANS_DIR, Lake, coverage_schema, spans_schema, unique_stem, windows_by_time_schema, windows_schema,
 )
-from meritlens.collector.lake._versions import current_windows_file
+from meritlens.analytics._time_buckets import BUCKET_KEY_COLUMNS
+from meritlens.collector.lake._incremental import run_state_schema, state_file
+from meritlens.collector.lake._versions import current_by_time_file, current_version, current_windows_file
 from meritlens.collector.store._results import QueryResult
 from meritlens.collector.store._sqlguard import (
     LOCKED_DOWN, ArrowQuery, check_read_only, lock_configuration, run_read_only,
 )
 
-_OWN_TABLES = (SPANS_DDL, WINDOWS_DDL, COVERAGE_DDL)
+_OWN_TABLES = (SPANS_DDL, WINDOWS_DDL, WINDOWS_BY_TIME_DDL, WINDOW_BUCKET_STATE_DDL, COVERAGE_DDL)
 """Statements of `STORE_DDL` whose tables the lake's files stand in for."""
 
 
@@ -84,6 +87,14 @@ class LakeReader:
             windows_file = current_windows_file(lake)
             con.register("__lake_windows", _dataset(lake, [windows_file] if windows_file else [], windows_schema()))
             con.execute(f"CREATE VIEW {WINDOWS_TABLE} AS SELECT * FROM __lake_windows")
+            by_time_file = current_by_time_file(lake)
+            con.register("__lake_by_time", _dataset(lake, [by_time_file] if by_time_file else [],
+                                                    windows_by_time_schema()))
+            con.execute(f"CREATE VIEW {WINDOWS_BY_TIME_TABLE} AS SELECT * FROM __lake_by_time")
+            state = state_file(lake, current_version(lake))
+            con.register("__lake_state", _dataset(lake, [state] if state else [], run_state_schema()))
+            con.execute(f"CREATE VIEW {WINDOW_BUCKET_STATE_TABLE} AS SELECT {', '.join(BUCKET_KEY_COLUMNS)}, state"
+                        " FROM __lake_state WHERE bucket_start_us IS NOT NULL")
             con.register("__lake_coverage", _dataset(lake, lake.files(COVERAGE_DIR), coverage_schema()))
             con.execute(f"CREATE VIEW {COVERAGE_TABLE} AS SELECT * FROM __lake_coverage")
             for statement in STORE_DDL:

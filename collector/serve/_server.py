@@ -31,6 +31,7 @@ from meritlens.collector._settings import (
     is_loopback,
 )
 from meritlens.collector.store._store import SpanStore
+from meritlens.collector.serve._ranges import RangeWindowsEndpoint
 from meritlens.collector.windows._processor import WindowProcessor
 
 log = logging.getLogger("meritlens.collector")
@@ -127,6 +128,8 @@ class Collector:
         Dashboard(self.store, readiness=self.readiness, token=self.token).install(app)
         MetricsEndpoint(self.store, self.health, readiness=self.readiness, window_lag=window_lag,
                         limiter=self.limiter).install(app)
+        if self.windows is not None:
+            RangeWindowsEndpoint(self.windows, self.store.db_name).install(app)
         # `_stop_http` waits for the requests in progress itself; what aiohttp then waits for is answers
         # already being written
         self._runner = web.AppRunner(app, auto_decompress=False, access_log=None, shutdown_timeout=_CLOSE_WAIT_S)

@@ -9,6 +9,7 @@ import logging
 import duckdb
 
 from meritlens.analytics._accumulate import WindowBook, WindowKey
+from meritlens.analytics._time_buckets import BucketCutoffs
 from meritlens.collector.windows import _state
 
 log = logging.getLogger("meritlens.collector.windows")
@@ -45,7 +46,7 @@ class StateCache:
     def load(self, con: duckdb.DuckDBPyConnection, keys: set[WindowKey]) -> set[WindowKey]:
         """Bring ``keys`` into the book from their saved state (a key never saved starts empty).
         Returns the keys whose saved state could not be taken up (they are left out of the book)."""
-        missing = sorted(k for k in keys if k not in self.book)
+        missing = sorted((k for k in keys if k not in self.book), key=repr)
         damaged = set()
         for key, blob in _state.load_states(con, missing).items():
             try:
@@ -72,16 +73,26 @@ class StateCache:
     def over_budget(self) -> bool:
         return self.nbytes > self.budget_bytes
 
-    def save(self, con: duckdb.DuckDBPyConnection, windowed_us: int, digest: str, *, replace_all: bool = False) -> int:
-        """Save the changed keys (with ``replace_all``: every key held, and nothing else) and the
-        watermark, in one transaction. Returns the number of keys saved."""
-        keys = sorted(self.book.keys if replace_all else self.dirty & set(self.book.keys))
-        _state.save_state(con, {key: self.book.export_key(key) for key in keys}, windowed_us, digest,
-                          replace_all=replace_all)
+    def save(self, con: duckdb.DuckDBPyConnection, windowed_us: int, digest: str, cutoffs: BucketCutoffs, *,
+             replace_all: bool = False, dropped: list[WindowKey] = ()) -> int:
+        """Save the changed keys (with ``replace_all``: every key held, and nothing else), forget the
+        ``dropped`` ones, and save the watermark and bucket cutoffs, in one transaction. Returns the
+        number of keys saved."""
+        keys = sorted(self.book.keys if replace_all else self.dirty & set(self.book.keys), key=repr)
+        _state.save_state(con, {key: self.book.export_key(key) for key in keys}, windowed_us, digest, cutoffs,
+                          replace_all=replace_all, dropped=dropped)
         self.dirty.clear()
         self.stats["state_saves"] += 1
         self.stats["state_keys_saved"] += len(keys)
         return len(keys)
+
+    def forget(self, keys: list[WindowKey]) -> None:
+        """Drop ``keys`` from memory, saved or not (their saved state is replaced or gone)."""
+        for key in keys:
+            self.book.drop(key)
+            self._bytes.pop(key, None)
+            self._used.pop(key, None)
+            self.dirty.discard(key)
 
     def evict(self) -> int:
         """Drop the least recently touched saved keys until the state fits its budget's eviction share."""

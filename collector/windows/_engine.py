@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import datetime as _dt
 from typing import Iterable, Iterator, Protocol
+from urllib.parse import quote
 
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from meritlens.analytics._accumulate import DEFAULT_SCALE, WindowBook
+from meritlens.analytics._time_buckets import BUCKET_KEY_COLUMNS, BucketCutoffs, bucket_range, bucketed
 from meritlens.analytics._schema import SPANS_TABLE
 from meritlens.analytics._windows import WINDOW_INPUT_COLUMNS, Window, sample_rows_sql
 from meritlens.collector.windows._partitions import partition_spans
@@ -34,14 +36,18 @@ class WindowEngine(Protocol):
         """The sample rows (`SAMPLE_ROW_COLUMNS`) of the spans, in batches of any size and order."""
 
 
-def fill_book(book: WindowBook, samples: Iterable[pa.Table], targets: set[str] | None = None) -> set[tuple[str, str]]:
-    """Add sample rows (of ``targets`` only, when given) to ``book``; return the (target, scope) keys."""
+def fill_book(book: WindowBook, samples: Iterable[pa.Table], targets: set[str] | None = None,
+              cutoffs: BucketCutoffs | None = None) -> set[tuple]:
+    """Add sample rows (of ``targets`` only, when given) to ``book``, and, with ``cutoffs``, to the
+    time buckets they fall in; return the keys ((target, scope), and bucket keys)."""
     wanted = pa.array(sorted(targets)) if targets is not None else None
-    keys: set[tuple[str, str]] = set()
+    keys: set[tuple] = set()
     for chunk in samples:
         if wanted is not None:
             chunk = chunk.filter(pc.is_in(chunk.column("target_id"), wanted))
         keys |= book.apply_delta(None, chunk)[0]  # additions alone never need a recomputation
+        if cutoffs is not None:
+            keys |= book.apply_delta(None, bucketed(chunk, cutoffs), BUCKET_KEY_COLUMNS)[0]
     return keys
 
 
@@ -53,6 +59,17 @@ def compute_windows(engine: WindowEngine, db_name: str, computed_at: _dt.datetim
     keys = fill_book(book, engine.samples())
     now = computed_at or _dt.datetime.now(_dt.timezone.utc)
     return [w for key in sorted(keys) for w in book.windows(key, db_name, now)]
+
+
+def bucket_rows(book: WindowBook, keys, db_name: str, computed_at: _dt.datetime) -> list[tuple]:
+    """The `windows_by_time` rows of bucket ``keys``: (window, bucket start, bucket seconds) each; a
+    window's evidence is its spans that ended in the bucket."""
+    rows = []
+    for key in sorted(keys):
+        start, end = bucket_range(key)
+        span = f"&from={quote(start.isoformat(), safe='')}&to={quote(end.isoformat(), safe='')}"
+        rows.extend((w, start, key[3] // 1_000_000) for w in book.windows(key, db_name, computed_at, span))
+    return rows
 
 
 class DuckDBEngine:

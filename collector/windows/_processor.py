@@ -20,13 +20,22 @@ import datetime as _dt
 import logging
 import threading
 import time
-from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable
 
 import pyarrow as pa
 
 from meritlens.analytics._accumulate import WindowBook, WindowId, WindowKey, delta_keys
 from meritlens.analytics._scale import DEFAULT_RELATIVE_ERROR, scale_for
+from meritlens.analytics._time_buckets import (
+    BUCKET_KEY_COLUMNS,
+    BucketCutoffs,
+    RangeWindows,
+    bucketed,
+    compact,
+    keys_in,
+    merge_plan,
+    merge_range,
+)
 from meritlens.analytics._schema import SPANS_TABLE
 from meritlens.analytics._windows import window_definitions_digest
 from meritlens.collector._settings import (
@@ -47,16 +56,15 @@ from meritlens.collector.store._store import CommittedBatch, SpanStore, WriteRes
 from meritlens.collector.windows import _state
 from meritlens.collector.windows._cache import StateCache
 from meritlens.collector.windows._delta import WINDOW_INPUT_SQL, SampleDelta, conform, touched_keys
-from meritlens.collector.windows._engine import DuckDBEngine, fill_book
+from meritlens.collector.windows._engine import bucket_rows
+from meritlens.collector.windows._queue import CommitQueue
+from meritlens.collector.windows._rebuild import SpanRebuild
 
 log = logging.getLogger("meritlens.collector.windows")
 
 STATE_SAVE_INTERVAL_S = 10.0
 """How often changed window state is saved with its watermark: a crash costs the next start the
 spans committed since (seconds of them), never a recomputation."""
-_REBUILD_TRACES = "_rebuild_traces"
-_TARGETED_REBUILD_FRACTION = 0.25
-"""A rebuild of targets holding more of the stored spans than this reads every span (see `_few_rows_of`)."""
 
 
 class WindowProcessor:
@@ -73,13 +81,14 @@ class WindowProcessor:
                  window_memory_bytes: int = DEFAULT_WINDOW_MEMORY_BYTES,
                  window_lag_rows: int = DEFAULT_WINDOW_LAG_ROWS, query_wait_s: float = DEFAULT_QUERY_WAIT_S,
                  rebuild_rows_per_partition: int | None = None, gather_s: float = DEFAULT_WINDOW_GATHER_S,
-                 quantile_error: float = DEFAULT_RELATIVE_ERROR, state_save_s: float = STATE_SAVE_INTERVAL_S):
+                 quantile_error: float = DEFAULT_RELATIVE_ERROR, state_save_s: float = STATE_SAVE_INTERVAL_S,
+                 clock: Callable[[], int] | None = None):
         self.store = store
+        self._clock = clock or _now_us
+        """µs since the epoch: what decides when time buckets merge (a test's own clock)."""
         if rebuild_rows_per_partition is None:
             pool = store.memory_limit_bytes or DEFAULT_DB_MEMORY_BYTES
             rebuild_rows_per_partition = max(MIN_REBUILD_ROWS_PER_PARTITION, pool // REBUILD_POOL_BYTES_PER_ROW)
-        self._rebuild_rows_per_partition = rebuild_rows_per_partition
-        self._window_lag_rows = window_lag_rows
         self._query_wait_s = query_wait_s
         self._gather_s = gather_s
         self._state_save_s = state_save_s
@@ -88,22 +97,17 @@ class WindowProcessor:
         self.cache = StateCache(scale_for(quantile_error), window_memory_bytes, self.stats)
         self.lock = threading.RLock()
         """Serializes window passes (held with the store's ``write_lock`` while they write)."""
-        self._changed = threading.Condition()
-        """Guards the queue of committed batches the windows do not include yet."""
-        self._pending: list[CommittedBatch] = []
-        self._pending_rows = 0
-        self._windowed_seq = store.commits
-        """The windows include every batch committed up to this one (`CommittedBatch.seq`)."""
+        self.queue = CommitQueue(window_lag_rows, store.commits)
         self.windowed_us = store.last_received_us
         """The window state includes every span committed up to this time (µs since the epoch)."""
         self.replay_until_us: int | None = None
         """Set while the state catches up with spans stored before it was loaded (`_catch_up`)."""
+        self.cutoffs = BucketCutoffs.at(self._clock())
+        """Where the tiers of time buckets begin for the state held (`meritlens.analytics._time_buckets`)."""
         self.complete = not store.held_spans_at_start
         """Whether the state (in memory and saved) is every key's whole state at ``windowed_us``: only
         then are batches followed and the state saved. Made so by `open_windows` and
         `refresh_all_windows`; a bulk load unmakes it."""
-        self._closing = False
-        self._readers_waiting = 0
         self._digest: str | None = None
         self.state_saved_at = time.monotonic()
         self._saved_us: int | None = None
@@ -114,9 +118,10 @@ class WindowProcessor:
         # a started store: the windows start from what it holds, and follow every later commit
         self.con = store.connection()
         self.delta = SampleDelta(store, self.con, GrowingKeyFilter(key_filter_bytes))
-        store.on_commit = self._committed
-        store.before_commit = self._wait_for_room
-        store.freshness = self._freshness
+        self._from_spans = SpanRebuild(self.con, rebuild_rows_per_partition)
+        store.on_commit = self.queue.put
+        store.before_commit = self.queue.wait_for_room
+        store.freshness = self.freshness
 
     @property
     def book(self) -> WindowBook:
@@ -156,12 +161,10 @@ class WindowProcessor:
     @property
     def window_lag_rows(self) -> int:
         """Committed rows that may wait for the windows (appends wait beyond it)."""
-        return self._window_lag_rows
+        return self.queue.lag_rows
 
     def close_queue(self) -> None:
-        with self._changed:
-            self._closing = True
-            self._changed.notify_all()
+        self.queue.close()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -170,23 +173,15 @@ class WindowProcessor:
                     self._wait_for_demand(self._gather_s)
                     self.update_windows()
                 self.save_state_if_due()
+                self.compact_if_due()
             except Exception:  # noqa: BLE001 - keep following; the next pass retries
                 log.exception("updating the windows failed")
                 self._stop.wait(1.0)
 
-    # --- the store's hooks ----------------------------------------------------------------------
-    def _committed(self, batch: CommittedBatch) -> None:
-        with self._changed:
-            self._pending.append(batch)
-            self._pending_rows += batch.table.num_rows
-            self._changed.notify_all()
-
-    def _wait_for_room(self) -> None:
-        with self._changed:
-            while self._pending_rows > self._window_lag_rows and not self._closing:
-                self._changed.wait(1.0)
-
-    def _freshness(self, wait_s: float | None) -> bool:
+    # --- waiting --------------------------------------------------------------------------------
+    def freshness(self, wait_s: float | None = None) -> bool:
+        """Wait up to ``wait_s`` (the query wait) for the windows to include what was acknowledged
+        before the call; whether they do (a warning is logged when not)."""
         wait_s = self._query_wait_s if wait_s is None else wait_s
         if self.wait_for_windows(wait_s):
             return True
@@ -194,43 +189,36 @@ class WindowProcessor:
                     wait_s)
         return False
 
-    # --- waiting --------------------------------------------------------------------------------
     def wait_for_spans(self, timeout: float | None = None) -> bool:
         """Block until spans are queued for the windows (True) or ``timeout`` passes (False)."""
-        with self._changed:
-            return self._changed.wait_for(lambda: self._pending or self._closing or self.replay_until_us is not None,
-                                          timeout) and bool(self._pending or self.replay_until_us is not None)
+        q = self.queue
+        return q.wait(lambda: q.batches or q.closing or self.replay_until_us is not None, timeout) and bool(
+            q.batches or self.replay_until_us is not None)
 
     def wait_for_windows(self, timeout: float | None = None) -> bool:
         """Block until the windows include every span committed or staged (acknowledged) before this
         call; False on timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._changed:
-            self._readers_waiting += 1  # the windows stop gathering
-            self._changed.notify_all()
+        self.queue.reader(1)
         try:
             seq = self.store.wait_committed(timeout)
             if seq is None:
                 return False
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            with self._changed:  # a catch-up at start covers every batch committed before it
-                return self._changed.wait_for(lambda: self._windowed_seq >= seq and self.replay_until_us is None,
-                                              left)
+            # a catch-up at start covers every batch committed before it
+            return self.queue.wait(lambda: self.queue.windowed_seq >= seq and self.replay_until_us is None, left)
         finally:
-            with self._changed:
-                self._readers_waiting -= 1
+            self.queue.reader(-1)
 
     def _wait_for_demand(self, timeout: float) -> None:
         """Let committed batches gather for up to ``timeout``: return sooner when a query waits for
         the windows, when half the lag budget is queued, or at shutdown."""
-        with self._changed:
-            self._changed.wait_for(lambda: self._readers_waiting or self._closing or self.store.readers_waiting
-                                   or 2 * self._pending_rows >= self._window_lag_rows, timeout)
+        q = self.queue
+        q.wait(lambda: q.readers_waiting or q.closing or self.store.readers_waiting or 2 * q.rows >= q.lag_rows, timeout)
 
     def window_lag(self) -> tuple[int, int]:
         """(batches, rows) committed that the windows do not include yet."""
-        with self._changed:
-            return len(self._pending), self._pending_rows
+        return self.queue.lag()
 
     # --- writing through the store --------------------------------------------------------------
     def write(self, table: pa.Table, *, refresh_windows: bool = True) -> WriteResult:
@@ -252,12 +240,11 @@ class WindowProcessor:
             raise RuntimeError("the window processor is shut down")
         with self.lock:
             if self.replay_until_us is not None:
-                if not self._closing:
+                if not self.queue.closing:
                     self._catch_up()
                 if self.replay_until_us is not None:  # stopped by a shutdown: the next start goes on
                     return 0
-            with self._changed:
-                group = list(self._pending)
+            group = self.queue.snapshot()
             if not group:
                 return 0
             until_us = group[-1].received_us
@@ -283,28 +270,25 @@ class WindowProcessor:
         hashes = key_hashes(table) if hashes is None else hashes
         if touched_keys(table):
             removed, added = self.delta.of_batch(table, hashes, until_us, self.windowed_us)
-            keys = delta_keys(removed, added)
+            by_time = bucketed(removed, self.cutoffs), bucketed(added, self.cutoffs)
+            keys = delta_keys(removed, added) | delta_keys(*by_time, key_columns=BUCKET_KEY_COLUMNS)
             damaged = self.cache.load(self.con, keys)
             if damaged:
                 self._rebuild_targets({k[0] for k in damaged}, self.windowed_us, also=damaged)
             changed, recompute = self.book.apply_delta(removed, added)
-            if recompute:
-                self._recompute(recompute, until_us)
-            self.cache.touched(changed)
-            self.store_windows(changed)
+            changed_by_time, recompute_by_time = self.book.apply_delta(*by_time, BUCKET_KEY_COLUMNS)
+            if recompute or recompute_by_time:
+                self._recompute(recompute | recompute_by_time, until_us)
+            self.cache.touched(changed | changed_by_time)
+            self.store_windows(changed | changed_by_time)
         self.delta.seen.add(trace_task_hashes(hashes))
         self.windowed_us = max(self.windowed_us, until_us)
         if not self._fit_memory():
             self.save_state_if_due()
 
     def mark_processed(self, group: list[CommittedBatch], until_us: int) -> None:
-        with self._changed:
-            del self._pending[:len(group)]
-            self._pending_rows -= sum(b.table.num_rows for b in group)
-            self.windowed_us = max(self.windowed_us, until_us)
-            if group:
-                self._windowed_seq = max(self._windowed_seq, group[-1].seq)
-            self._changed.notify_all()
+        self.windowed_us = max(self.windowed_us, until_us)
+        self.queue.done(group)
 
     def _catch_up(self) -> None:
         """Bring the state up to ``replay_until_us`` from the stored spans committed after its watermark,
@@ -317,8 +301,8 @@ class WindowProcessor:
                 f"SELECT epoch_us(received_at), count(*) FROM {SPANS_TABLE}"
                 f" WHERE received_at > {timestamp_sql(self.windowed_us)} AND received_at <= {timestamp_sql(until_us)}"
                 " GROUP BY 1 ORDER BY 1").fetchall()
-            for lo, hi in _state.replay_chunks(batches, self.windowed_us, self._window_lag_rows):
-                if self._closing:
+            for lo, hi in _state.replay_chunks(batches, self.windowed_us, self.queue.lag_rows):
+                if self.queue.closing:
                     log.info("following the stored spans stopped for the shutdown after %d spans", replayed)
                     return
                 rows = self.con.sql(f"SELECT {WINDOW_INPUT_SQL} FROM {SPANS_TABLE} WHERE received_at >"
@@ -332,10 +316,9 @@ class WindowProcessor:
             self.replay_until_us = None
             self.refresh_all_windows()
             return
-        with self._changed:
-            self.windowed_us = max(self.windowed_us, until_us)
-            self.replay_until_us = None
-            self._changed.notify_all()
+        self.windowed_us = max(self.windowed_us, until_us)
+        self.replay_until_us = None
+        self.queue.notify()
         if replayed:
             log.info("windows brought up to date from %d stored spans in %.1f s", replayed, time.monotonic() - started)
 
@@ -350,9 +333,8 @@ class WindowProcessor:
             return
         self.windowed_us = stored[0]
         self.delta.fill_seen(stored[0])
-        with self._changed:
-            last = self._pending[-1].received_us if self._pending else 0
-        self.replay_until_us = max(self.store.last_received_us, last)
+        group = self.queue.snapshot()
+        self.replay_until_us = max(self.store.last_received_us, group[-1].received_us if group else 0)
 
     def invalidate_state(self) -> None:
         """The state may now miss committed spans: save none, and forget the saved one (the next start
@@ -375,8 +357,13 @@ class WindowProcessor:
             if stored[1] != self.definitions_digest():
                 log.info("the window definitions changed since the windows were stored; recomputing them")
                 return self.refresh_all_windows(), False
+            cutoffs = _state.stored_cutoffs(self.con)
+            if cutoffs is None:
+                log.info("the windows by time were never saved; recomputing every window")
+                return self.refresh_all_windows(), False
             self.cache.clear()
             self.windowed_us = self._saved_us = stored[0]
+            self.cutoffs = cutoffs
             self.delta.fill_seen(stored[0])
             self.complete = True
             if self.store.last_received_us > stored[0]:
@@ -396,18 +383,18 @@ class WindowProcessor:
         """Recompute every window from the stored spans, write their rows and save their state (at start:
         windows equal a from-scratch run); fills the filter of seen keys. Returns the number of keys."""
         with self.lock:
-            with self._changed:
-                group = list(self._pending)
+            group = self.queue.snapshot()
             # every committed span (a batch committed meanwhile is passed over when it comes: `update_windows`)
             until_us = max(self.windowed_us, self.store.last_received_us, group[-1].received_us if group else 0)
             self.delta.fill_seen()
             self.cache.clear()
             self.replay_until_us = None
+            self.cutoffs = BucketCutoffs.at(self._clock())
             keys = self._rebuild_targets(None, until_us)
             self.windowed_us = until_us
-            self.store_windows(keys)
+            self.store_windows(keys, replace_by_time=True)
             self.complete = True
-            self.cache.save(self.con, until_us, self.definitions_digest(), replace_all=True)
+            self.cache.save(self.con, until_us, self.definitions_digest(), self.cutoffs, replace_all=True)
             self._saved_us, self.state_saved_at = until_us, time.monotonic()
             self.cache.evict()
             self.mark_processed(group, until_us)
@@ -416,14 +403,12 @@ class WindowProcessor:
     def _rebuild_targets(self, targets: set[str] | None, until_us: int,
                          also: set[WindowKey] = frozenset()) -> set[WindowKey]:
         """The whole state of ``targets`` (None: all) recomputed from every span committed up to
-        ``until_us`` into the book; returns their (target, scope) keys (marked changed), with the
-        keys ``also`` (empty when the spans give them no sample)."""
+        ``until_us`` into the book; returns their keys (marked changed), with the keys ``also``
+        (empty when the spans give them no sample)."""
         self.stats["rebuilds"] += 1
-        fresh = WindowBook(self.book.scale)
-        with self._spans_of(targets, until_us) as source:
-            engine = DuckDBEngine(self.con, source, rows_per_partition=self._rebuild_rows_per_partition)
-            keys = fill_book(fresh, engine.samples(), targets)
-        self.stats["rebuild_partitions"], self.stats["label_rounds"] = engine.partitions, engine.label_rounds
+        fresh, keys = self._from_spans.book(targets, until_us, self.book.scale, self.cutoffs)
+        self.stats["rebuild_partitions"] = self._from_spans.partitions
+        self.stats["label_rounds"] = self._from_spans.label_rounds
         for key in list(self.book.keys):
             if targets is None or key[0] in targets:
                 self.book.drop(key)
@@ -435,61 +420,27 @@ class WindowProcessor:
 
     def _recompute(self, windows: set[WindowId], until_us: int) -> None:
         """Recompute single windows from their samples (those a delta could not follow)."""
-        targets = {w[0] for w in windows}
-        fresh = WindowBook(self.book.scale)
-        with self._spans_of(targets, until_us) as source:
-            fill_book(fresh, DuckDBEngine(self.con, source, rows_per_partition=self._rebuild_rows_per_partition)
-                      .samples(), targets)
+        fresh, _ = self._from_spans.book({w[0] for w in windows}, until_us, self.book.scale, self.cutoffs)
         self.book.take_windows(fresh, windows)
         self.stats["recomputed_windows"] += len(windows)
         log.info("%d windows recomputed from their samples (a delta their state could not follow)", len(windows))
 
-    @contextmanager
-    def _spans_of(self, targets: set[str] | None, until_us: int) -> Iterator[str]:
-        """A relation of the spans committed up to ``until_us`` that the samples of ``targets`` (None:
-        all) need: every span of their traces, or every span when they hold most of them."""
-        con = self.con
-        committed = f"received_at <= {timestamp_sql(until_us)}"
-        if targets is None or not self._few_rows_of(targets, committed):
-            yield f"(SELECT * FROM {SPANS_TABLE} WHERE {committed})"
-            return
-        con.register("_targets", pa.table({"t": sorted(targets)}))
-        try:
-            con.execute(f"CREATE OR REPLACE TEMP TABLE {_REBUILD_TRACES} AS SELECT DISTINCT trace_id"
-                        f" FROM {SPANS_TABLE} WHERE target_id IN (SELECT t FROM _targets) AND {committed}")
-        finally:
-            con.unregister("_targets")
-        try:
-            yield (f"(SELECT * FROM {SPANS_TABLE} WHERE {committed}"
-                   f" AND trace_id IN (SELECT trace_id FROM {_REBUILD_TRACES}))")
-        finally:
-            try:
-                con.execute(f"DROP TABLE IF EXISTS {_REBUILD_TRACES}")
-            except Exception:  # noqa: BLE001 - an aborted transaction: its rollback drops it
-                pass
-
-    def _few_rows_of(self, targets: set[str], committed: str) -> bool:
-        """Whether ``targets`` hold at most a fraction of the stored spans, so that a rebuild reads
-        only their traces; else it reads every span (the trace filter would cost more than it saves)."""
-        con = self.con
-        con.register("_targets", pa.table({"t": sorted(targets)}))
-        try:
-            theirs, total = con.execute(
-                f"SELECT count(*) FILTER (WHERE target_id IN (SELECT t FROM _targets)), count(*)"
-                f" FROM {SPANS_TABLE} WHERE {committed}").fetchall()[0]
-        finally:
-            con.unregister("_targets")
-        return theirs <= _TARGETED_REBUILD_FRACTION * total
-
     # --- writing window rows and state ----------------------------------------------------------
-    def store_windows(self, keys: set[WindowKey]) -> None:
-        """Write the rows of ``keys``' windows in a transaction of their own."""
-        if not keys:
+    def store_windows(self, keys: set[WindowKey], *, replace_by_time: bool = False) -> None:
+        """Write the rows of ``keys``' windows (cumulative and by time) in a transaction of their own;
+        with ``replace_by_time``, the rows by time of no other key are kept."""
+        if not keys and not replace_by_time:
             return
         now = _now()
-        rows = [w for key in sorted(keys) for w in self.book.windows(key, self.store.db_name, now)]
+        cumulative = sorted(k for k in keys if len(k) == 2)
+        rows = [w for key in cumulative for w in self.book.windows(key, self.store.db_name, now)]
+        by_time = bucket_rows(self.book, [k for k in keys if len(k) == len(BUCKET_KEY_COLUMNS)], self.store.db_name, now)
         with self.store.write_lock, transaction(self.con):
-            _state.write_window_rows(self.con, rows)
+            if rows:
+                _state.write_window_rows(self.con, rows)
+            if replace_by_time:
+                _state.delete_bucket_rows(self.con, None)
+            _state.write_bucket_rows(self.con, by_time)
 
     def definitions_digest(self) -> str:
         if self._digest is None:
@@ -510,6 +461,46 @@ class WindowProcessor:
                         " recomputed; it stays in memory")
         return False
 
+    def compact_if_due(self) -> bool:
+        """When a day has passed: merge the hours that left the hour tier into their day, the days into
+        their week, drop the weeks past the last, and write their rows and state (`_time_buckets`).
+        Returns whether it compacted."""
+        cutoffs = BucketCutoffs.at(self._clock())
+        if cutoffs == self.cutoffs or not self.complete or self.con is None:
+            return False
+        with self.lock:
+            if not self.save_state():
+                return False
+            moved, groups = merge_plan(_state.saved_bucket_keys(self.con, before_us=cutoffs.hours_from), cutoffs)
+            self.cutoffs = cutoffs
+            if moved:
+                self.cache.load(self.con, set(moved) | set(groups))
+                moved, merged, recompute = compact(self.book, moved, cutoffs)
+                self.cache.forget(moved)
+                if recompute:
+                    self._recompute(recompute, self.windowed_us)
+                self.cache.touched(merged)
+                with self.store.write_lock, transaction(self.con):
+                    _state.delete_bucket_rows(self.con, moved)
+                self.store_windows(merged)
+            with self.store.write_lock:
+                self.cache.save(self.con, self.windowed_us, self.definitions_digest(), self.cutoffs, dropped=moved)
+            self._saved_us = self.windowed_us
+            log.info("windows by time: %d buckets merged into %d longer ones", len(moved), len(groups))
+            return True
+
+    def range_windows(self, since_us: int | None, until_us: int | None, target: str | None = None,
+                      scope: str | None = None) -> RangeWindows:
+        """The windows of a time range from the buckets that overlap it: those held in memory (the
+        freshest) and the saved ones."""
+        with self.lock:
+            book = WindowBook(self.book.scale)
+            for key in keys_in([k for k in self.book.keys if len(k) == len(BUCKET_KEY_COLUMNS)], since_us, until_us):
+                if (target is None or key[0] == target) and (scope is None or key[1] == scope):
+                    book.take_key(self.book, key)  # read only: the merge copies nothing back
+            _state.load_range(self.con, since_us, until_us, target, scope, book)
+        return merge_range(book, since_us, until_us)
+
     def save_state_if_due(self) -> bool:
         if self.cache.dirty and time.monotonic() - self.state_saved_at >= self._state_save_s:
             return self.save_state()
@@ -526,7 +517,7 @@ class WindowProcessor:
             try:
                 started = time.monotonic()
                 with self.store.write_lock:
-                    saved = self.cache.save(self.con, self.windowed_us, self.definitions_digest())
+                    saved = self.cache.save(self.con, self.windowed_us, self.definitions_digest(), self.cutoffs)
                 self._saved_us = self.windowed_us
                 self.state_saved_at = time.monotonic()
                 log.debug("window state of %d keys saved in %.2f s", saved, self.state_saved_at - started)
@@ -538,3 +529,7 @@ class WindowProcessor:
 
 def _now() -> _dt.datetime:
     return _dt.datetime.now(_dt.timezone.utc)
+
+
+def _now_us() -> int:
+    return int(_now().timestamp() * 1_000_000)

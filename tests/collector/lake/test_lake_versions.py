@@ -57,6 +57,7 @@ def test_a_runs_state_is_taken_up_only_by_the_same_definitions(tmp_path):
     import json
 
     from meritlens.analytics._accumulate import WindowBook
+    from meritlens.analytics._time_buckets import DAY_US, BucketCutoffs
     from meritlens.collector.lake._incremental import load_run, save_run
     from meritlens.collector.windows._engine import fill_book
 
@@ -65,13 +66,15 @@ def test_a_runs_state_is_taken_up_only_by_the_same_definitions(tmp_path):
     con.register("_rows", span_rows([s for spans in varied_spans(range(40, 46)) for s in spans]))
     con.execute("INSERT INTO spans SELECT *, now() FROM _rows")
     book = WindowBook()
-    keys = fill_book(book, DuckDBEngine(con).samples())
+    cutoffs = BucketCutoffs.at(1_700_000_000_000_000 + 3 * DAY_US)  # the spans' times fall in hours
+    keys = fill_book(book, DuckDBEngine(con).samples(), cutoffs=cutoffs)
+    assert any(len(k) > 2 for k in keys)  # time buckets as well
     lake = Lake(str(tmp_path / "lake"))
     lake.make_dirs()
-    save_run(lake, "windows-x.parquet", book, ["c0-1.parquet", "c1-2.parquet"])
+    save_run(lake, "windows-x.parquet", book, ["c0-1.parquet", "c1-2.parquet"], cutoffs)
     assert load_run(lake, "windows-x.parquet", book.scale + 1) is None  # another quantile error setting
     saved = load_run(lake, "windows-x.parquet", book.scale)
-    assert saved.segments == {"c0-1.parquet", "c1-2.parquet"}
+    assert saved.segments == {"c0-1.parquet", "c1-2.parquet"} and saved.cutoffs == cutoffs
     when = dt.datetime.now(dt.timezone.utc)
     assert [saved.book.windows(k, "lake", when) for k in sorted(keys)] == [book.windows(k, "lake", when)
                                                                             for k in sorted(keys)]

@@ -18,7 +18,7 @@ import pytest
 
 from meritlens.analytics._schema import SPANS_DDL
 from meritlens.analytics._windows import WINDOW_INPUT_COLUMNS
-from meritlens.collector.windows import _processor as processor_module
+from meritlens.collector.windows import _rebuild as rebuild_module
 from meritlens.collector.windows._partitions import partition_spans
 from tests.store_under_test import StoreUnderTest
 from meritlens.instrumentation import conventions as c
@@ -131,7 +131,7 @@ def test_a_rebuild_in_partitions_equals_one_in_a_single_statement(tmp_path, monk
         # a rebuild of some targets (as after a bulk load of theirs), in partitions, reading only their traces
         # (fraction 1) or every span (fraction 0)
         for fraction in (1.0, 0.0):
-            monkeypatch.setattr(processor_module, "_TARGETED_REBUILD_FRACTION", fraction)
+            monkeypatch.setattr(rebuild_module, "TARGETED_REBUILD_FRACTION", fraction)
             parted.con.execute("DELETE FROM windows")
             parted.refresh_windows({("bot-a", "all"), ("bot-c", "all")})
             assert _windows(parted) == [w for w in expected if w[0] in ("bot-a", "bot-c")]

@@ -1,0 +1,87 @@
+"""The windows of a time range for `meritlens windows --since/--between`: merged from the windows by
+time where the spans are (a running collector, a DuckDB file, a lake)."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import os
+import re
+
+from meritlens.analytics._schema import WINDOW_COLUMN_NAMES
+from meritlens.collector._paths import WINDOWS_RANGE_PATH
+from meritlens.collector.cli._client import CollectorClient, QueryError
+from meritlens.collector.cli._query import opened_store
+from meritlens.collector.store._sqlguard import open_read_only
+from meritlens.collector.cli._resolve import Source
+from meritlens.collector.store._results import QueryResult
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d|w)\s*$")
+_SECONDS = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> _dt.timedelta:
+    """``90m``, ``24h``, ``7d``, ``2w`` as a duration; ValueError names what was wrong."""
+    match = _DURATION.match(text)
+    if not match or float(match.group(1)) <= 0:
+        raise ValueError(f"{text!r} is not a duration such as 30m, 24h, 7d or 2w")
+    return _dt.timedelta(seconds=float(match.group(1)) * _SECONDS[match.group(2)])
+
+
+def parse_time(text: str) -> _dt.datetime:
+    """An ISO 8601 date or time; UTC when it names no zone."""
+    try:
+        value = _dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(f"{text!r} is not an ISO 8601 time such as 2026-12-01 or 2026-12-01T09:00") from None
+    return value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)
+
+
+def to_us(value: _dt.datetime) -> int:
+    return int(value.timestamp() * 1_000_000)
+
+
+def range_result(source: Source, since_us: int | None, until_us: int | None, *, target: str | None = None,
+                 scope: str | None = None, metric: str | None = None) -> tuple[QueryResult, str]:
+    """The windows of [since, until) as query rows, and a line saying what the buckets cover."""
+    if source.is_collector:
+        with CollectorClient(source.url, token=source.token, ca_file=source.ca_file) as client:
+            body = client.post_json(WINDOWS_RANGE_PATH, {"since_us": since_us, "until_us": until_us,
+                                                         "target": target, "scope": scope})
+        rows, start, end, buckets = [tuple(r) for r in body["rows"]], body["start_us"], body["end_us"], body["buckets"]
+    else:
+        rows, start, end, buckets = _merged_here(source, since_us, until_us, target, scope)
+    if metric is not None:
+        metric_at = WINDOW_COLUMN_NAMES.index("metric")
+        rows = [r for r in rows if r[metric_at] == metric]
+    if start is None:
+        covered = "no window by time holds samples of that range"
+    else:
+        covered = (f"samples that ended from {_iso(start)} to {_iso(end)} ({buckets} time bucket"
+                   f"{'s' if buckets != 1 else ''}; a range is rounded out to whole buckets)")
+    return QueryResult(list(WINDOW_COLUMN_NAMES), [], rows), covered
+
+
+def _merged_here(source: Source, since_us, until_us, target, scope):
+    from meritlens.analytics._time_buckets import merge_range
+    from meritlens.collector.windows._state import load_range
+
+    with contextlib.ExitStack() as stack:
+        if source.is_lake:
+            reader = stack.enter_context(opened_store(source, read_only=True))
+            con = stack.enter_context(contextlib.closing(reader.connection()))
+            db_name = reader.db_name
+        else:
+            try:
+                con = stack.enter_context(contextlib.closing(open_read_only(source.db)))
+            except Exception as exc:  # noqa: BLE001 - one line naming the file
+                raise QueryError(f"cannot open {source.db}: {str(exc).splitlines()[0]}") from None
+            db_name = os.path.basename(source.db)
+        ranged = merge_range(load_range(con, since_us, until_us, target, scope), since_us, until_us)
+    windows = ranged.windows(db_name, _dt.datetime.now(_dt.timezone.utc))
+    rows = [tuple(getattr(w, c) for c in WINDOW_COLUMN_NAMES) for w in windows]
+    return rows, ranged.start_us, ranged.end_us, ranged.buckets
+
+
+def _iso(us: int) -> str:
+    return (_dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc) + _dt.timedelta(microseconds=us)).isoformat()
