@@ -13,9 +13,9 @@ import sys
 import weakref
 from typing import Any
 
-from meritlens.instrumentation import conventions as c
 from meritlens.instrumentation._requests import RETRY_METHOD, Settings, async_request, hook_retries, sync_request
 from meritlens.instrumentation._state import (
+    check_role,
     report_internal_error,
 )
 from meritlens.instrumentation._usage import PROVIDER_ANTHROPIC, PROVIDER_OPENAI
@@ -88,8 +88,7 @@ def instrument_client(
             "instrument() supports openai.OpenAI/AsyncOpenAI and anthropic.Anthropic/AsyncAnthropic clients, "
             f"not {type(client).__name__}"
         )
-    if role is not None and role not in c.ROLES:
-        raise ValueError(f"role must be one of {c.ROLES}, not {role!r}")
+    check_role(role)
     sdk, provider, is_async = kind
     if _MARK in client.__dict__:
         uninstrument(client)

@@ -10,6 +10,7 @@ from typing import Any
 from opentelemetry import trace
 
 from meritlens.instrumentation import conventions as c
+from meritlens.instrumentation._once import WarnOnce
 
 log = logging.getLogger("meritlens.instrumentation")
 
@@ -89,22 +90,20 @@ def scope_attributes(own: dict[str, Any], explicit: dict[str, Any] | None) -> di
 # The instrumented LLM call in progress (read by instrument()'s retry hook to count its retries).
 current_call: ContextVar[Any] = ContextVar("meritlens_call", default=None)
 
-_reported: set[str] = set()
+warn_once = WarnOnce(log)
+"""``warn_once(key, message, *args)``: a warning about the application's use of meritlens, once per key."""
 
 
 def report_internal_error(where: str) -> None:
     """Log one of our own failures once per place, with its traceback; never raises."""
     try:
-        if where in _reported:
-            return
-        _reported.add(where)
-        log.warning("meritlens instrumentation failed in %s; the application is unaffected", where, exc_info=True)
+        warn_once(("internal", where), "meritlens instrumentation failed in %s; the application is unaffected",
+                  where, exc_info=True)
     except Exception:  # logging itself failed: nothing more we can do without risking the app
         pass
 
 
-def warn_once(key: str, message: str, *args: object) -> None:
-    if key in _reported:
-        return
-    _reported.add(key)
-    log.warning(message, *args)
+def check_role(role: str | None) -> None:
+    """A ValueError unless ``role`` is None or one of the roles a span may carry."""
+    if role is not None and role not in c.ROLES:
+        raise ValueError(f"role must be one of {c.ROLES}, not {role!r}")

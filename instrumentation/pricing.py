@@ -39,6 +39,7 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any
 
+from meritlens.instrumentation._once import WarnOnce
 from meritlens.instrumentation._price_catalogue import Rates, SlowPath, catalogue_rates, genai_prices_cost
 
 __all__ = [
@@ -78,7 +79,7 @@ _lock = threading.Lock()
 _catalogue_cache: dict[tuple[str, str, _dt.date], Rates | SlowPath | None] = {}
 _user_prices: dict[tuple[str | None, str], list[UserPrice]] = {}
 _user_file_loaded = False
-_warned: set[tuple[str, str]] = set()
+_warn_once = WarnOnce(log)
 
 
 def price_call(
@@ -302,16 +303,6 @@ def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _warn_once(key: tuple[str, str], message: str, *args: object) -> None:
-    if key in _warned:
-        return
-    with _lock:
-        if key in _warned:
-            return
-        _warned.add(key)
-    log.warning(message, *args)
-
-
 # --- user price file ------------------------------------------------------------------------------------
 
 
@@ -411,7 +402,7 @@ def _reset_for_tests() -> None:
         _catalogue_cache.clear()
         _resolved.clear()
         _resolved_today.clear()
-        _warned.clear()
+        _warn_once.forget()
         _user_file_loaded = False
 
 

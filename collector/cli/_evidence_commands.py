@@ -1,13 +1,13 @@
 """Evidence for a decision: `meritlens profile check` and `meritlens readiness`.
 
-The logic lives in meritlens.analytics and collector/serve/_evidence.py (recording readiness);
-these commands parse options and print."""
+The logic lives in meritlens.analytics and collector/serve/_evidence.py (recording readiness,
+collector/cli/_readiness_io.py where it is recorded); these commands parse options and print."""
 
 from __future__ import annotations
 
 import click
 
-from meritlens.collector.cli._main import answer
+from meritlens.collector.cli._exit import answer
 from meritlens.collector.cli._options import connection_options, format_option
 
 
@@ -80,7 +80,7 @@ def readiness(profile_path: str, target: str | None, scope: str, baseline: bool,
         report_json,
     )
     from meritlens.collector.cli._query import QueryError
-    from meritlens.collector.serve._evidence import check_readiness_at
+    from meritlens.collector.cli._readiness_io import check_readiness_at
 
     try:
         task_profile = load_profile(profile_path)

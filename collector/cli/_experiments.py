@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from meritlens.collector.cli._main import answer
+from meritlens.collector.cli._exit import answer
 from meritlens.collector.cli._options import connection_options, format_option, iso_time
 
 

@@ -44,7 +44,7 @@ from meritlens.analytics.engine import (
 )
 from meritlens.collector.store._results import json_default
 from meritlens.collector.serve._dashboard_api import Explorer
-from meritlens.collector._settings import (
+from meritlens.collector._paths import (
     API_ARROW_PATH,
     API_PROFILES_PATH,
     API_TARGETS_PATH,
@@ -55,7 +55,7 @@ from meritlens.collector._settings import (
     DASHBOARD_PATH,
     STATIC_PATH_PREFIX,
 )
-from meritlens.collector.store._store import SpanStore
+from meritlens.collector.store._sink import SpanQueries
 
 log = logging.getLogger("meritlens.collector.dashboard")
 
@@ -125,9 +125,9 @@ def _error(status: int, message: str) -> web.Response:
 
 
 class Dashboard:
-    """The page and its endpoints over one SpanStore; `install(app)` adds the routes."""
+    """The page and its endpoints over one store (`SpanQueries`); `install(app)` adds the routes."""
 
-    def __init__(self, store: SpanStore, *, readiness: ReadinessProvider | None = None, token=None):
+    def __init__(self, store: SpanQueries, *, readiness: ReadinessProvider | None = None, token=None):
         self._store = store
         self._readiness = readiness
         self._token = token  # the collector's BearerToken: data is inlined only for a request it accepts
