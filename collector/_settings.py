@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as _dt
 import ipaddress
 import os
 import re
@@ -191,6 +192,15 @@ def address_file(db: str) -> str:
     return db + ".collector"
 
 
+ARCHIVE_OFF = "none"
+"""`--archive none`: spans past the retention horizon are dropped."""
+
+
+def default_archive(db: str) -> str:
+    """Where a collector of the DuckDB file ``db`` moves spans past its retention horizon by default."""
+    return db + ".archive"
+
+
 def staging_path(db: str) -> str:
     """The collector's staging log of the DuckDB file ``db``: acknowledged spans not yet in the file."""
     return db + ".staged"
@@ -211,6 +221,18 @@ def parse_bytes(raw: str | int, name: str = "size") -> int:
     return int(match.group(1)) * _SIZE_FACTORS[unit]
 
 
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d|w)?\s*$")
+_SECONDS = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> _dt.timedelta:
+    """``90m``, ``24h``, ``7d``, ``2w`` (a bare number: seconds) as a duration; ValueError names what was wrong."""
+    match = _DURATION.match(text)
+    if not match or float(match.group(1)) <= 0:
+        raise ValueError(f"{text!r} is not a duration such as 30s, 30m, 24h, 7d or 2w")
+    return _dt.timedelta(seconds=float(match.group(1)) * _SECONDS[match.group(2) or "s"])
+
+
 def _mib(n: int) -> str:
     return f"{n / 2**20:.4g}MiB"
 
@@ -228,6 +250,7 @@ _KINDS: dict[str, tuple] = {
     "int": (_parse_int, "an integer"),
     "float": (_parse_float, "a number"),
     "bytes": (None, None),  # parse_bytes names the forms it takes
+    "duration": (lambda raw: parse_duration(raw).total_seconds(), "a duration such as 30s, 30m, 24h, 7d or 2w"),
 }
 
 
@@ -383,6 +406,16 @@ class ServerSettings:
         "--lake", None, "Store spans as Parquet segments in this lake (a directory or URI shared with other "
         "collectors) instead of --db; its windows come from `meritlens lake windows`.")
     """A span lake (directory or pyarrow filesystem URI): spans go there as Parquet segments, not into ``db``."""
+    retain_s: float | None = setting(
+        "--retain", None, "Keep spans in DuckDB for this long after they were received (30d, 12h, 90s; off by "
+        "default), then move them to --archive; the windows keep counting them (docs/operations.md).",
+        kind="duration")
+    """Seconds a span stays in DuckDB after its received_at; None keeps every span there."""
+    archive: str | None = setting(
+        "--archive", None, "Where --retain moves spans: a directory or a pyarrow filesystem URI (Parquet segments "
+        "in the lake layout), or 'none' to drop them (windows can then no longer be recomputed).",
+        shown="DB.archive, beside the DuckDB file")
+    """The archive's location (`archive_location`); "none" drops moved spans."""
     collector_id: str | None = setting("--collector-id", None, "This collector's name on the lake, unique among "
                                        "its collectors.", shown="the host name")
     """This collector's name on the lake (its segments' prefix); default: the host name."""
@@ -405,6 +438,13 @@ class ServerSettings:
             if name not in given and raw:
                 given[name] = declared.parse(raw)
         return cls(**given)
+
+    def archive_location(self) -> str | None:
+        """Where the store moves spans (`SpanStore`'s ``archive``): the --archive given ('none' drops
+        them), else with --retain a directory beside the DuckDB file; None: where earlier moves went."""
+        if self.archive is not None:
+            return ARCHIVE_OFF if self.archive.strip().lower() == ARCHIVE_OFF else self.archive
+        return default_archive(self.db) if self.retain_s is not None else None
 
     def bearer_token(self) -> str | None:
         """The token every endpoint requires (`resolve_token` of the token or its file); None: no token."""
@@ -478,6 +518,13 @@ class ServerSettings:
                 raise SettingsError(f"{name} {port} is not a TCP port")
         if self.http_port < 0:
             raise SettingsError(f"HTTP port {self.http_port} is not a TCP port")
+        if self.lake and self.retain_s is not None:
+            raise SettingsError("--retain is not offered with --lake: a lake's segments are removed by deleting"
+                                " old files under its spans/ directory (docs/operations.md)")
+        if self.retain_s is not None and self.retain_s <= 0:
+            raise SettingsError(f"--retain must be a positive duration, got {self.retain_s:g} s")
+        if self.archive is not None and not self.archive.strip():
+            raise SettingsError("--archive is empty: give a directory, a URI or 'none'")
         if bool(self.tls_cert) != bool(self.tls_key):
             raise SettingsError("TLS needs both a certificate (--tls-cert) and its key (--tls-key)")
         for name, path in (("TLS certificate", self.tls_cert), ("TLS key", self.tls_key)):

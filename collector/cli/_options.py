@@ -24,7 +24,7 @@ class SettingValue(click.ParamType):
     """A value of a declared `Setting`, read by its own parser; an error names the variable when the
     value came from it."""
 
-    _NAMES = {"str": "text", "int": "integer", "float": "float", "bytes": "size"}
+    _NAMES = {"str": "text", "int": "integer", "float": "float", "bytes": "size", "duration": "duration"}
 
     def __init__(self, declared: Setting):
         self.declared = declared

@@ -13,6 +13,7 @@ from meritlens.collector._settings import staging_path
 from meritlens.collector._paths import SQL_PATH
 from meritlens.collector.cli._client import CollectorClient, QueryError
 from meritlens.collector.cli._resolve import ResolveError, Source, open_file_or_explain, resolve
+from meritlens.collector.store._archive import bind_recorded_archive
 from meritlens.collector.store._results import QueryResult
 from meritlens.collector.store._sqlguard import open_read_only, run_read_only
 
@@ -59,7 +60,7 @@ def _as_query_error():
 
 def _query_connection(con: duckdb.DuckDBPyConnection, sql: str, staged_bytes: int) -> QueryResult:
     with _as_query_error():
-        result = run_read_only(con.cursor(), sql)
+        result = run_read_only(con.cursor(), sql, prepare=bind_recorded_archive)
     return QueryResult(result.columns, result.types, result.rows, result.truncated, staged_bytes=staged_bytes)
 
 

@@ -93,7 +93,8 @@ def _range(since: str | None, between: tuple[str, str] | None, target, scope, me
     import datetime as _dt
 
     from meritlens.collector.cli._query import QueryError
-    from meritlens.collector.cli._ranges import parse_duration, parse_time, range_result, to_us
+    from meritlens.collector._settings import parse_duration
+    from meritlens.collector.cli._ranges import parse_time, range_result, to_us
 
     if since is not None and between:
         raise click.UsageError("give --since or --between, not both")

@@ -58,7 +58,12 @@ def serve(ctx: click.Context, no_grpc: bool, profiles: tuple[str, ...], **option
         except ValueError as exc:  # a ProfileError lists every problem of the file
             raise click.BadParameter(str(exc), param_hint="--profile") from None
     check_free(settings)
-    run(settings)
+    from meritlens.collector.store._archive import ArchiveError, RecomputeRefused
+
+    try:
+        run(settings)
+    except (ArchiveError, RecomputeRefused) as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def check_free(settings: ServerSettings) -> None:

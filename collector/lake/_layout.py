@@ -17,6 +17,7 @@ import os
 import secrets
 import time
 from functools import lru_cache
+from typing import Iterable
 
 import duckdb
 import pyarrow as pa
@@ -107,17 +108,35 @@ class Lake:
         info = self.fs.get_file_info(pafs.FileSelector(self.path(sub), allow_not_found=True))
         return sorted(f.path for f in info if f.type == pafs.FileType.File and f.base_name.endswith(SEGMENT_SUFFIX))
 
+    def hidden_files(self, sub: str) -> list[str]:
+        """Files under ``sub`` that a write cut short left under their temporary name."""
+        info = self.fs.get_file_info(pafs.FileSelector(self.path(sub), allow_not_found=True))
+        return [f.path for f in info if f.type == pafs.FileType.File and f.base_name.startswith(".")
+                and f.base_name.endswith(_TMP_SUFFIX)]
+
     def publish_parquet(self, sub: str, name: str, table: pa.Table, *, row_group_rows: int = 122_880) -> str:
         """Write ``table`` as ``sub/name`` so that a reader sees all of it or nothing, durable on return."""
+        return self.publish_batches(sub, name, table.schema, table.to_batches(), row_group_rows=row_group_rows)
+
+    def publish_batches(self, sub: str, name: str, schema: pa.Schema, batches: Iterable[pa.RecordBatch], *,
+                        row_group_rows: int = 122_880) -> str:
+        """`publish_parquet` of the rows of ``batches``, written as they come (a file larger than memory);
+        an existing ``sub/name`` is replaced whole."""
         final = self.path(sub, name)
+
+        def write(out) -> None:
+            with pq.ParquetWriter(out, schema, compression="zstd") as writer:
+                for batch in batches:
+                    writer.write_batch(batch, row_group_size=row_group_rows)
+
         if self.remote:
             with self.fs.open_output_stream(final) as out:
-                pq.write_table(table, out, row_group_size=row_group_rows, compression="zstd")
+                write(out)
             return final
         tmp = os.path.join(os.path.dirname(final), "." + os.path.basename(final) + _TMP_SUFFIX)
         try:
             with open(tmp, "wb") as fh:
-                pq.write_table(table, fh, row_group_size=row_group_rows, compression="zstd")
+                write(fh)
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, final)

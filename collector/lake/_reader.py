@@ -40,6 +40,7 @@ from meritlens.collector.lake._layout import (
 )
 from meritlens.collector.lake._incremental import run_state_schema, state_file
 from meritlens.collector.lake._versions import current_by_time_file, current_version, current_windows_file
+from meritlens.collector.store._archive import HOT_SPANS
 from meritlens.collector.store._results import QueryResult
 from meritlens.collector.store._sqlguard import (
     LOCKED_DOWN, ArrowQuery, check_read_only, lock_configuration, run_read_only,
@@ -93,6 +94,7 @@ class LakeReader:
             lake = self.lake
             con.register("__lake_spans", _dataset(lake, lake.files(SPANS_DIR), spans_schema()))
             con.execute(f"CREATE VIEW {SPANS_TABLE} AS {dedup_spans_sql('__lake_spans')}")
+            con.execute(f"CREATE VIEW {HOT_SPANS} AS SELECT * FROM {SPANS_TABLE}")  # a lake has no archive
             windows_file = current_windows_file(lake)
             con.register("__lake_windows", _dataset(lake, [windows_file] if windows_file else [], windows_schema()))
             con.execute(f"CREATE VIEW {WINDOWS_TABLE} AS SELECT * FROM __lake_windows")

@@ -39,6 +39,14 @@ class LakeStore(LakeReader):
         return self.writer.staged_rows()
 
     @property
+    def inserted(self) -> int:
+        """Span rows this collector published since start."""
+        return self.writer.published_rows
+
+    moved = 0
+    """Spans moved out since start: a lake keeps every segment."""
+
+    @property
     def on_move_demand(self):
         return self.writer.on_move_demand
 

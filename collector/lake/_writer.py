@@ -62,6 +62,8 @@ class SegmentWriter:
                               max_rows=max_staged_rows)
         self.segments = 0
         """Segments this writer published since start."""
+        self.published_rows = 0
+        """Span rows in them (a span repeated in two segments counts twice)."""
 
     @property
     def staging_file(self) -> str:
@@ -133,6 +135,7 @@ class SegmentWriter:
         name = unique_stem(f"{self.collector_id}-") + SEGMENT_SUFFIX
         self.lake.publish_parquet(SPANS_DIR, name, table)
         self.segments += 1
+        self.published_rows += table.num_rows
         log.debug("published %s (%d spans)", name, table.num_rows)
 
     def staged_rows(self) -> int:

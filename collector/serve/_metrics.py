@@ -18,7 +18,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from meritlens.analytics.engine import METRICS, SPANS_TABLE, WINDOWS_TABLE, Direction
+from meritlens.analytics.engine import METRICS, WINDOWS_TABLE, Direction
 from meritlens.collector.serve._health import Health
 
 METRICS_PATH = "/metrics"
@@ -54,11 +54,9 @@ class WindowCollector:
         self._window_lag = window_lag
         self._limiter = limiter
         """(batches, rows) committed that the windows do not include yet (the window processor's)."""
-        self._stored_at_start = self._span_rows()
         self._duplicates = 0
-
-    def _span_rows(self) -> int:
-        return self._store.query(f"SELECT count(*) FROM {SPANS_TABLE}").rows[0][0]
+        self._inserted_at_start = store.inserted
+        """Spans the store took up from its staging log at start: stored by an earlier run."""
 
     def describe(self):
         return []  # the families depend on the stored windows; nothing to check at registration
@@ -98,10 +96,13 @@ class WindowCollector:
         # look smaller, never larger; the counter only grows.
         accepted = self._health.accepted_total()
         staged = self._store.staged_rows()
-        stored = self._span_rows() - self._stored_at_start
+        stored, moved = self._store.inserted - self._inserted_at_start, self._store.moved
         self._duplicates = max(self._duplicates, int(accepted) - staged - stored)
         yield CounterMetricFamily("meritlens_spans_stored", "Spans this collector stored in the span table.",
                                   value=stored)
+        yield CounterMetricFamily("meritlens_spans_moved", "Spans this collector moved out of the span table past "
+                                  "the retention horizon (to the archive, or dropped with --archive none).",
+                                  value=moved)
         yield CounterMetricFamily("meritlens_spans_duplicates_dropped",
                                   "Acknowledged spans that were already stored (a retried export), not stored again.",
                                   value=self._duplicates)

@@ -30,6 +30,7 @@ from meritlens.collector._settings import (
     address_file,
     is_loopback,
 )
+from meritlens.collector.store._retention import Retention
 from meritlens.collector.store._store import SpanStore
 from meritlens.collector.serve._ranges import RangeWindowsEndpoint
 from meritlens.collector.windows._processor import WindowProcessor
@@ -62,8 +63,9 @@ class Collector:
             self.store = SpanStore(settings.db, memory_limit_bytes=budget.duckdb,
                                    checkpoint_wal_bytes=settings.checkpoint_wal_bytes, db_threads=settings.db_threads,
                                    span_index_bytes=budget.span_index, staging=settings.stage_s > 0,
-                                   stage_move_s=settings.stage_s)
+                                   stage_move_s=settings.stage_s, archive=settings.archive_location())
         self.windows: WindowProcessor | None = None
+        self.retention: Retention | None = None
         self.health = Health()
         # DuckDB keeps up to a checkpoint's worth of rows in memory beside the rows of the INSERT under way
         move_bytes = max(1, (budget.duckdb - settings.checkpoint_wal_bytes) // 2)
@@ -114,6 +116,10 @@ class Collector:
             keys, resumed = self.windows.open_windows()
             self.windows.start()
             log.info("opened %s; windows of %d keys %s", s.db, keys, "taken up" if resumed else "recomputed")
+            if s.retain_s is not None:
+                self.retention = Retention(self.store, s.retain_s)
+                self.retention.start()
+                log.info("spans older than %g s move to %s", s.retain_s, self.store.archive_state.location)
         window_lag = self.windows.window_lag if self.windows else (lambda: (0, 0))
         self.pipeline.start()
         self.limiter.start()
@@ -215,6 +221,8 @@ class Collector:
         self._grpc_server = None
         self._runner = None
         self.limiter.shutdown()
+        if self.retention is not None:
+            await loop.run_in_executor(None, self.retention.shutdown)
         await loop.run_in_executor(None, self.pipeline.shutdown)
         self.ingest.close()
         if self.windows is not None:

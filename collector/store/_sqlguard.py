@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import duckdb
 
@@ -104,9 +104,11 @@ def check_read_only(sql: str) -> None:
 
 def run_read_only(
     cursor: duckdb.DuckDBPyConnection, sql: str, *, max_rows: int | None = None, timeout_s: float | None = None,
+    prepare: Callable[[duckdb.DuckDBPyConnection], None] | None = None,
 ) -> ReadResult:
     """Run one checked read statement on ``cursor`` (a connection of its own) in a read-only
-    transaction; interrupt it after ``timeout_s``; keep at most ``max_rows`` rows."""
+    transaction; interrupt it after ``timeout_s``; keep at most ``max_rows`` rows. ``prepare`` is
+    called inside the transaction first (the store binds its `spans` view there)."""
     check_read_only(sql)
     timer = None
     timed_out = threading.Event()
@@ -122,6 +124,8 @@ def run_read_only(
         if timer is not None:
             timer.start()
         try:
+            if prepare is not None:
+                prepare(cursor)
             result = cursor.execute(sql)
             description = result.description or []
             if max_rows is None:

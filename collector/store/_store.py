@@ -11,11 +11,12 @@ Every committed batch is handed to ``on_commit`` (the window processor, `meritle
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, ContextManager
 
 import duckdb
 import numpy as np
@@ -30,7 +31,16 @@ from meritlens.collector._settings import (
     DEFAULT_WINDOW_LAG_ROWS,
     ROW_GROUP_ROWS,
 )
-from meritlens.collector.store._database import Database, DatabaseOptions, count, transaction
+from meritlens.collector.store._archive import (
+    ARCHIVE_TABLE,
+    ArchiveState,
+    bind_spans,
+    create_state,
+    open_archive,
+    physical_spans,
+    read_state,
+)
+from meritlens.collector.store._database import Database, DatabaseOptions, count, timestamp_sql, transaction
 from meritlens.collector.store._keyfilter import KeyLocator
 from meritlens.collector.store._keyhash import key_hashes
 from meritlens.collector.store._results import QueryResult
@@ -83,14 +93,30 @@ class SpanStore:
     ``memory_limit_bytes`` caps DuckDB's buffer pool (None: DuckDB's default, 80% of RAM).
     ``span_index_bytes`` bounds the `KeyLocator` that finds stored keys. With ``staging``, `stage`
     makes batches durable in a log next to the file and a later `move_staged` commits them in one
-    INSERT (`Stager`); `append` commits at once."""
+    INSERT (`Stager`); `append` commits at once. ``archive``: where `move_to_archive` moves spans (a
+    directory or URI, 'none' to drop them; None: where this file's earlier moves went). Every reader sees
+    one `spans` over DuckDB and the archive (`_archive`)."""
 
     def __init__(self, path: str, *, read_only: bool = False, memory_limit_bytes: int | None = None,
                  db_threads: int | None = None, checkpoint_wal_bytes: int = DEFAULT_CHECKPOINT_WAL_BYTES,
                  span_index_bytes: int = DEFAULT_SPAN_INDEX_BYTES, staging: bool = False,
                  stage_move_rows: int = DEFAULT_STAGE_MOVE_ROWS, stage_move_s: float = DEFAULT_STAGE_MOVE_S,
-                 max_staged_rows: int = DEFAULT_WINDOW_LAG_ROWS, row_group_rows: int = ROW_GROUP_ROWS):
+                 max_staged_rows: int = DEFAULT_WINDOW_LAG_ROWS, row_group_rows: int = ROW_GROUP_ROWS,
+                 archive: str | None = None):
         self.path = path
+        self._archive_location = archive
+        self.archive_state = ArchiveState(0, 0, None)
+        self.archive = None
+        """The `SpanArchive` that moved spans are read back from (None: none)."""
+        self._physical = SPANS_TABLE
+        """The span table itself (a temporary view `spans` over it and the archive shadows it)."""
+        self._bound: list[duckdb.DuckDBPyConnection] = []
+        """Connections whose views `spans` follow every move (the span writer's, the window processor's)."""
+        self._move_lock = threading.Lock()
+        self.move_guard: ContextManager = contextlib.nullcontext()
+        """Held while a move commits (the window processor's lock: no pass reads spans meanwhile)."""
+        self.moved = 0
+        """Spans moved out of DuckDB since start."""
         self.read_only = read_only
         self.memory_limit_bytes = memory_limit_bytes
         self._options = DatabaseOptions(memory_limit_bytes, db_threads, checkpoint_wal_bytes, row_group_rows)
@@ -110,7 +136,9 @@ class SpanStore:
         self.commits = 0
         """Batches committed since start."""
         self.stored_rows = 0
-        """Spans in the file (counted at start, then what each append inserted)."""
+        """Spans in the file (counted at start, then what each append inserted and each move took out)."""
+        self.inserted = 0
+        """Spans inserted since start."""
         self._clock = CommitClock()
         self.held_spans_at_start = False
         self._locator = KeyLocator(span_index_bytes)
@@ -141,19 +169,29 @@ class SpanStore:
 
     # --- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
+        """Open the file; raises `ArchiveError` when ``archive`` is not where its spans moved."""
         self._db = Database(self.path, self._options, read_only=self.read_only)
         if not self.read_only:
             self._db.create_tables()
+            self.archive_state = create_state(self._db.con, self._archive_location)
+        else:
+            self.archive_state = read_state(self._db.con)
+        self.archive = open_archive(self.archive_state)
+        self._physical = physical_spans(self._db.con)
         self._reader = self._db.cursor()
         if self.read_only:
             return
-        self._span_cursor = self._db.cursor()
-        self._clock.last = self._max_received_us()
+        if self.archive is not None:
+            self.archive.make_dirs()
+            self.archive.remove_beyond(self.archive_state.archived_until_us)
+        self._span_cursor = self._bound_cursor()
+        self._clock.last = max(self._max_received_us(), self.archive_state.archived_until_us)
         self._fill_locator()
         self._take_up_staged()
-        self._clock.last, self.stored_rows = self._db.con.execute(
+        last, self.stored_rows = self._db.con.execute(
             f"SELECT coalesce(max(epoch_us(received_at)), 0), count(*) FROM {SPANS_TABLE}").fetchall()[0]
-        self.held_spans_at_start = self.stored_rows > 0
+        self._clock.last = max(last, self.archive_state.archived_until_us)
+        self.held_spans_at_start = self.stored_rows > 0 or self.archive_state.archived_until_us > 0
         if self._staging:
             self._stager.open()
 
@@ -163,18 +201,30 @@ class SpanStore:
             return
         self.close_queue()
         moved = not self._staging or self._stager.move_at_shutdown(self._store_moved)
-        for cursor in (self._span_cursor, self._reader):
+        for cursor in (self._span_cursor, self._reader, *self._bound):
             if cursor is not None:
                 cursor.close()
+        self._bound = []
         self._db.close(checkpoint=True)
         self._stager.close(remove=moved)
         self._db = self._span_cursor = self._reader = None
 
     def connection(self) -> duckdb.DuckDBPyConnection:
-        """A connection of its own to the store's database (the window processor's)."""
+        """A connection of its own to the store's database (the window processor's), whose `spans`
+        follows every move (`move_to_archive`)."""
         if self._db is None:
             raise RuntimeError("the store is not started")
-        return self._db.cursor()
+        return self._bound_cursor()
+
+    def _bound_cursor(self) -> duckdb.DuckDBPyConnection:
+        cursor = self._db.cursor()
+        try:
+            bind_spans(cursor, self.archive, self._physical)
+        except BaseException:
+            cursor.close()
+            raise
+        self._bound.append(cursor)
+        return cursor
 
     def close_queue(self) -> None:
         """Wake every waiter: a shutdown is under way (writers stop waiting)."""
@@ -185,8 +235,13 @@ class SpanStore:
                                         ).fetchall()[0][0])
 
     def _fill_locator(self) -> None:
-        """Put every stored span's keys in the locator, in commit order."""
+        """Put every stored span's keys in the locator, in commit order: the archive's, then DuckDB's
+        (so that a retried export of a moved span is known after a restart)."""
         self._locator.clear()
+        if self.archive is not None:
+            for table, after_us, until_us in self.archive.keys(self.archive_state.archived_until_us):
+                keys = key_hashes(table)
+                self._locator.add(row_key_hashes(keys), after_us + 1, until_us, gated=keys.column("s").to_numpy())
         reader = self._db.con.sql(
             f"SELECT trace_id, span_id, task_id, epoch_us(received_at) AS us FROM {SPANS_TABLE}").to_arrow_reader(50_000)
         for batch in reader:
@@ -264,6 +319,7 @@ class SpanStore:
                 if taken is not None:
                     taken()
                 self.stored_rows += inserted
+                self.inserted += inserted
                 seq = self.commits
                 self._changed.notify_all()
             if announce and self.on_commit is not None:
@@ -276,13 +332,13 @@ class SpanStore:
         with self._locator_lock:
             stored = self._locator.ranges(keys.column("s").to_numpy())
         if not stored:  # no span may be stored: a relation over the batch, no count to read back
-            cursor.from_arrow(table).insert_into(SPANS_TABLE)
+            cursor.from_arrow(table).insert_into(self._physical)
             return table.num_rows
-        self.stats["duplicate_checks"] += 1  # some may be (a retried export): leave those out
+        self.stats["duplicate_checks"] += 1  # some may be (a retried export, moved or not): leave those out
         cursor.register("_incoming", table)
         try:
             return count(cursor.execute(
-                f"INSERT INTO {SPANS_TABLE} SELECT * FROM _incoming i WHERE NOT EXISTS ("
+                f"INSERT INTO {self._physical} SELECT * FROM _incoming i WHERE NOT EXISTS ("
                 f"SELECT 1 FROM ({ranges_sql(stored)}) s WHERE s.trace_id = i.trace_id AND s.span_id = i.span_id)"))
         finally:
             cursor.unregister("_incoming")
@@ -296,6 +352,57 @@ class SpanStore:
         """The commit-time ranges that may hold rows with any of these key hashes (`KeyLocator.ranges`)."""
         with self._locator_lock:
             return self._locator.ranges(hashes, until_us, gated=gated)
+
+    # --- retention -----------------------------------------------------------------------------------
+    def move_to_archive(self, horizon_us: int, max_rows: int) -> int:
+        """Move the oldest spans received up to ``horizon_us`` (about ``max_rows`` of them, whole
+        commits) out of DuckDB: written to the archive as one durable segment (none with 'none'), then,
+        in one transaction, the watermark advanced and their rows deleted. Returns the spans moved."""
+        with self._move_lock:
+            cursor, after_us = self._db.cursor(), self.archive_state.archived_until_us
+            try:
+                until_us = cursor.execute(
+                    f"SELECT epoch_us(max(received_at)) FROM (SELECT received_at FROM {self._physical} WHERE"
+                    f" received_at > {timestamp_sql(after_us)} AND received_at <= {timestamp_sql(horizon_us)}"
+                    f" ORDER BY received_at LIMIT {int(max_rows)})").fetchall()[0][0]
+                if until_us is None:
+                    return 0
+                moving = (f"{self._physical} WHERE received_at > {timestamp_sql(after_us)}"
+                          f" AND received_at <= {timestamp_sql(until_us)}")
+                if self.archive is not None:
+                    self.archive.write(after_us, until_us, cursor.sql(f"SELECT * FROM {moving}").to_arrow_reader(65_536))
+                with self._span_lock, self.move_guard:
+                    with transaction(cursor):
+                        moved = count(cursor.execute(f"DELETE FROM {moving}"))
+                        cursor.execute(f"UPDATE {ARCHIVE_TABLE} SET archived_until = {timestamp_sql(until_us)},"
+                                       f" spans_moved = spans_moved + {moved}")
+                    state = self.archive_state
+                    self.archive_state = ArchiveState(until_us, state.spans_moved + moved, state.location)
+                    self._rebind()
+                    with self._changed:
+                        self.stored_rows -= moved
+                        self.moved += moved
+                self._checkpoint(cursor)
+                return moved
+            finally:
+                cursor.close()
+
+    def _rebind(self) -> None:
+        """Point every bound connection's `spans` at the archive as it is now (a closed one is let go)."""
+        for cursor in list(self._bound):
+            try:
+                bind_spans(cursor, self.archive, self._physical)
+            except duckdb.Error:
+                self._bound.remove(cursor)
+
+    @staticmethod
+    def _checkpoint(cursor: duckdb.DuckDBPyConnection) -> None:
+        """Free the deleted rows' blocks for reuse now; a deletion writes little WAL, so the automatic
+        checkpoint may be far off. Skipped while another transaction writes (the next move tries again)."""
+        try:
+            cursor.execute("CHECKPOINT")
+        except duckdb.Error as exc:
+            log.debug("checkpoint after a move skipped: %s", exc)
 
     # --- waiting for what was acknowledged ----------------------------------------------------------
     def wait_committed(self, timeout: float | None) -> int | None:
@@ -358,7 +465,7 @@ class SpanStore:
         behind = not self._fresh(wait_s)
         cursor = self._open_reader()
         try:
-            result = run_read_only(cursor, sql, max_rows=max_rows, timeout_s=timeout_s)
+            result = run_read_only(cursor, sql, max_rows=max_rows, timeout_s=timeout_s, prepare=self._bind_reader)
             return QueryResult(result.columns, result.types, result.rows, result.truncated, behind)
         finally:
             cursor.close()
@@ -372,11 +479,15 @@ class SpanStore:
         cursor = self._open_reader()
         try:
             cursor.execute("BEGIN TRANSACTION READ ONLY")  # one snapshot, and no writes, while it streams
+            self._bind_reader(cursor)
             reader = cursor.sql(sql).to_arrow_reader(batch_rows)
         except BaseException:
             cursor.close()
             raise
         return ArrowQuery(reader, cursor)
+
+    def _bind_reader(self, cursor: duckdb.DuckDBPyConnection) -> None:
+        bind_spans(cursor, self.archive, self._physical)
 
     def _fresh(self, wait_s: float | None) -> bool:
         return True if self.freshness is None else self.freshness(wait_s)

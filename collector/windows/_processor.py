@@ -52,6 +52,7 @@ from meritlens.collector._settings import (
     MIN_REBUILD_ROWS_PER_PARTITION,
     REBUILD_POOL_BYTES_PER_ROW,
 )
+from meritlens.collector.store._archive import RecomputeRefused
 from meritlens.collector.store._database import timestamp_sql, transaction
 from meritlens.collector.store._keyfilter import GrowingKeyFilter
 from meritlens.collector.store._keyhash import key_hashes
@@ -125,6 +126,7 @@ class WindowProcessor:
         self._from_spans = SpanRebuild(self.con, rebuild_rows_per_partition)
         store.on_commit = self.queue.put
         store.before_commit = self.queue.wait_for_room
+        store.move_guard = self.lock  # no pass reads `spans` while a move changes where they are
         store.freshness = self.freshness
 
     @property
@@ -386,6 +388,8 @@ class WindowProcessor:
     def refresh_all_windows(self) -> int:
         """Recompute every window from the stored spans, write their rows and save their state (at start:
         windows equal a from-scratch run); fills the filter of seen keys. Returns the number of keys."""
+        if self.store.archive_state.dropped:
+            raise RecomputeRefused("recomputing every window", self.store.archive_state)
         with self.lock:
             group = self.queue.snapshot()
             # every committed span (a batch committed meanwhile is passed over when it comes: `update_windows`)
@@ -409,6 +413,8 @@ class WindowProcessor:
         """The whole state of ``targets`` (None: all) recomputed from every span committed up to
         ``until_us`` into the book; returns their keys (marked changed), with the keys ``also``
         (empty when the spans give them no sample)."""
+        if self.store.archive_state.dropped:
+            raise RecomputeRefused(f"recomputing the windows of {len(targets or ())} targets", self.store.archive_state)
         self.stats["rebuilds"] += 1
         fresh, keys = self._from_spans.book(targets, until_us, self.book.scale, self.cutoffs)
         self.stats["rebuild_partitions"] = self._from_spans.partitions
