@@ -86,11 +86,12 @@ class Sampler(threading.Thread):
 
 
 class Collector:
-    def __init__(self, tmp: str, memory_limit: str | None = None):
+    def __init__(self, tmp: str, memory_limit: str | None = None, extra: tuple[str, ...] = ()):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        args = [os.path.join(BIN, "meritlens"), "serve", "--db", os.path.join(tmp, "bench.duckdb"),
-                "--http-port", str(self.port), "--no-grpc"]
+        self.db = os.path.join(tmp, "bench.duckdb")
+        args = [os.path.join(BIN, "meritlens"), "serve", "--db", self.db, "--http-port", str(self.port), "--no-grpc",
+                *extra]
         if memory_limit:
             args += ["--memory-limit", memory_limit]
         self.log_path = os.path.join(tmp, "collector.log")
