@@ -25,7 +25,6 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _collector import Collector, Senders, check_stored  # noqa: E402
-
 from meritlens.collector.store._archive import SpanArchive  # noqa: E402
 from meritlens.collector.store._sqlguard import open_read_only  # noqa: E402
 

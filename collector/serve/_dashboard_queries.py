@@ -22,6 +22,7 @@ from meritlens.analytics.engine import (
     flagged_spans_sql,
     sql_string,
 )
+from meritlens.collector.store._archive import HOT_SPANS
 
 RANGES: dict[str, _dt.timedelta | None] = {
     "hour": _dt.timedelta(hours=1),
@@ -120,8 +121,9 @@ def _target_filter(target: str) -> str:
 
 # --- overview ---------------------------------------------------------------------------------------
 def overview_sql() -> str:
-    """One row per target with application spans: counts and last span time from `spans`, the
-    figures from the target's scope-`all` windows (NULL when the window holds no value)."""
+    """One row per target with application spans: counts and last span time from the spans still in
+    DuckDB (`spans_hot`: the overview never reads the archive; a target whose spans all moved shows
+    0), the figures from the target's scope-`all` windows (NULL when the window holds no value)."""
     def window(metric: str, column: str, name: str) -> str:
         return (f"max({column}) FILTER (WHERE metric = {sql_string(metric)}) AS {name}")
 
@@ -129,7 +131,11 @@ def overview_sql() -> str:
 WITH s AS (
   SELECT target_id, count(*) AS spans, count(DISTINCT {TASK_KEY}) AS tasks,
     max(end_time) AS last_seen
-  FROM {SPANS_TABLE} WHERE {APPLICATION_SPANS} GROUP BY target_id
+  FROM {HOT_SPANS} WHERE {APPLICATION_SPANS} GROUP BY target_id
+),
+t AS (
+  SELECT target_id FROM s UNION SELECT target_id FROM {WINDOWS_TABLE}
+  WHERE scope = '{SCOPE_ALL}' AND metric = 'end_to_end_latency'
 ),
 w AS (
   SELECT target_id,
@@ -145,8 +151,9 @@ w AS (
     {window("task_success", "state", "success_state")}
   FROM {WINDOWS_TABLE} WHERE scope = '{SCOPE_ALL}' GROUP BY target_id
 )
-SELECT s.target_id, s.spans, s.tasks, s.last_seen, w.* EXCLUDE (target_id)
-FROM s LEFT JOIN w USING (target_id) ORDER BY s.target_id"""
+SELECT t.target_id, coalesce(s.spans, 0) AS spans, coalesce(s.tasks, 0) AS tasks, s.last_seen,
+  w.* EXCLUDE (target_id)
+FROM t LEFT JOIN s USING (target_id) LEFT JOIN w USING (target_id) ORDER BY t.target_id"""
 
 
 # --- a target over time -----------------------------------------------------------------------------

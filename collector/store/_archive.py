@@ -17,14 +17,13 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
-
 from meritlens.analytics.engine import SPANS_TABLE
 from meritlens.collector._settings import ARCHIVE_OFF
 from meritlens.collector.store._database import timestamp_sql
@@ -49,7 +48,7 @@ class ArchiveError(ValueError):
 class RecomputeRefused(RuntimeError):
     """A recomputation from the spans would leave out spans that were dropped (--archive none)."""
 
-    def __init__(self, what: str, state: "ArchiveState"):
+    def __init__(self, what: str, state: ArchiveState):
         super().__init__(
             f"{what} is refused: the spans received up to {_iso(state.archived_until_us)} were dropped"
             " (--archive none), so windows recomputed from the spans left would silently shrink")
@@ -79,7 +78,7 @@ class ArchiveState:
 
 
 def _iso(us: int) -> str:
-    return _dt.datetime.fromtimestamp(us / 1e6, _dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.fromtimestamp(us / 1e6, _dt.UTC).isoformat(timespec="seconds")
 
 
 def read_state(con: duckdb.DuckDBPyConnection) -> ArchiveState:

@@ -370,7 +370,8 @@ class SpanStore:
                 moving = (f"{self._physical} WHERE received_at > {timestamp_sql(after_us)}"
                           f" AND received_at <= {timestamp_sql(until_us)}")
                 if self.archive is not None:
-                    self.archive.write(after_us, until_us, cursor.sql(f"SELECT * FROM {moving}").to_arrow_reader(65_536))
+                    rows = cursor.sql(f"SELECT * FROM {moving}").to_arrow_reader(65_536)
+                    self.archive.write(after_us, until_us, rows)
                 with self._span_lock, self.move_guard:
                     with transaction(cursor):
                         moved = count(cursor.execute(f"DELETE FROM {moving}"))
