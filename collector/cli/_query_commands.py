@@ -7,7 +7,7 @@ import click
 from meritlens.collector.cli._options import connection_options, format_option
 
 # Listed in `sql --help`: what a query can read.
-TABLES = ("spans", "windows", "windows_by_time", "tasks", "coverage", "catalogue")
+TABLES = ("spans", "spans_hot", "windows", "windows_by_time", "tasks", "coverage", "catalogue")
 
 
 @click.command()
@@ -19,7 +19,11 @@ def sql(query: str, connection, fmt: str) -> None:
 
     Tables: `spans` (one row per span), `windows` (one row per target, metric and scope), and the
     views `tasks` (one row per task), `coverage` (the latest readiness check per target) and
-    `catalogue` (the metric catalogue). Writes, file and URL access and extensions are refused."""
+    `catalogue` (the metric catalogue). Writes, file and URL access and extensions are refused.
+
+    With `serve --retain`, `spans` is the spans in DuckDB and those moved to the archive; `spans_hot`
+    is only those still in DuckDB (the last retention horizon): read it where the archive is not
+    needed, it never opens an archive file."""
     from meritlens.collector._settings import staging_path
     from meritlens.collector.cli._output import render
     from meritlens.collector.cli._query import QueryError, run_query
