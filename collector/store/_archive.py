@@ -137,7 +137,7 @@ class SpanArchive:
         """Publish the spans received in (after_us, until_us] (Arrow record batches) as one segment,
         durable on return."""
         name = f"archive-{after_us:017d}-{until_us:017d}.parquet"
-        batches = (pa.Table.from_batches([b]).cast(self._schema).to_batches()[0] for b in batches if b.num_rows)
+        batches = (b.cast(self._schema) for b in batches if b.num_rows)
         return self.lake.publish_batches(self._dir, name, self._schema, batches)
 
     def keys(self, until_us: int):

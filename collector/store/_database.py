@@ -172,6 +172,15 @@ def rollback(con: duckdb.DuckDBPyConnection) -> None:
         pass
 
 
+def checkpoint_now(cursor: duckdb.DuckDBPyConnection) -> None:
+    """Checkpoint, so that the blocks of deleted rows are reused now (a deletion writes little WAL, so
+    the automatic checkpoint may be far off); skipped while DuckDB cannot (the next caller tries again)."""
+    try:
+        cursor.execute("CHECKPOINT")
+    except duckdb.Error as exc:
+        log.debug("checkpoint skipped: %s", exc)
+
+
 def timestamp_sql(us: int) -> str:
     return f"make_timestamptz({int(us)}::BIGINT)"
 

@@ -40,7 +40,14 @@ from meritlens.collector.store._archive import (
     physical_spans,
     read_state,
 )
-from meritlens.collector.store._database import Database, DatabaseOptions, count, timestamp_sql, transaction
+from meritlens.collector.store._database import (
+    Database,
+    DatabaseOptions,
+    checkpoint_now,
+    count,
+    timestamp_sql,
+    transaction,
+)
 from meritlens.collector.store._keyfilter import KeyLocator
 from meritlens.collector.store._keyhash import key_hashes
 from meritlens.collector.store._results import QueryResult
@@ -369,7 +376,8 @@ class SpanStore:
                     return 0
                 moving = (f"{self._physical} WHERE received_at > {timestamp_sql(after_us)}"
                           f" AND received_at <= {timestamp_sql(until_us)}")
-                if self.archive is not None:
+                if self.archive is not None:  # a segment a failed move left would overlap this one
+                    self.archive.remove_beyond(after_us)
                     rows = cursor.sql(f"SELECT * FROM {moving}").to_arrow_reader(65_536)
                     self.archive.write(after_us, until_us, rows)
                 with self._span_lock, self.move_guard:
@@ -383,7 +391,7 @@ class SpanStore:
                     with self._changed:
                         self.stored_rows -= moved
                         self.moved += moved
-                self._checkpoint(cursor)
+                checkpoint_now(cursor)
                 return moved
             finally:
                 cursor.close()
@@ -395,15 +403,6 @@ class SpanStore:
                 bind_spans(cursor, self.archive, self._physical)
             except duckdb.Error:
                 self._bound.remove(cursor)
-
-    @staticmethod
-    def _checkpoint(cursor: duckdb.DuckDBPyConnection) -> None:
-        """Free the deleted rows' blocks for reuse now; a deletion writes little WAL, so the automatic
-        checkpoint may be far off. Skipped while another transaction writes (the next move tries again)."""
-        try:
-            cursor.execute("CHECKPOINT")
-        except duckdb.Error as exc:
-            log.debug("checkpoint after a move skipped: %s", exc)
 
     # --- waiting for what was acknowledged ----------------------------------------------------------
     def wait_committed(self, timeout: float | None) -> int | None:
