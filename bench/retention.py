@@ -5,7 +5,8 @@
    archive writes a segment (Parquet, zstd; `SpanArchive.write`) over the spans.
 2. Steady load: a collector with ``--retain HORIZON`` (default 5m) receives ``--rate`` spans/s (default
    2,000) for ``--seconds`` (default 1800) from bench/loadgen.py. Every minute: the DuckDB file's size
-   (with its WAL), the spans still in DuckDB (`spans_hot`) and the archive's bytes. Flat: the largest
+   (with its WAL), the spans still in DuckDB (`spans_hot`), the archive's bytes, the load average and
+   the collector's anonymous memory. Flat: the largest
    size after minute 10 over the size at minute 10. At the end, through /api/sql as a user reads it,
    `spans` (DuckDB and the archive) must hold exactly the acknowledged spans and the windows must count
    exactly their tasks, calls, tokens and cost (the generator's tally: what a collector that kept
@@ -24,8 +25,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _collector import Collector, Senders, check_stored  # noqa: E402
-from meritlens.collector.store._archive import SpanArchive  # noqa: E402
+from _collector import Collector, Senders, check_stored, resident_mib  # noqa: E402
+from meritlens.collector.store._archive import SEGMENT_BATCH_ROWS, SpanArchive  # noqa: E402
 from meritlens.collector.store._sqlguard import open_read_only  # noqa: E402
 
 MIB = 1 << 20
@@ -53,7 +54,7 @@ def bytes_per_span(spans: int) -> dict:
             stored = con.execute("SELECT count(*) FROM spans").fetchall()[0][0]
             archive = SpanArchive(os.path.join(tmp, "archive"))
             archive.make_dirs()
-            archive.write(0, 1, con.sql("SELECT * FROM spans").to_arrow_reader(65_536))
+            archive.write(0, 1, con.sql("SELECT * FROM spans").to_arrow_reader(SEGMENT_BATCH_ROWS))
         finally:
             con.close()
         if stored != sent["spans"]:
@@ -75,7 +76,8 @@ def steady(rate: float, seconds: float, retain: str) -> dict:
                 time.sleep(1)
                 if time.monotonic() - t0 >= 60 * (len(minutes) + 1):
                     hot = collector.scalar("SELECT count(*) FROM spans_hot")
-                    minutes.append((file_bytes(collector.db), hot, tree_bytes(archive), os.getloadavg()[0]))
+                    minutes.append((file_bytes(collector.db), hot, tree_bytes(archive), os.getloadavg()[0],
+                                    resident_mib(collector.proc.pid)[0]))
                     print(f"minute {len(minutes)}: DuckDB {minutes[-1][0] / MIB:.1f} MiB, {hot:,} spans in DuckDB,"
                           f" archive {minutes[-1][2] / MIB:.1f} MiB, load {minutes[-1][3]:.1f}", flush=True)
             sent = load.wait()
@@ -85,7 +87,8 @@ def steady(rate: float, seconds: float, retain: str) -> dict:
             collector.stop()
     settled = [m[0] for m in minutes[9:]]
     return {"sent": sent["spans"], "achieved": sent["spans"] / (sent["end"] - t0), "minutes": minutes,
-            "moved": moved, "flat": max(settled) / settled[0] if settled else float("nan")}
+            "moved": moved, "flat": max(settled) / settled[0] if settled else float("nan"),
+            "refused": len(sent["refusals"])}
 
 
 def main() -> None:
@@ -101,7 +104,9 @@ def main() -> None:
     r = steady(args.rate, args.seconds, args.retain)
     sizes = ", ".join(f"{m[0] / MIB:.0f}" for m in r["minutes"])
     print(f"{r['sent']:,} spans at {r['achieved']:,.0f} spans/s with --retain {args.retain}; {r['moved']:,} moved to"
-          f" the archive\n  DuckDB file per minute, MiB: {sizes}\n  largest after minute 10 / minute 10: {r['flat']:.2f}"
+          f" the archive; {r['refused']} requests refused (503)\n  DuckDB file per minute, MiB: {sizes}"
+          f"\n  largest after minute 10 / minute 10: {r['flat']:.2f}"
+          f"\n  collector anonymous memory per minute, MiB: {', '.join(f'{m[4]:.0f}' for m in r['minutes'])}"
           f"\n  load average per minute: {', '.join(f'{m[3]:.1f}' for m in r['minutes'])}")
     print("correctness: spans (DuckDB and the archive) hold exactly the acknowledged spans and the windows count them")
 

@@ -21,6 +21,7 @@ import knee  # noqa: E402
 import lake  # noqa: E402
 import quantiles  # noqa: E402
 import queries  # noqa: E402
+import retention  # noqa: E402
 import sustained  # noqa: E402
 import windows  # noqa: E402
 
@@ -64,6 +65,12 @@ def main() -> None:
     c = lake.compute(50_000, 16_384, "local[2]")
     rows.append(("windows of 50k spans: DuckDB vs Spark local[2], rows equal", f"DuckDB {c['duckdb_s']:.1f} s",
                  f"Spark {c['spark_s']:.1f} s (+ {c['spark_start_s']:.1f} s driver start), {c['windows']} windows"))
+
+    size, steady = retention.bytes_per_span(20_000), retention.steady(2_000, 60, "15s")
+    rows.append(("retention, 2,000 spans/s for 60 s with --retain 15s (spans and windows checked)",
+                 f"{size['duckdb']:.0f} B/span in DuckDB, {size['archive']:.0f} in the archive",
+                 f"{steady['moved']:,} spans moved; DuckDB file per minute: "
+                 + ", ".join(f"{m[0] / retention.MIB:.0f} MiB" for m in steady["minutes"])))
 
     headers = ("benchmark", "measured", "detail")
     widths = [max(len(str(row[i])) for row in rows + [headers]) for i in range(3)]

@@ -37,6 +37,10 @@ ARCHIVE_DDL = (f"CREATE TABLE IF NOT EXISTS {ARCHIVE_TABLE} (archived_until TIME
 all), to the archive at ``location`` ('none': dropped)."""
 HOT_SPANS = "spans_hot"
 """The view of the spans still in DuckDB (the last retention horizon's)."""
+SEGMENT_BATCH_ROWS = 16_384
+"""Rows a move holds in memory at once while it writes a segment (one row group each): a batch of the
+benchmark's spans takes ~25 MiB in Arrow; 65,536-row batches pushed a collector at its default
+--memory-limit over the limiter's soft limit during each move."""
 _ARCHIVED = "__archived_spans"
 _SEGMENT = re.compile(r"^archive-(\d{17})-(\d{17})\.parquet$")
 

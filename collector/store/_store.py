@@ -33,6 +33,7 @@ from meritlens.collector._settings import (
 )
 from meritlens.collector.store._archive import (
     ARCHIVE_TABLE,
+    SEGMENT_BATCH_ROWS,
     ArchiveState,
     bind_spans,
     create_state,
@@ -378,7 +379,7 @@ class SpanStore:
                           f" AND received_at <= {timestamp_sql(until_us)}")
                 if self.archive is not None:  # a segment a failed move left would overlap this one
                     self.archive.remove_beyond(after_us)
-                    rows = cursor.sql(f"SELECT * FROM {moving}").to_arrow_reader(65_536)
+                    rows = cursor.sql(f"SELECT * FROM {moving}").to_arrow_reader(SEGMENT_BATCH_ROWS)
                     self.archive.write(after_us, until_us, rows)
                 with self._span_lock, self.move_guard:
                     with transaction(cursor):
