@@ -44,7 +44,7 @@ class Retention:
             self._thread.join()
             self._thread = None
 
-    def move_due(self) -> int:
+    def move_past_horizon(self) -> int:
         """Move every span past the horizon now, in moves of at most ``move_rows``; returns how many."""
         horizon_us = time.time_ns() // 1000 - self.retain_us
         moved = 0
@@ -58,7 +58,7 @@ class Retention:
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             try:
-                moved = self.move_due()
+                moved = self.move_past_horizon()
             except Exception:  # noqa: BLE001 - the spans stay in DuckDB; the next round tries again
                 self.failures += 1
                 log.exception("moving spans past the retention horizon failed; they stay in DuckDB")
