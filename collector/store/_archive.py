@@ -19,14 +19,17 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import duckdb
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.dataset as pads
+
 from meritlens.analytics.engine import SPANS_TABLE
 from meritlens.collector._settings import ARCHIVE_OFF
 from meritlens.collector.store._database import timestamp_sql
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.dataset as pads
 
 log = logging.getLogger("meritlens.collector.store")
 
@@ -115,7 +118,8 @@ class SpanArchive:
     """The segments of one archive (a directory or a pyarrow filesystem URI)."""
 
     def __init__(self, location: str):
-        # the lake package imports the window engine, which imports the store: imported on use
+        # imported on use: the lake package imports the window engine, which imports the store, and a
+        # query of a file that has no archive loads no Arrow
         from meritlens.collector.lake._layout import SPANS_DIR, Lake, spans_schema
 
         self.lake = Lake(location)
@@ -147,6 +151,9 @@ class SpanArchive:
     def keys(self, until_us: int):
         """(span keys, after µs, until µs) of each segment up to ``until_us``, oldest first: trace_id,
         span_id and task_id in Arrow tables of a bounded number of rows."""
+        import pyarrow as pa
+        import pyarrow.dataset as pads
+
         for segment in self.segments(until_us):
             dataset = pads.dataset(segment.path, schema=self._schema, format="parquet", filesystem=self.lake.fs)
             for batch in dataset.to_batches(columns=["trace_id", "span_id", "task_id"]):
@@ -168,6 +175,8 @@ class SpanArchive:
 
     def dataset(self, until_us: int) -> pads.Dataset | pa.Table:
         """The archived spans up to ``until_us``, as Arrow hands them to DuckDB."""
+        import pyarrow.dataset as pads
+
         paths = [s.path for s in self.segments(until_us)]
         if not paths:
             return self._schema.empty_table()
@@ -177,6 +186,9 @@ class SpanArchive:
         """Rewrite every segment holding spans for which ``matches`` (a table's rows -> a boolean
         array) is true, without them; each segment is replaced whole and atomically. Returns the spans
         removed."""
+        import pyarrow.compute as pc
+        import pyarrow.dataset as pads
+
         removed = 0
         for segment in self.segments(until_us):
             table = pads.dataset(segment.path, schema=self._schema, format="parquet",
