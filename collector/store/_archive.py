@@ -224,8 +224,7 @@ def bind_spans(cursor: duckdb.DuckDBPyConnection, archive: SpanArchive | None,
     physical = physical or physical_spans(cursor)
     state = read_state(cursor)
     cursor.execute(f"CREATE OR REPLACE TEMP VIEW {HOT_SPANS} AS SELECT * FROM {physical}")
-    if archive is None or not state.archived_until_us:
-        cursor.execute(f"CREATE OR REPLACE TEMP VIEW {SPANS_TABLE} AS SELECT * FROM {physical}")
+    if archive is None or not state.archived_until_us:  # `spans` is the table itself
         return state
     columns = cursor.execute("SELECT column_name, data_type FROM duckdb_columns() WHERE table_name = ?"
                              " AND database_name = current_database() AND schema_name = 'main' ORDER BY column_index",
