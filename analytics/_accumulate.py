@@ -38,9 +38,9 @@ from meritlens.analytics._distribution import (
     bucket_indices,
     exact_square_sum,
     exact_sum,
-    segment_sums,
     sample_stddev,
     scaled_to_float,
+    segment_sums,
 )
 from meritlens.analytics._evidence import digest_from_sums, evidence_uri
 from meritlens.analytics._samples import SAMPLE_VALUES
@@ -125,7 +125,7 @@ class _Extreme:
             elif last is not None:
                 within = values <= last
                 unique, counts = np.unique(values[within], return_counts=True)
-                for v, n in zip(unique.tolist(), counts.tolist()):
+                for v, n in zip(unique.tolist(), counts.tolist(), strict=True):
                     held = kept.get(v, 0)
                     if held < n:
                         return False
@@ -141,7 +141,7 @@ class _Extreme:
         self.kept = kept
         return bool(kept) or outside == 0
 
-    def merge(self, other: "_Extreme", held: int, other_held: int) -> bool:
+    def merge(self, other: _Extreme, held: int, other_held: int) -> bool:
         """Take ``other``'s samples in (``held``, ``other_held``: each side's samples). False when
         the merged extreme is not known (a side that is not)."""
         outside, other_outside = held - sum(self.kept.values()), other_held - sum(other.kept.values())
@@ -182,7 +182,7 @@ class WindowAccumulator:
     """The row's numbers as computed last (rendering is most of a window pass): cleared by any change."""
 
     @classmethod
-    def empty(cls, definition: WindowDefinition, scale: int) -> "WindowAccumulator":
+    def empty(cls, definition: WindowDefinition, scale: int) -> WindowAccumulator:
         return cls(definition, Distribution(scale))
 
     @property
@@ -193,7 +193,7 @@ class WindowAccumulator:
     def _extremes(self) -> tuple[_Extreme, ...]:
         return self.first_end, self.last_end, self.first_start, self.last_stop
 
-    def apply(self, removed: "SampleColumns | None", added: "SampleColumns | None") -> None:
+    def apply(self, removed: SampleColumns | None, added: SampleColumns | None) -> None:
         removed = removed or _NO_SAMPLES
         added = added or _NO_SAMPLES
         held = self.values.n
@@ -215,12 +215,13 @@ class WindowAccumulator:
         if not (times_known and values_known):
             self.needs_recompute = True
 
-    def merge(self, other: "WindowAccumulator") -> None:
+    def merge(self, other: WindowAccumulator) -> None:
         """Take ``other``'s samples in (the same metric and scale): the state of both sets of samples,
         as of a window over a longer time (`WindowBook.merge_keys`)."""
         held, other_held = self.values.n, other.values.n
-        extremes = self._extremes if self.definition.value_rule is ValueRule.THROUGHPUT else self._extremes[:2]
-        known = all([mine.merge(theirs, held, other_held) for mine, theirs in zip(extremes, other._extremes)])
+        kept = len(self._extremes) if self.definition.value_rule is ValueRule.THROUGHPUT else 2
+        pairs = zip(self._extremes[:kept], other._extremes[:kept], strict=True)
+        known = all([mine.merge(theirs, held, other_held) for mine, theirs in pairs])
         self.values.merge(other.values)
         self.total += other.total
         self.squares += other.squares
@@ -302,7 +303,7 @@ class WindowAccumulator:
 
     @classmethod
     def restore(cls, definition: WindowDefinition, scale: int, header: dict,
-                arrays: list[np.ndarray]) -> "WindowAccumulator":
+                arrays: list[np.ndarray]) -> WindowAccumulator:
         extremes = header["extremes"]
         if len(extremes) != 4:
             raise ValueError(f"a saved window state has {len(extremes)} extremes")
@@ -329,7 +330,7 @@ def _unpack_int(packed) -> int:
 def _from_us(us: int | None) -> _dt.datetime | None:
     if us is None:
         return None
-    return _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc) + _dt.timedelta(microseconds=us)
+    return _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC) + _dt.timedelta(microseconds=us)
 
 
 @dataclass
@@ -356,7 +357,7 @@ class SampleColumns:
     @classmethod
     def of(cls, v: np.ndarray, first_end_us: np.ndarray, last_end_us: np.ndarray, start_ns: np.ndarray,
            end_ns: np.ndarray, *, successes: int = 0, spans: int | None = None, key_high: int = 0,
-           key_low: int = 0) -> "SampleColumns":
+           key_low: int = 0) -> SampleColumns:
         """One window's samples with their sums computed here (`group_samples` computes them for many
         windows at once)."""
         v = np.asarray(v, dtype=float)
@@ -417,9 +418,10 @@ def group_samples(table: pa.Table, key_columns: tuple[str, ...] = KEY_COLUMNS,
         lasts = np.maximum.reduceat(le, first).tolist()
         magnitude = np.abs(v)
         buckets = None if fact or scale is None else bucket_indices(np.where(magnitude > 0, magnitude, 1.0), scale)
-        for g, i, j, h, l, t, q, su, sp, f0, l1 in zip(held.tolist(), first.tolist(), hi[held].tolist(), highs, lows,
-                                                       totals, squares, successes, spans, firsts, lasts):
-            groups[(*keys[g], metric)] = SampleColumns(v[i:j], fe[i:j], le[i:j], st[i:j], en[i:j], int(h), int(l),
+        columns = (held.tolist(), first.tolist(), hi[held].tolist(), highs, lows, totals, squares, successes, spans,
+                   firsts, lasts)
+        for g, i, j, high, low, t, q, su, sp, f0, l1 in zip(*columns, strict=True):
+            groups[(*keys[g], metric)] = SampleColumns(v[i:j], fe[i:j], le[i:j], st[i:j], en[i:j], int(high), int(low),
                                                        t, q, su, sp, f0, l1,
                                                        None if buckets is None else buckets[i:j])
     return groups
@@ -431,7 +433,7 @@ def delta_keys(*tables: pa.Table | None, key_columns: tuple[str, ...] = KEY_COLU
     for table in tables:
         if table is not None and table.num_rows:
             distinct = table.select(list(key_columns)).group_by(list(key_columns)).aggregate([])
-            keys |= set(zip(*(distinct.column(name).to_pylist() for name in key_columns)))
+            keys |= set(zip(*(distinct.column(name).to_pylist() for name in key_columns), strict=True))
     return keys
 
 
@@ -495,14 +497,14 @@ class WindowBook:
                     recompute.add((*key, metric))
         return keys, recompute
 
-    def take_key(self, other: "WindowBook", key: WindowKey) -> None:
+    def take_key(self, other: WindowBook, key: WindowKey) -> None:
         """Hold ``other``'s state of ``key`` (an empty one where ``other`` has none)."""
         if key in other._windows:
             self._windows[key], self._facts[key] = other._windows[key], other._facts[key]
         else:
             self.add_key(key)
 
-    def take_windows(self, other: "WindowBook", windows: set[WindowId]) -> None:
+    def take_windows(self, other: WindowBook, windows: set[WindowId]) -> None:
         """Replace ``windows``' accumulators by ``other``'s (a book computed from those windows'
         samples), or by empty ones where ``other`` has none."""
         for window in windows:
@@ -512,7 +514,7 @@ class WindowBook:
                 self.add_key(key)
             self._windows[key][metric] = held or WindowAccumulator.empty(_DEFINITIONS[metric], self.scale)
 
-    def merged(self, keys: list[WindowKey], into: WindowKey) -> "WindowBook":
+    def merged(self, keys: list[WindowKey], into: WindowKey) -> WindowBook:
         """A book holding one key, ``into``, whose state is that of all ``keys``' samples together
         (e.g. the hours of a day). Keys this book does not hold add nothing."""
         merged = WindowBook(self.scale)
@@ -535,7 +537,8 @@ class WindowBook:
         """The windows of ``key`` whose state cannot say their row (see `WindowAccumulator.needs_recompute`)."""
         return {(*key, metric) for metric, a in self._windows.get(key, {}).items() if a.needs_recompute}
 
-    def windows(self, key: WindowKey, db_name: str, computed_at: _dt.datetime, evidence_suffix: str = "") -> list[Window]:
+    def windows(self, key: WindowKey, db_name: str, computed_at: _dt.datetime,
+                evidence_suffix: str = "") -> list[Window]:
         """The rows of ``key``'s windows; ``evidence_suffix`` is appended to their evidence URIs (a time span)."""
         accumulators = self._windows[key]
         facts = self._facts[key]

@@ -93,6 +93,11 @@ def samples_for_means(variance: float, change: float, *, confidence: float = 0.9
     return max(2, math.ceil(n))
 
 
+def _slot(ends: np.ndarray, rank: int) -> np.ndarray:
+    """Each simulated draw's slot (a point of the source) holding the 0-based ``rank``."""
+    return (ends <= rank).sum(axis=1)
+
+
 def quantile_power(source: StateView, q: float, relative_change: float, samples: int, *, confidence: float = 0.95,
                    family_size: int = 1, simulations: int = DEFAULT_SIMULATIONS, seed: int = 0) -> float:
     """The share of simulated regressions of ``samples`` per side drawn from ``source`` (the recent side
@@ -108,12 +113,12 @@ def quantile_power(source: StateView, q: float, relative_change: float, samples:
     for scale in (factor, 1.0):
         counts = rng.multinomial(samples, share, size=simulations)
         ends = np.cumsum(counts, axis=1)
-        slot = lambda rank: (ends <= rank).sum(axis=1)  # noqa: E731 - each draw's slot of a 0-based rank
         position = q * (samples - 1)
-        below, above = source.points[slot(math.floor(position))], source.points[slot(math.ceil(position))]
+        below = source.points[_slot(ends, math.floor(position))]
+        above = source.points[_slot(ends, math.ceil(position))]
         estimate = (below + (above - below) * (position - math.floor(position))) * scale
-        sides.append((estimate, np.minimum(source.lows[slot(low_rank)] * scale, estimate),
-                      np.maximum(source.highs[slot(high_rank)] * scale, estimate)))
+        sides.append((estimate, np.minimum(source.lows[_slot(ends, low_rank)] * scale, estimate),
+                      np.maximum(source.highs[_slot(ends, high_rank)] * scale, estimate)))
     (r, r_low, r_high), (b, b_low, b_high) = sides
     difference = r - b
     if relative_change > 0:

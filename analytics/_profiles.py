@@ -21,10 +21,11 @@ Loading checks every rule at once and reports each problem with the metric and f
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Mapping
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
@@ -40,7 +41,7 @@ from meritlens.analytics._definitions import SPAN_WINDOW_METRICS
 from meritlens.analytics._format import format_value, significant, suggestion
 
 
-class SamplingStrategy(str, Enum):
+class SamplingStrategy(StrEnum):
     """How the runs behind a metric are chosen."""
 
     SINGLE_RUN = "single_run"
@@ -142,7 +143,8 @@ def plan_problems(metric_id: str, plan: Mapping[str, Any]) -> list[ProfileProble
     # total_task_cost feeds budget accounting: only a sum of task costs can.
     if aggregation is not None:
         if metric_id == "total_task_cost" and aggregation is not Aggregation.SUM:
-            problem("aggregation", f"total_task_cost must use 'sum' (it feeds budget accounting), not {aggregation.value!r}")
+            problem("aggregation",
+                    f"total_task_cost must use 'sum' (it feeds budget accounting), not {aggregation.value!r}")
         elif aggregation not in spec.allowed_aggregations:
             allowed = ", ".join(a.value for a in spec.allowed_aggregations)
             problem("aggregation", f"{aggregation.value!r} is not an aggregation of {metric_id}; allowed: {allowed}")
@@ -226,7 +228,7 @@ class TaskProfile(BaseModel):
     metrics: dict[str, MetricPlan] = Field(min_length=1)
 
     @model_validator(mode="after")
-    def _check_rules(self) -> "TaskProfile":
+    def _check_rules(self) -> TaskProfile:
         problems = []
         for metric_id, plan in self.metrics.items():
             if metric_id not in METRICS:
@@ -311,8 +313,8 @@ def load_profile(path: str | Path) -> TaskProfile:
 
 def text_table(headers: list[str], rows: list[list[str]]) -> str:
     """Rows under headers, columns padded to their widest cell."""
-    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows)]
-    lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(line, widths)).rstrip()
+    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=True)]
+    lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
              for line in [headers, *rows]]
     return "\n".join(lines)
 

@@ -43,15 +43,15 @@ class BucketCutoffs:
     weeks_from: int
 
     @classmethod
-    def at(cls, now_us: int) -> "BucketCutoffs":
+    def at(cls, now_us: int) -> BucketCutoffs:
         hours_from = now_us // DAY_US * DAY_US - HOURS_KEPT_DAYS * DAY_US
         week = (hours_from - _MONDAY_US) // WEEK_US * WEEK_US + _MONDAY_US  # the week holding hours_from
         days_from = week - DAYS_KEPT_WEEKS * WEEK_US
         return cls(hours_from, days_from, days_from - WEEKS_KEPT * WEEK_US)
 
     @classmethod
-    def now(cls) -> "BucketCutoffs":
-        return cls.at(int(_dt.datetime.now(_dt.timezone.utc).timestamp() * 1e6))
+    def now(cls) -> BucketCutoffs:
+        return cls.at(int(_dt.datetime.now(_dt.UTC).timestamp() * 1e6))
 
     def buckets(self, end_us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(start, width) of the bucket of each end time; `NO_BUCKET` starts for those before every tier."""
@@ -115,7 +115,7 @@ def bucket_range(key: tuple) -> tuple[_dt.datetime, _dt.datetime]:
 
 
 def _from_us(us: int) -> _dt.datetime:
-    return _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc) + _dt.timedelta(microseconds=us)
+    return _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC) + _dt.timedelta(microseconds=us)
 
 
 def keys_in(keys, since_us: int | None, until_us: int | None) -> list[tuple]:

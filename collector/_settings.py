@@ -66,7 +66,7 @@ class MemoryBudget:
     key_filter: int
 
     @classmethod
-    def of(cls, limit: int) -> "MemoryBudget":
+    def of(cls, limit: int) -> MemoryBudget:
         spike, in_flight = limit // MEMORY_SPIKE_DIVISOR, limit // MEMORY_IN_FLIGHT_DIVISOR
         rest = max(0, limit - spike - in_flight - PROCESS_MEMORY_BYTES)
         return cls(limit=limit, spike=spike, process=PROCESS_MEMORY_BYTES, in_flight=in_flight,
@@ -89,7 +89,7 @@ class MemoryBudget:
         return self.limit - self.spike
 
     def limiter(self, spike: int | None = None,
-                check_interval_s: float = DEFAULT_MEMORY_CHECK_INTERVAL_S) -> "MemoryLimiterConfig":
+                check_interval_s: float = DEFAULT_MEMORY_CHECK_INTERVAL_S) -> MemoryLimiterConfig:
         """The limiter's settings: this budget's spike headroom, or a larger one."""
         return MemoryLimiterConfig(self.limit, spike or self.spike, check_interval_s)
 
@@ -396,7 +396,7 @@ class ServerSettings:
         return {f.name: f.metadata["setting"] for f in fields(cls) if "setting" in f.metadata}
 
     @classmethod
-    def from_env(cls, environ=None, **given) -> "ServerSettings":
+    def from_env(cls, environ=None, **given) -> ServerSettings:
         """Settings from the ``given`` values, else from their `MERITLENS_*` variables (empty: unset),
         else their defaults. Raises SettingsError naming a variable that holds no such value."""
         environ = os.environ if environ is None else environ
@@ -412,10 +412,10 @@ class ServerSettings:
             return None
         return resolve_token(self.token, self.token_file)
 
-    def memory_budget(self) -> "MemoryBudget":
+    def memory_budget(self) -> MemoryBudget:
         return MemoryBudget.of(self.memory_limit)
 
-    def memory_limiter(self) -> "MemoryLimiterConfig":
+    def memory_limiter(self) -> MemoryLimiterConfig:
         return self.memory_budget().limiter(self.memory_spike)
 
     def db_memory_floor(self) -> int:

@@ -43,7 +43,7 @@ class StoreUnderTest:
         self.store._db.con.close()
         self.store._stager.close(remove=False)
 
-    def follow_in_thread(self, gather_s: float = 0.0) -> "StoreUnderTest":
+    def follow_in_thread(self, gather_s: float = 0.0) -> StoreUnderTest:
         self.windows._gather_s = gather_s
         self.windows.start()
         return self

@@ -13,8 +13,8 @@ import logging
 import os
 import ssl
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import httpx
 
@@ -96,7 +96,7 @@ class CollectorClient:
     def close(self) -> None:
         self._client.close()
 
-    def __enter__(self) -> "CollectorClient":
+    def __enter__(self) -> CollectorClient:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -99,7 +99,7 @@ def _range(since: str | None, between: tuple[str, str] | None, target, scope, me
         raise click.UsageError("give --since or --between, not both")
     try:
         if since is not None:
-            since_us, until_us = to_us(_dt.datetime.now(_dt.timezone.utc) - parse_duration(since)), None
+            since_us, until_us = to_us(_dt.datetime.now(_dt.UTC) - parse_duration(since)), None
         else:
             start, end = (parse_time(t) for t in between)
             if end <= start:

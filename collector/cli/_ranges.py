@@ -12,9 +12,9 @@ from meritlens.analytics.engine import WINDOW_COLUMN_NAMES
 from meritlens.collector._paths import WINDOWS_RANGE_PATH
 from meritlens.collector.cli._client import CollectorClient, QueryError
 from meritlens.collector.cli._query import opened_store
-from meritlens.collector.store._sqlguard import open_read_only
 from meritlens.collector.cli._resolve import Source
 from meritlens.collector.store._results import QueryResult
+from meritlens.collector.store._sqlguard import open_read_only
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d|w)\s*$")
 _SECONDS = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -34,7 +34,7 @@ def parse_time(text: str) -> _dt.datetime:
         value = _dt.datetime.fromisoformat(text.strip())
     except ValueError:
         raise ValueError(f"{text!r} is not an ISO 8601 time such as 2026-12-01 or 2026-12-01T09:00") from None
-    return value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)
+    return value if value.tzinfo else value.replace(tzinfo=_dt.UTC)
 
 
 def to_us(value: _dt.datetime) -> int:
@@ -74,14 +74,14 @@ def _merged_here(source: Source, since_us, until_us, target, scope):
         else:
             try:
                 con = stack.enter_context(contextlib.closing(open_read_only(source.db)))
-            except Exception as exc:  # noqa: BLE001 - one line naming the file
+            except Exception as exc:  # one line naming the file
                 raise QueryError(f"cannot open {source.db}: {str(exc).splitlines()[0]}") from None
             db_name = os.path.basename(source.db)
         ranged = merge_range(load_range(con, since_us, until_us, target, scope), since_us, until_us)
-    windows = ranged.windows(db_name, _dt.datetime.now(_dt.timezone.utc))
+    windows = ranged.windows(db_name, _dt.datetime.now(_dt.UTC))
     rows = [tuple(getattr(w, c) for c in WINDOW_COLUMN_NAMES) for w in windows]
     return rows, ranged.start_us, ranged.end_us, ranged.buckets
 
 
 def _iso(us: int) -> str:
-    return (_dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc) + _dt.timedelta(microseconds=us)).isoformat()
+    return (_dt.datetime(1970, 1, 1, tzinfo=_dt.UTC) + _dt.timedelta(microseconds=us)).isoformat()

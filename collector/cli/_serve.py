@@ -44,7 +44,8 @@ def serve(ctx: click.Context, no_grpc: bool, profiles: tuple[str, ...], **option
         settings.validate()
     except SettingsError as exc:
         raise click.UsageError(str(exc)) from None
-    from meritlens.collector.serve._server import normalize_options, serve as run
+    from meritlens.collector.serve._server import normalize_options
+    from meritlens.collector.serve._server import serve as run
 
     try:
         normalize_options(settings)

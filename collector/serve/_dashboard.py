@@ -37,13 +37,11 @@ from meritlens.analytics.engine import (
     SPANS_TABLE,
     TASK_KEY,
     TASK_SAMPLE_METRICS,
-    WINDOWS_TABLE,
     WINDOW_COLUMN_NAMES,
+    WINDOWS_TABLE,
     sql_string,
     task_samples_sql,
 )
-from meritlens.collector.store._results import json_default
-from meritlens.collector.serve._dashboard_api import Explorer
 from meritlens.collector._paths import (
     API_ARROW_PATH,
     API_PROFILES_PATH,
@@ -55,6 +53,8 @@ from meritlens.collector._paths import (
     DASHBOARD_PATH,
     STATIC_PATH_PREFIX,
 )
+from meritlens.collector.serve._dashboard_api import Explorer
+from meritlens.collector.store._results import json_default
 from meritlens.collector.store._sink import SpanQueries
 
 log = logging.getLogger("meritlens.collector.dashboard")
@@ -147,7 +147,7 @@ class Dashboard:
 
     async def _query(self, sql: str) -> list[dict]:
         result = await asyncio.get_running_loop().run_in_executor(None, self._store.query, sql)
-        return [dict(zip(result.columns, row)) for row in result.rows]
+        return [dict(zip(result.columns, row, strict=True)) for row in result.rows]
 
     # --- the page ------------------------------------------------------------------------------
     async def index(self, request: web.Request) -> web.Response:

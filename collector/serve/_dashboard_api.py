@@ -24,8 +24,8 @@ from meritlens.analytics.engine import (
     COVERAGE_VIEW,
     DEFINITIONS_BY_METRIC,
     SCOPE_ALL,
-    WINDOWS_TABLE,
     WINDOW_COLUMN_NAMES,
+    WINDOWS_TABLE,
     sample_statistic,
     span_keys_digest,
     sql_string,
@@ -79,7 +79,7 @@ class Explorer:
 
     def _rows(self, sql: str) -> list[dict]:
         result = self._store.query(sql)
-        return [{k: _finite(v) for k, v in zip(result.columns, row)} for row in result.rows]
+        return [{k: _finite(v) for k, v in zip(result.columns, row, strict=True)} for row in result.rows]
 
     @staticmethod
     def _target(query) -> str:

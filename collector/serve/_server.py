@@ -11,28 +11,28 @@ import ssl
 import pyarrow as pa
 from aiohttp import web
 
-from meritlens.collector.receive._auth import BearerToken
-from meritlens.collector.serve._api import ApiRoutes
-from meritlens.collector.serve._dashboard import Dashboard
-from meritlens.collector.serve._health import Health
-from meritlens.collector.serve._metrics import MetricsEndpoint
-from meritlens.collector.receive._http import HttpReceiver
-from meritlens.collector.receive._ingest import InflightBudget, Ingest
-from meritlens.collector.receive._memory import MemoryLimiter
-from meritlens.collector.process._normalize import NATIVE_SCANNER
-from meritlens.collector.process._options import NormalizeOptions, check_target_fallback
-from meritlens.collector.process._otlp import SpanLimits
-from meritlens.collector.receive._pipeline import IngestPipeline
-from meritlens.instrumentation.pricing import price_call
 from meritlens.collector._settings import (
     TARGET_FALLBACK_OFF,
     ServerSettings,
     address_file,
     is_loopback,
 )
-from meritlens.collector.store._store import SpanStore
+from meritlens.collector.process._normalize import NATIVE_SCANNER
+from meritlens.collector.process._options import NormalizeOptions, check_target_fallback
+from meritlens.collector.process._otlp import SpanLimits
+from meritlens.collector.receive._auth import BearerToken
+from meritlens.collector.receive._http import HttpReceiver
+from meritlens.collector.receive._ingest import InflightBudget, Ingest
+from meritlens.collector.receive._memory import MemoryLimiter
+from meritlens.collector.receive._pipeline import IngestPipeline
+from meritlens.collector.serve._api import ApiRoutes
+from meritlens.collector.serve._dashboard import Dashboard
+from meritlens.collector.serve._health import Health
+from meritlens.collector.serve._metrics import MetricsEndpoint
 from meritlens.collector.serve._ranges import RangeWindowsEndpoint
+from meritlens.collector.store._store import SpanStore
 from meritlens.collector.windows._processor import WindowProcessor
+from meritlens.instrumentation.pricing import price_call
 
 log = logging.getLogger("meritlens.collector")
 
@@ -102,8 +102,8 @@ class Collector:
         s = self.settings
         budget = s.memory_budget()
         if not NATIVE_SCANNER:
-            log.warning("the native span scanner (collector/process/_spanscan.c) is not built: spans are normalized by the"
-                        " Python walk, ~4x slower; reinstall with a C compiler present (pip install -e .)")
+            log.warning("the native span scanner (collector/process/_spanscan.c) is not built: spans are normalized"
+                        " by the Python walk, ~4x slower; reinstall with a C compiler present (pip install -e .)")
         self.store.start()
         if s.lake:  # the lake's windows come from `meritlens lake windows` (Spark)
             log.info("writing span segments to %s as %s", s.lake, self.store.writer.collector_id)

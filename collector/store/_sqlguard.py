@@ -167,7 +167,7 @@ class ArrowQuery:
             pass
         cursor.close()
 
-    def __enter__(self) -> "ArrowQuery":
+    def __enter__(self) -> ArrowQuery:
         return self
 
     def __exit__(self, *exc) -> None:

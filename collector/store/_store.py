@@ -14,14 +14,15 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import duckdb
 import numpy as np
 import pyarrow as pa
 
-from meritlens.analytics.engine import SPANS_TABLE, WINDOWS_TABLE, WINDOW_COLUMN_NAMES, WINDOW_INPUT_COLUMNS
+from meritlens.analytics.engine import SPANS_TABLE, WINDOW_COLUMN_NAMES, WINDOW_INPUT_COLUMNS, WINDOWS_TABLE
 from meritlens.collector._settings import (
     DEFAULT_CHECKPOINT_WAL_BYTES,
     DEFAULT_SPAN_INDEX_BYTES,
@@ -188,7 +189,8 @@ class SpanStore:
         """Put every stored span's keys in the locator, in commit order."""
         self._locator.clear()
         reader = self._db.con.sql(
-            f"SELECT trace_id, span_id, task_id, epoch_us(received_at) AS us FROM {SPANS_TABLE}").to_arrow_reader(50_000)
+            f"SELECT trace_id, span_id, task_id, epoch_us(received_at) AS us FROM {SPANS_TABLE}"
+        ).to_arrow_reader(50_000)
         for batch in reader:
             us = batch.column(3).to_numpy()
             keys = key_hashes(pa.Table.from_batches([batch]))

@@ -20,7 +20,7 @@ import datetime as _dt
 import logging
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import pyarrow as pa
 
@@ -155,7 +155,7 @@ class WindowProcessor:
             return
         try:
             self.stop(catch_up)
-        except Exception:  # noqa: BLE001 - the spans are stored; the next start follows them
+        except Exception:  # the spans are stored; the next start follows them
             log.exception("updating the windows at shutdown failed")
         else:
             self.save_state()
@@ -178,7 +178,7 @@ class WindowProcessor:
                     self.update_windows()
                 self.save_state_if_due()
                 self.compact_if_due()
-            except Exception:  # noqa: BLE001 - keep following; the next pass retries
+            except Exception:  # keep following; the next pass retries
                 log.exception("updating the windows failed")
                 self._stop.wait(1.0)
 
@@ -218,7 +218,8 @@ class WindowProcessor:
         """Let committed batches gather for up to ``timeout``: return sooner when a query waits for
         the windows, when half the lag budget is queued, or at shutdown."""
         q = self.queue
-        q.wait(lambda: q.readers_waiting or q.closing or self.store.readers_waiting or 2 * q.rows >= q.lag_rows, timeout)
+        q.wait(lambda: q.readers_waiting or q.closing or self.store.readers_waiting or 2 * q.rows >= q.lag_rows,
+               timeout)
 
     def window_lag(self) -> tuple[int, int]:
         """(batches, rows) committed that the windows do not include yet."""
@@ -260,7 +261,7 @@ class WindowProcessor:
             if followed and self.complete:
                 try:
                     self.follow(concat([b.table for b in followed]), until_us, concat([b.keys for b in followed]))
-                except Exception:  # noqa: BLE001 - the spans are stored; the saved state follows them again
+                except Exception:  # the spans are stored; the saved state follows them again
                     log.exception("updating the windows failed; they follow the stored spans from the saved state")
                     self._recover()
                     return 0
@@ -315,7 +316,7 @@ class WindowProcessor:
                 self.follow(conform(rows), hi)
                 replayed += rows.num_rows
                 self.stats["caught_up_spans"] += rows.num_rows
-        except Exception:  # noqa: BLE001 - the spans are stored; a full recomputation covers them
+        except Exception:  # the spans are stored; a full recomputation covers them
             log.exception("following the stored spans failed; recomputing every window")
             self.replay_until_us = None
             self.refresh_all_windows()
@@ -346,7 +347,7 @@ class WindowProcessor:
         self.complete = False
         try:
             _state.delete_state(self.con)
-        except Exception:  # noqa: BLE001 - a stale watermark digest makes the next start recompute
+        except Exception:  # a stale watermark digest makes the next start recompute
             log.exception("removing the saved window state failed")
 
     # --- recomputing from the spans -----------------------------------------------------------
@@ -438,7 +439,8 @@ class WindowProcessor:
         now = _now()
         cumulative = sorted(k for k in keys if len(k) == 2)
         rows = [w for key in cumulative for w in self.book.windows(key, self.store.db_name, now)]
-        by_time = bucket_rows(self.book, [k for k in keys if len(k) == len(BUCKET_KEY_COLUMNS)], self.store.db_name, now)
+        by_time_keys = [k for k in keys if len(k) == len(BUCKET_KEY_COLUMNS)]
+        by_time = bucket_rows(self.book, by_time_keys, self.store.db_name, now)
         with self.store.write_lock, transaction(self.con):
             if rows:
                 _state.write_window_rows(self.con, rows)
@@ -526,13 +528,13 @@ class WindowProcessor:
                 self.state_saved_at = time.monotonic()
                 log.debug("window state of %d keys saved in %.2f s", saved, self.state_saved_at - started)
                 return True
-            except Exception:  # noqa: BLE001 - the spans are stored; a start follows them from the state saved before
+            except Exception:  # the spans are stored; a start follows them from the state saved before
                 log.exception("saving the window state failed")
                 return False
 
 
 def _now() -> _dt.datetime:
-    return _dt.datetime.now(_dt.timezone.utc)
+    return _dt.datetime.now(_dt.UTC)
 
 
 def _now_us() -> int:

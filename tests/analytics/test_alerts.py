@@ -48,7 +48,9 @@ def _month_alarms(rule: AlertRule, months: int, per_minute: float, draw_counts, 
 
 
 def _binomial(p: float, c: float):
-    draw = lambda rng, n: rng.binomial(n, p)  # noqa: E731
+    def draw(rng, n):
+        return rng.binomial(n, p)
+
     draw.p, draw.c = p, c
     return draw
 
@@ -69,7 +71,11 @@ def test_a_healthy_p95_at_its_ceiling_evaluated_every_minute_for_a_month_stays_w
     """Latency whose p95 is exactly the ceiling: each minute's samples at or below it are Binomial(n, 0.95);
     the rule fires when its evidence puts the p95 above (the count below too small)."""
     rule = AlertRule("end_to_end_latency", RuleKind.CONSTRAINT, threshold=1.0, min_samples=30, range_us=HOUR_US)
-    draw = lambda rng, n: n - rng.binomial(n, 0.95)  # noqa: E731 - samples above: the indicator of the wrong side
+
+    def draw(rng, n):
+        """Samples above: the indicator of the wrong side."""
+        return n - rng.binomial(n, 0.95)
+
     draw.p, draw.c = 0.05, 0.05
     fired, naive = _month_alarms(rule, 200, 10.0, draw, seed=95)
     assert fired <= 0.05 and naive >= 0.9
@@ -101,9 +107,9 @@ def test_evaluate_on_real_states_decides_as_the_simulation_does():
 
 
 def test_a_latency_shift_fires_holds_and_resolves_on_evidence():
-    """p95 ceiling 1.5x the healthy p95, 40 tasks a minute; from hour 5 to hour 8 latencies double. Evaluated every minute:
-    no alarm before, fires during the shift, stays firing into a new hour before that hour has evidence,
-    resolves once the evidence puts the p95 back under the ceiling."""
+    """p95 ceiling 1.5x the healthy p95, 40 tasks a minute; from hour 5 to hour 8 latencies double.
+    Evaluated every minute: no alarm before, fires during the shift, stays firing into a new hour before
+    that hour has evidence, resolves once the evidence puts the p95 back under the ceiling."""
     healthy_p95 = math.exp(0.5 * _Z95)
     rule = AlertRule("end_to_end_latency", RuleKind.CONSTRAINT, threshold=1.5 * healthy_p95, min_samples=30)
     rng = np.random.default_rng(9)
@@ -188,7 +194,8 @@ def test_no_data_when_a_target_stops_sending():
     (dict(metric="latency", kind=RuleKind.CONSTRAINT, threshold=1.0), "no window"),
     (dict(metric="cost_per_successful_task", kind=RuleKind.CONSTRAINT, threshold=1.0), "not a statistic"),
     (dict(metric="end_to_end_latency", kind=RuleKind.CONSTRAINT), "threshold"),
-    (dict(metric="end_to_end_latency", kind=RuleKind.CONSTRAINT, threshold=1.0, range_us=HOUR_US + 1), "whole number of hours"),
+    (dict(metric="end_to_end_latency", kind=RuleKind.CONSTRAINT, threshold=1.0, range_us=HOUR_US + 1),
+     "whole number of hours"),
     (dict(metric="end_to_end_latency", kind=RuleKind.REGRESSION, confidence=1.0), "confidence"),
     (dict(metric="task_success", kind=RuleKind.REGRESSION, aggregation=None, quantile=1.5), "quantile"),
 ])

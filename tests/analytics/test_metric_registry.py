@@ -119,7 +119,8 @@ def test_unknown_and_refused_names_are_explained(plugin_sites):
         registry.resolve(["task_qualty"])
     with pytest.raises(KeyError, match="installed but was refused: failed to import"):
         registry.resolve(["broken"])
-    assert [cls.name for cls in registry.resolve(["span_count", "consistency", "span_count"])] == ["span_count", "consistency"]
+    resolved = registry.resolve(["span_count", "consistency", "span_count"])
+    assert [cls.name for cls in resolved] == ["span_count", "consistency"]
 
 
 def test_without_plugins_only_builtins():

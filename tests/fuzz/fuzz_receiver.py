@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: `tests` is a package
 
-from tests.collector.collector_proc import CollectorProcess  # noqa: E402
-from tests.collector.otlp_mutations import case, check_response  # noqa: E402
+from tests.collector.collector_proc import CollectorProcess
+from tests.collector.otlp_mutations import case, check_response
 
 
 def main() -> int:
@@ -51,7 +51,7 @@ def main() -> int:
                 try:
                     response = client.post("/v1/traces", content=body, headers=headers)
                     label = check_response(response.status_code, response.headers, response.content)
-                except Exception as exc:  # noqa: BLE001 - every failure is reported with its body
+                except Exception as exc:  # every failure is reported with its body
                     label = "FAIL"
                     with lock:
                         failures.append(f"{type(exc).__name__}: {exc} | headers={headers} body={body[:200]!r}")

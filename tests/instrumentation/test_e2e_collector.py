@@ -10,7 +10,6 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
 import meritlens.instrumentation as ml
-from meritlens.instrumentation import conventions as c
 from llm_fakes import (
     RETRY_NOW,
     Script,
@@ -24,6 +23,7 @@ from llm_fakes import (
     openai_client,
     status_response,
 )
+from meritlens.instrumentation import conventions as c
 
 TARGET = "e2e-bot/answer"
 

@@ -12,7 +12,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 import meritlens.instrumentation as ml
-from meritlens.instrumentation import conventions as c
 from llm_fakes import (
     RETRY_NOW,
     Script,
@@ -26,6 +25,7 @@ from llm_fakes import (
     sse_response,
     status_response,
 )
+from meritlens.instrumentation import conventions as c
 
 MODEL = "claude-3-5-sonnet-20241022"
 MESSAGES = [{"role": "user", "content": "Bonjour?"}]

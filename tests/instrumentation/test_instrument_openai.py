@@ -13,7 +13,6 @@ import pytest
 from opentelemetry.trace import SpanKind, StatusCode
 
 import meritlens.instrumentation as ml
-from meritlens.instrumentation import conventions as c
 from llm_fakes import (
     RETRY_NOW,
     Script,
@@ -29,6 +28,7 @@ from llm_fakes import (
     sse_response,
     status_response,
 )
+from meritlens.instrumentation import conventions as c
 
 MESSAGES = [{"role": "user", "content": "Say hello"}]
 

@@ -14,9 +14,6 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
 import meritlens.instrumentation as ml
-from meritlens.instrumentation import _instrumentor
-from meritlens.instrumentation import conventions as c
-from meritlens.instrumentation._instrumentor import MeritlensInstrumentor, agent_target
 from llm_fakes import (
     Script,
     anthropic_client,
@@ -27,6 +24,9 @@ from llm_fakes import (
     json_response,
     openai_client,
 )
+from meritlens.instrumentation import _instrumentor
+from meritlens.instrumentation import conventions as c
+from meritlens.instrumentation._instrumentor import MeritlensInstrumentor, agent_target
 
 CLASSES = (openai.OpenAI, openai.AsyncOpenAI, openai.AzureOpenAI, openai.AsyncAzureOpenAI,
            anthropic.Anthropic, anthropic.AsyncAnthropic)

@@ -12,7 +12,6 @@ import pytest
 from opentelemetry.trace import SpanKind, StatusCode
 
 import meritlens.instrumentation as ml
-from meritlens.instrumentation import conventions as c
 from llm_fakes import (
     Script,
     anthropic_client,
@@ -28,6 +27,7 @@ from llm_fakes import (
     responses_object,
     sse_response,
 )
+from meritlens.instrumentation import conventions as c
 
 
 def test_sync_function_returning_sdk_object(spans):
@@ -116,8 +116,7 @@ def test_generator_function_of_dict_chunks(spans):
     def stream_answer(model):
         received = yield from chat_chunks(usage=(12, 3), cached_tokens=4)[:2]
         assert received is None
-        for chunk in chat_chunks(usage=(12, 3), cached_tokens=4)[2:]:
-            yield chunk
+        yield from chat_chunks(usage=(12, 3), cached_tokens=4)[2:]
         return "done"
 
     assert inspect.isgeneratorfunction(stream_answer)

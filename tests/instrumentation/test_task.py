@@ -9,8 +9,8 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, StatusCode
 
 import meritlens.instrumentation as ml
-from meritlens.instrumentation import conventions as c
 from llm_fakes import Script, attrs, chat_completion, json_response, openai_client
+from meritlens.instrumentation import conventions as c
 
 
 def _task_span(spans):

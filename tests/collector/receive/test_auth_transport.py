@@ -145,7 +145,7 @@ def certificate(tmp_path_factory):
     directory = tmp_path_factory.mktemp("tls")
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "meritlens test")])
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     cert = (
         x509.CertificateBuilder()
         .subject_name(name).issuer_name(name).public_key(key.public_key())
@@ -256,7 +256,8 @@ def test_a_second_collector_cannot_share_the_grpc_port(tmp_path):
     with CollectorProcess(tmp_path / "first.duckdb") as first:
         second = CollectorProcess(tmp_path / "second.duckdb", grpc_port=first.grpc_port)
         try:
-            with pytest.raises(RuntimeError, match=r"port \d+ on 127.0.0.1 is already in use: choose another with --grpc-port"):
+            in_use = r"port \d+ on 127.0.0.1 is already in use: choose another with --grpc-port"
+            with pytest.raises(RuntimeError, match=in_use):
                 second.start(timeout=20)
             assert second.proc.wait(10) == 2
             assert listening_addresses(second.http_port) == set()  # it closed what it had opened

@@ -18,8 +18,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import SpanKind
 
-from tests.collector.collector_proc import CollectorProcess, assert_same_windows, make_request, span_ids
 from meritlens.analytics._schema import SPAN_COLUMN_NAMES, WINDOW_COLUMN_NAMES
+from tests.collector.collector_proc import CollectorProcess, assert_same_windows, make_request, span_ids
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 

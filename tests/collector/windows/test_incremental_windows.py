@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 
 from meritlens.analytics._distribution import SUM_SCALE, exact_sum
 from meritlens.collector.store._keyfilter import KeyFilter
-from tests.store_under_test import StoreUnderTest
 from meritlens.instrumentation import conventions as c
-from tests.analytics.evidence_helpers import Ids, S, Span, T0, span_rows, store_spans
+from tests.analytics.evidence_helpers import T0, Ids, S, Span, span_rows, store_spans
+from tests.store_under_test import StoreUnderTest
 
 _COLUMNS = ("target_id", "metric", "scope", "aggregation", "value", "unit", "sample_count", "state", "count",
             "mean", "min", "max", "p50", "p90", "p95", "p99", "first_span_time", "last_span_time",
@@ -40,7 +40,10 @@ def _random_spans(seed: int, mixed_targets: bool = False) -> list[Span]:
     rng = random.Random(seed)
     ids = Ids(seed)
     spans: list[Span] = []
-    maybe = lambda value, p=0.8: value if rng.random() < p else None  # noqa: E731
+
+    def maybe(value, p=0.8):
+        return value if rng.random() < p else None
+
     for t in range(rng.randint(1, 6)):
         target = rng.choice(["bot-a", "bot-b"])
         assessment = rng.choice([None, "a1", "a2"])
@@ -101,13 +104,14 @@ def test_incremental_windows_equal_a_rebuild_from_scratch(tmp_path_factory, seed
     order = spans[:]
     rng.shuffle(order)
     cuts = sorted(rng.sample(range(1, len(order)), min(batches - 1, len(order) - 1))) if len(order) > 1 else []
-    parts = [order[i:j] for i, j in zip([0, *cuts], [*cuts, len(order)])]
+    parts = [order[i:j] for i, j in zip([0, *cuts], [*cuts, len(order)], strict=True)]
     if resend and parts:
         parts.append(rng.sample(order, max(1, len(order) // 3)))  # a client's retry of spans already stored
     tmp = tmp_path_factory.mktemp("incremental")
     (tmp / "incremental").mkdir()
     (tmp / "at_once").mkdir()
-    incremental = StoreUnderTest(str(tmp / "incremental" / "spans.duckdb"), **({"window_memory_bytes": 1} if tight_memory else {}))
+    memory = {"window_memory_bytes": 1} if tight_memory else {}
+    incremental = StoreUnderTest(str(tmp / "incremental" / "spans.duckdb"), **memory)
     incremental.start()
     at_once = StoreUnderTest(str(tmp / "at_once" / "spans.duckdb"))
     at_once.start()
@@ -257,8 +261,9 @@ def test_calls_of_other_targets_arriving_last_keep_every_targets_windows_exact(t
 
 
 def test_a_batch_keeps_the_first_copy_of_each_span():
-    from meritlens.collector.store._rows import first_of_each_span
     import pyarrow as pa
+
+    from meritlens.collector.store._rows import first_of_each_span
 
     table = pa.table({"trace_id": ["t1", "t2", "t1", "t3", "t2"], "span_id": ["a", "b", "a", "c", "b"],
                       "n": [0, 1, 2, 3, 4]})

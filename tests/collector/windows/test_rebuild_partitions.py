@@ -16,13 +16,13 @@ import random
 import duckdb
 import pytest
 
-from meritlens.analytics._schema import SPANS_DDL
 from meritlens.analytics._samples import WINDOW_INPUT_COLUMNS
+from meritlens.analytics._schema import SPANS_DDL
 from meritlens.collector.windows import _rebuild as rebuild_module
 from meritlens.collector.windows._partitions import partition_spans
-from tests.store_under_test import StoreUnderTest
 from meritlens.instrumentation import conventions as c
-from tests.analytics.evidence_helpers import Ids, S, Span, T0, span_rows
+from tests.analytics.evidence_helpers import T0, Ids, S, Span, span_rows
+from tests.store_under_test import StoreUnderTest
 
 _COLUMNS = ("target_id", "metric", "scope", "aggregation", "value", "unit", "sample_count", "state", "count",
             "mean", "min", "max", "p50", "p90", "p95", "p99", "first_span_time", "last_span_time",
@@ -35,7 +35,9 @@ def _windows(store: StoreUnderTest) -> list[tuple]:
 
 
 def _call(rng: random.Random, ids: Ids, trace: str, common: dict, parent: str | None, start: int) -> Span:
-    maybe = lambda value, p=0.8: value if rng.random() < p else None  # noqa: E731
+    def maybe(value, p=0.8):
+        return value if rng.random() < p else None
+
     return Span(trace, ids.span(), "chat", start, start + rng.randint(1, 9) * S // 10, {
         **common, c.GEN_AI_OPERATION_NAME: c.OP_CHAT,
         c.GEN_AI_USAGE_INPUT_TOKENS: maybe(rng.randint(1, 900)),

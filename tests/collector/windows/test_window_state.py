@@ -20,11 +20,11 @@ from meritlens.analytics._accumulate import WindowBook
 from meritlens.analytics._distribution import EXACT_SAMPLES
 from meritlens.collector.windows import _processor as processor_module
 from meritlens.instrumentation import conventions as c
-from tests.analytics.evidence_helpers import Ids, S, Span, T0, continuous_calls, span_rows, store_spans
+from tests.analytics.evidence_helpers import T0, Ids, S, Span, continuous_calls, span_rows, store_spans
 from tests.collector.windows.test_windows_resume import _crash, _from_scratch, _open, _spans, _windows
 from tests.store_under_test import StoreUnderTest, WindowThread
 
-_NOW = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
+_NOW = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
 
 
 def _book_of(path, spans) -> tuple[StoreUnderTest, WindowBook]:

@@ -15,13 +15,13 @@ import duckdb
 import pytest
 
 from meritlens.analytics import JudgeCall
-from meritlens.instrumentation.conventions import TARGET_ID
 from meritlens.collector.cli._evaluation import FileEvaluationStore
 from meritlens.collector.windows import _state
-from tests.store_under_test import StoreUnderTest
+from meritlens.instrumentation.conventions import TARGET_ID
 from tests.analytics.evidence_helpers import span_rows, store_spans
 from tests.collector.windows.test_incremental_windows import _random_spans
 from tests.collector.windows.test_rebuild_partitions import _random_store_spans
+from tests.store_under_test import StoreUnderTest
 
 _COLUMNS = ("target_id", "metric", "scope", "aggregation", "value", "unit", "sample_count", "state", "count",
             "mean", "min", "max", "p50", "p90", "p95", "p99", "first_span_time", "last_span_time",
