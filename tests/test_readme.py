@@ -57,8 +57,8 @@ def readme_blocks(text: str) -> list[Block]:
             else:
                 prose.append(line)
         elif fence and fence.group(2).strip() == "":
-            text = "\n".join(row[len(indent):] if row.startswith(indent) else row for row in current)
-            blocks.append(Block(info, text, start, "\n".join(prose)))
+            body = "\n".join(row[len(indent):] if row.startswith(indent) else row for row in current)
+            blocks.append(Block(info, body, start, "\n".join(prose)))
             current, prose = None, []
         else:
             current.append(line)
