@@ -8,10 +8,10 @@ import json
 
 import httpx
 import pytest
-from evaluate_support import TARGET, RunningCollector, run_cli, scenario_spans, span
 
 from meritlens.analytics._evaluate import window_metric_name as W
 from meritlens.instrumentation import conventions as c
+from tests.evaluate.evaluate_support import TARGET, RunningCollector, run_cli, scenario_spans, span
 
 
 def evaluated(collector, metric: str) -> dict | None:

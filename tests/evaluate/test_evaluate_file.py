@@ -8,10 +8,10 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from evaluate_support import TARGET, run_cli, scenario_spans, span, store_spans
 
 from meritlens.analytics._evaluate import window_metric_name as W
 from meritlens.instrumentation import conventions as c
+from tests.evaluate.evaluate_support import TARGET, run_cli, scenario_spans, span, store_spans
 
 
 def windows(db: Path) -> dict[str, dict]:
@@ -63,8 +63,8 @@ def test_evaluate_stores_windows_then_a_rerun_replaces_only_what_it_ran(db, tmp_
     assert stored["input_tokens"]["value"] == 400
     report = json.loads((run_dir / "evaluation.json").read_text())
     assert report["metrics"]["long_horizon_performance"]["status"] == "not_applicable"
-    long_horizon = report["metrics"]["long_horizon_performance"]
-    assert long_horizon["reason"] == "no task recorded agent steps (meritlens.agent.step)"
+    reported = report["metrics"]["long_horizon_performance"]
+    assert reported["reason"] == "no task recorded agent steps (meritlens.agent.step)"
     assert report["metrics"]["tool_use_performance"]["measurements"][0]["per_key"] == {"search": 0.5}
 
     # More evidence arrives; re-running one metric replaces its window and keeps the others.

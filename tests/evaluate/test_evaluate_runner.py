@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 
 import pytest
-from evaluate_support import TARGET, scenario_spans, store_spans
 
 from meritlens.analytics import Measurement, Metric, evaluate
 from meritlens.analytics._builtin_metrics import ToolUsePerformance
 from meritlens.analytics._evaluate import QueryPage, load_evidence
 from meritlens.analytics._evaluate import window_metric_name as W
 from meritlens.collector.cli._evaluation import FileEvaluationStore
+from tests.evaluate.evaluate_support import TARGET, scenario_spans, store_spans
 
 
 @pytest.fixture

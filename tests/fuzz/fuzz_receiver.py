@@ -1,6 +1,6 @@
 """Long fuzz run against the real collector: mutated OTLP protobuf, JSON and gzip bodies.
 
-    .venv/bin/python tests/fuzz/fuzz_receiver.py --bodies 100000 --seed 1
+    .venv/bin/python -m tests.fuzz.fuzz_receiver --bodies 100000 --seed 1
 
 Starts `meritlens serve` on a temporary file, sends the bodies from several threads and checks each
 answer like the pytest fuzz test does (no 5xx, a parseable response or google.rpc.Status), then checks
@@ -17,8 +17,6 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: `tests` is a package
 
 from tests.collector.collector_proc import CollectorProcess
 from tests.collector.otlp_mutations import case, check_response

@@ -8,9 +8,9 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import meritlens.instrumentation as ml
-from llm_fakes import attrs, chat_completion
 from meritlens.instrumentation import _config
 from meritlens.instrumentation import conventions as c
+from tests.instrumentation.llm_fakes import attrs, chat_completion
 
 
 @ml.observe(target="t/configure")

@@ -10,7 +10,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
 import meritlens.instrumentation as ml
-from llm_fakes import (
+from meritlens.instrumentation import conventions as c
+from tests.instrumentation.llm_fakes import (
     RETRY_NOW,
     Script,
     anthropic_client,
@@ -23,7 +24,6 @@ from llm_fakes import (
     openai_client,
     status_response,
 )
-from meritlens.instrumentation import conventions as c
 
 TARGET = "e2e-bot/answer"
 

@@ -12,7 +12,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 import meritlens.instrumentation as ml
-from llm_fakes import (
+from meritlens.instrumentation import conventions as c
+from tests.instrumentation.llm_fakes import (
     RETRY_NOW,
     Script,
     anthropic_client,
@@ -25,7 +26,6 @@ from llm_fakes import (
     sse_response,
     status_response,
 )
-from meritlens.instrumentation import conventions as c
 
 MODEL = "claude-3-5-sonnet-20241022"
 MESSAGES = [{"role": "user", "content": "Bonjour?"}]

@@ -13,7 +13,8 @@ import pytest
 from opentelemetry.trace import SpanKind, StatusCode
 
 import meritlens.instrumentation as ml
-from llm_fakes import (
+from meritlens.instrumentation import conventions as c
+from tests.instrumentation.llm_fakes import (
     RETRY_NOW,
     Script,
     async_openai_client,
@@ -28,7 +29,6 @@ from llm_fakes import (
     sse_response,
     status_response,
 )
-from meritlens.instrumentation import conventions as c
 
 MESSAGES = [{"role": "user", "content": "Say hello"}]
 

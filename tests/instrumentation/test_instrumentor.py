@@ -14,7 +14,10 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
 import meritlens.instrumentation as ml
-from llm_fakes import (
+from meritlens.instrumentation import _instrumentor
+from meritlens.instrumentation import conventions as c
+from meritlens.instrumentation._instrumentor import MeritlensInstrumentor, agent_target
+from tests.instrumentation.llm_fakes import (
     Script,
     anthropic_client,
     anthropic_message,
@@ -24,9 +27,6 @@ from llm_fakes import (
     json_response,
     openai_client,
 )
-from meritlens.instrumentation import _instrumentor
-from meritlens.instrumentation import conventions as c
-from meritlens.instrumentation._instrumentor import MeritlensInstrumentor, agent_target
 
 CLASSES = (openai.OpenAI, openai.AsyncOpenAI, openai.AzureOpenAI, openai.AsyncAzureOpenAI,
            anthropic.Anthropic, anthropic.AsyncAnthropic)

@@ -12,7 +12,8 @@ import pytest
 from opentelemetry.trace import SpanKind, StatusCode
 
 import meritlens.instrumentation as ml
-from llm_fakes import (
+from meritlens.instrumentation import conventions as c
+from tests.instrumentation.llm_fakes import (
     Script,
     anthropic_client,
     anthropic_events,
@@ -27,7 +28,6 @@ from llm_fakes import (
     responses_object,
     sse_response,
 )
-from meritlens.instrumentation import conventions as c
 
 
 def test_sync_function_returning_sdk_object(spans):
@@ -338,7 +338,7 @@ def test_invalid_role_is_refused():
 
 
 def test_async_function_returning_an_async_sdk_stream(spans):
-    from llm_fakes import async_openai_client
+    from tests.instrumentation.llm_fakes import async_openai_client
 
     client = async_openai_client(Script(chat_stream_handler()))
 

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llm_fakes import expected_cost
 from meritlens.instrumentation import TokenUsage, normalize_usage, price_call, pricing
+from tests.instrumentation.llm_fakes import expected_cost
 
 counts = st.integers(min_value=0, max_value=2_000_000)
 

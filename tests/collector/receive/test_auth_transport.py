@@ -16,36 +16,24 @@ from cryptography.x509.oid import NameOID
 from google.rpc import code_pb2, status_pb2
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.cli_runner import run_cli as _run_cli
 from tests.collector.collector_proc import CollectorProcess, make_request
+from tests.otlp_builders import sdk_spans as recorded_spans
 
 TOKEN = "s3cret-token-for-tests"
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 PROTOBUF = {"Content-Type": "application/x-protobuf"}
 
 
-class KeepSpans(SpanExporter):
-    def __init__(self) -> None:
-        self.spans = []
-
-    def export(self, spans):
-        self.spans.extend(spans)
-        return SpanExportResult.SUCCESS
-
-
 def sdk_spans(count: int, target: str):
-    keep = KeepSpans()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(keep))
-    tracer = provider.get_tracer("tests")
-    for i in range(count):
-        with tracer.start_as_current_span("chat m", attributes={"meritlens.target.id": target, "i": i}):
-            pass
-    provider.shutdown()
-    return keep.spans
+    def write(tracer):
+        for i in range(count):
+            with tracer.start_as_current_span("chat m", attributes={"meritlens.target.id": target, "i": i}):
+                pass
+
+    return recorded_spans(write)
 
 
 @pytest.fixture(scope="module")

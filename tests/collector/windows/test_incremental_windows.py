@@ -25,14 +25,6 @@ from meritlens.instrumentation import conventions as c
 from tests.analytics.evidence_helpers import T0, Ids, S, Span, span_rows, store_spans
 from tests.store_under_test import StoreUnderTest
 
-_COLUMNS = ("target_id", "metric", "scope", "aggregation", "value", "unit", "sample_count", "state", "count",
-            "mean", "min", "max", "p50", "p90", "p95", "p99", "first_span_time", "last_span_time",
-            "evidence_uri", "evidence_media_type", "evidence_digest", "stddev", "quantile_error")
-
-
-def _windows(store: StoreUnderTest) -> list[tuple]:
-    return store.query(f"select {', '.join(_COLUMNS)} from windows order by target_id, scope, metric").rows
-
 
 def _random_spans(seed: int, mixed_targets: bool = False) -> list[Span]:
     """Spans of random tasks; with ``mixed_targets`` a third of the calls carry another target than
@@ -125,11 +117,11 @@ def test_incremental_windows_equal_a_rebuild_from_scratch(tmp_path_factory, seed
                 store_spans(incremental, part)
         incremental.update_windows()
         store_spans(at_once, spans)
-        got = _windows(incremental)
+        got = incremental.window_rows()
         assert got, "the spans define windows"
-        assert got == _windows(at_once)
+        assert got == at_once.window_rows()
         incremental.refresh_all_windows()
-        assert _windows(incremental) == got
+        assert incremental.window_rows() == got
     finally:
         incremental.shutdown()
         at_once.shutdown()
@@ -201,7 +193,7 @@ def test_state_over_the_memory_budget_is_saved_and_taken_back_never_rebuilt(tmp_
         assert small.stats["state_keys_evicted"] > 0 and small.stats["state_keys_loaded"] > 0
         assert small.stats["rebuilds"] == 0 and small.stats["recomputed_windows"] == 0  # no span was reread
         assert small.book.keys == []  # every key saved and let go after each pass
-        assert _windows(small) == _windows(reference)
+        assert small.window_rows() == reference.window_rows()
 
 
 def _two_target_task(ids: Ids) -> tuple[list[Span], list[Span]]:
@@ -233,15 +225,15 @@ def test_a_batch_of_one_target_that_changes_another_targets_samples_keeps_both_e
         if window_memory_bytes == 1:
             assert store.stats["state_keys_evicted"] and store.stats["state_keys_loaded"]
         store_spans(reference, b_spans + c_spans + a_spans)
-        got = _windows(store)
+        got = store.window_rows()
         tokens = {(r[0], r[2]): r[4] for r in got if r[1] == "input_tokens"}
         assert tokens[("bot-b", "all")] is None  # bot-b's only call became a wrapper: no call of its own
         assert tokens[("bot-a", "all")] == 90
-        assert got == _windows(reference)
+        assert got == reference.window_rows()
         later = _one_call(ids, 10, target="bot-b")  # bot-b's next batch: its state must be whole
         store_spans(store, later)
         store_spans(reference, later)
-        assert _windows(store) == _windows(reference)
+        assert store.window_rows() == reference.window_rows()
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -257,7 +249,7 @@ def test_calls_of_other_targets_arriving_last_keep_every_targets_windows_exact(t
         for part in (rest[:len(rest) // 2], rest[len(rest) // 2:], cross):
             store_spans(tight, part)
         store_spans(reference, spans)
-        assert _windows(tight) == _windows(reference)
+        assert tight.window_rows() == reference.window_rows()
 
 
 def test_a_batch_keeps_the_first_copy_of_each_span():
