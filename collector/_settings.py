@@ -124,6 +124,9 @@ DEFAULT_WINDOW_MEMORY_BYTES = _DEFAULT_BUDGET.window_state
 """Window processor state kept in memory; beyond it, least recently written targets are rebuilt on demand."""
 DEFAULT_WINDOW_LAG_ROWS = 50_000
 """Committed span rows that may wait for the window processor; appends wait beyond it (bounds memory)."""
+SHUTDOWN_WINDOW_ROWS = 20_000
+"""At a graceful stop, a backlog of at most this many committed span rows is windowed before the state is
+saved (about a second's pass); a larger one is left to the next start, which follows it from the spans."""
 DEFAULT_WINDOW_GATHER_S = 1.0
 """How long the window thread lets committed batches gather before a pass (a waiting query ends it early)."""
 ROW_GROUP_ROWS = 16_384

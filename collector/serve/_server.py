@@ -25,6 +25,7 @@ from meritlens.collector.process._otlp import SpanLimits
 from meritlens.collector.receive._pipeline import IngestPipeline
 from meritlens.instrumentation.pricing import price_call
 from meritlens.collector._settings import (
+    SHUTDOWN_WINDOW_ROWS,
     TARGET_FALLBACK_OFF,
     ServerSettings,
     address_file,
@@ -218,8 +219,10 @@ class Collector:
         await loop.run_in_executor(None, self.pipeline.shutdown)
         self.ingest.close()
         if self.windows is not None:
-            # what is not windowed yet stays in `spans`: the next start follows it from the saved state
-            await loop.run_in_executor(None, self.windows.shutdown, False)
+            # a small backlog is windowed now; a larger one stays in `spans` for the next start (a stop
+            # stays within its timeout at any load)
+            small = self.windows.queue.lag()[1] <= SHUTDOWN_WINDOW_ROWS
+            await loop.run_in_executor(None, self.windows.shutdown, small)
         self.store.shutdown()
         if self.http_port is not None and not self.settings.lake:
             try:
