@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-
 DEFAULT_ALERT_INTERVAL_S = 30.0
 """How often the alert rules are evaluated without a window update (a no-data rule, a new range)."""
 DEFAULT_ALERT_RETRY_S = 1.0

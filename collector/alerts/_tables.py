@@ -55,8 +55,8 @@ class AlertState:
                 None if self.evaluation is None else json.dumps(self.evaluation)]
 
     @classmethod
-    def of_row(cls, row) -> "AlertState":
-        values = dict(zip(STATE_COLUMNS, row))
+    def of_row(cls, row) -> AlertState:
+        values = dict(zip(STATE_COLUMNS, row, strict=True))
         values["evaluation"] = None if values["evaluation"] is None else json.loads(values["evaluation"])
         return cls(**values)
 
@@ -99,7 +99,8 @@ def silence(con: duckdb.DuckDBPyConnection, rule: str, target: str | None, until
     """Silence ``rule`` (for ``target``, else every target) until ``until_us``: its events wait until then.
     Returns the states silenced (none: no such rule)."""
     rows = con.execute(f"UPDATE {STATES_TABLE} SET silenced_until_us = ? WHERE rule = ? AND (? IS NULL OR"
-                       f" target_id = ?) RETURNING {', '.join(STATE_COLUMNS)}", [until_us, rule, target, target]).fetchall()
+                       f" target_id = ?) RETURNING {', '.join(STATE_COLUMNS)}",
+                       [until_us, rule, target, target]).fetchall()
     hold_until(con, rule, target, until_us)
     return [AlertState.of_row(row) for row in rows]
 

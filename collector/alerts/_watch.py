@@ -17,12 +17,13 @@ import json
 import logging
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 from urllib.parse import urlencode
 
 from meritlens.analytics.engine import (
     DEFINITIONS_BY_METRIC,
+    METRICS,
     NO_DATA,
     SCOPE_ALL,
     WINDOWS_BY_TIME_TABLE,
@@ -69,8 +70,8 @@ def watched_rules(profiles: list[tuple[str, TaskProfile]]) -> list[WatchedRule]:
         for alert in profile.alerts:
             rule = WatchedRule(name, profile.target, alert)
             if rule.key in rules:
-                raise ValueError(f"alert rule {alert.name!r} for {profile.target} is in profiles {rules[rule.key].profile}"
-                                 f" and {name}: rename one of them")
+                raise ValueError(f"alert rule {alert.name!r} for {profile.target} is in profiles"
+                                 f" {rules[rule.key].profile} and {name}: rename one of them")
             rules[rule.key] = rule
     return list(rules.values())
 
@@ -92,7 +93,7 @@ def _plain(value):
 
 
 def _iso(us: int) -> str:
-    return (_dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc) + _dt.timedelta(microseconds=us)).isoformat()
+    return (_dt.datetime(1970, 1, 1, tzinfo=_dt.UTC) + _dt.timedelta(microseconds=us)).isoformat()
 
 
 class AlertWatcher:
@@ -261,10 +262,10 @@ class AlertWatcher:
                         self._baselines[key] = baseline
             spans.append(("baseline", key[1], key[2]))
         result = evaluate_rule(alert.rule, self._state(current, target, alert.metric),
-                          baseline=None if baseline is None else self._state(baseline, target, alert.metric),
-                          firing=firing)
-        evaluation = {**_plain(result.to_dict()), "confidence": alert.rule.confidence, "min_samples": alert.rule.min_samples,
-                      "range_us": alert.range_us, "range_start_us": start}
+                               baseline=None if baseline is None else self._state(baseline, target, alert.metric),
+                               firing=firing)
+        evaluation = {**_plain(result.to_dict()), "confidence": alert.rule.confidence,
+                      "min_samples": alert.rule.min_samples, "range_us": alert.range_us, "range_start_us": start}
         ranged = [current] + ([baseline] if baseline is not None else [])
         return _Judgement(result.firing, evaluation, self._evidence(target, alert.metric, spans, ranged=ranged))
 
@@ -274,7 +275,7 @@ class AlertWatcher:
         base = (self._base_url() or "").rstrip("/")
         db_name, now = self._store.db_name, utc_now()
         windows = []
-        for (name, since, until), merged in zip(spans, ranged):
+        for (name, since, until), merged in zip(spans, ranged, strict=True):
             row = next((w for w in merged.windows(db_name, now) if w.metric == metric and w.scope == SCOPE_ALL), None)
             covered = (merged.start_us, merged.end_us) if merged.start_us is not None else (since, until)
             windows.append({
@@ -351,7 +352,8 @@ def state_view(state: AlertState, now: int) -> dict:
             "evaluated": _iso(state.evaluated_us) if state.evaluated_us is not None else None,
             "evidence": evaluation.get("evidence"), "value": evaluation.get("value"),
             "bound": evaluation.get("bound"), "threshold": evaluation.get("threshold"),
-            "samples": evaluation.get("samples"), "links": evaluation.get("links")}
+            "samples": evaluation.get("samples"), "unit": METRICS[state.metric].unit if state.metric in METRICS else None,
+            "links": evaluation.get("links")}
 
 
 __all__ = ["AlertWatcher", "WatchedRule", "event_body", "state_view", "watched_rules"]

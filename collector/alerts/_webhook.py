@@ -15,7 +15,7 @@ import hashlib
 import hmac
 import logging
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import httpx
 

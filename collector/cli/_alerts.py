@@ -127,8 +127,9 @@ def silence(rule: str, target: str | None, duration: str, connection) -> None:
         if note:
             raise click.ClickException(note)
         if not found:
+            known = ", ".join(sorted({s["rule"] for s in states})) or "none"
             raise click.ClickException(f"no alert rule {rule!r}{f' for target {target!r}' if target else ''} in"
-                                       f" {source.db}; rules: {', '.join(sorted({s['rule'] for s in states})) or 'none'}")
+                                       f" {source.db}; rules: {known}")
         silenced = [s for s in states if s["rule"] == rule and (target is None or s["target"] == target)]
     for state in silenced:
         click.echo(f"silenced {state['rule']} for {state['target']} until {state['silenced_until']}")

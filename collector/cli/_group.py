@@ -74,7 +74,7 @@ def _finish_help(command: click.Command, name: str) -> None:
         command.epilog = exit_status_help(name)
 
 
-for _command in (serve, sql, windows, profile, readiness, alerts, evaluate, list_metrics, observations, experiment, compare,
-                 frontier, import_command, export_command, lake_group):
+for _command in (serve, sql, windows, profile, readiness, alerts, evaluate, list_metrics, observations, experiment,
+                 compare, frontier, import_command, export_command, lake_group):
     cli.add_command(_command)
     _finish_help(_command, _command.name)

@@ -174,7 +174,7 @@ def rollback(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def utc_now() -> _dt.datetime:
-    return _dt.datetime.now(_dt.timezone.utc)
+    return _dt.datetime.now(_dt.UTC)
 
 
 def now_us() -> int:

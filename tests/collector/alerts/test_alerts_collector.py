@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from meritlens.instrumentation import conventions as c
+from tests.browser import dump_dom, parse_dom, squash
 from tests.cli_runner import run_cli
 from tests.collector.alerts.webhook_receiver import WebhookReceiver
 from tests.collector.prometheus_proc import PrometheusProcess
@@ -153,6 +154,13 @@ range = "{range_with_room()}"
             fired, resolved = fired_and_resolved(receiver.requests, "median-latency")
             assert fired == {event_id} and not resolved
             assert all(r["signed"] for r in receiver.requests)
+            for page in ("/?refresh=0", "/?refresh=0&view=target&target=bot"):  # the dashboard shows it
+                dom = parse_dom(dump_dom(collector.url + page, tmp_path / "chromium"))
+                shown = dom.find("li", data_alert="median-latency", data_target="bot")
+                assert shown.attrs["data-status"] == "firing" and "80 samples" in squash(shown.text)
+                links = {a.text: a.attrs["href"] for a in shown.find_all("a")}
+                assert links["window →"] == "/?view=evidence&target=bot&scope=all&metric=end_to_end_latency&refresh=0"
+                assert links["spans →"].startswith("/?view=traces&target=bot&range=custom&from=")
 
             # fast calls until the evidence puts the median back under the ceiling: resolves, one new event
             sender.calls("bot", 300, 0.1)

@@ -34,7 +34,7 @@ class WebhookReceiver:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/hook"
 
-    def __enter__(self) -> "WebhookReceiver":
+    def __enter__(self) -> WebhookReceiver:
         self._thread.start()
         assert self._started.wait(30), "the webhook receiver did not start"
         return self
