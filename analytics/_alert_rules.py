@@ -21,8 +21,9 @@ metric when it has one. A ``no_data`` rule fires when the target's samples of it
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from meritlens.analytics._alerts import MONTH_US, AlertRule, RuleKind
 from meritlens.analytics._definitions import DEFINITIONS_BY_METRIC

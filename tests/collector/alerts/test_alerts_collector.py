@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
+import subprocess
 import time
 from pathlib import Path
 
@@ -21,7 +23,7 @@ from meritlens.instrumentation import conventions as c
 from tests.browser import dump_dom, parse_dom, squash
 from tests.cli_runner import run_cli
 from tests.collector.alerts.webhook_receiver import WebhookReceiver
-from tests.collector.prometheus_proc import PrometheusProcess
+from tests.collector.prometheus_proc import PROMTOOL, PrometheusProcess
 from tests.conftest import CollectorProcess
 
 HOUR_NS = 3600 * 10**9
@@ -37,6 +39,21 @@ min_samples = 30
 constraint = 1.0
 rationale = "every request of the service"
 """
+
+
+DOC = Path(__file__).resolve().parents[3] / "docs" / "alerts.md"
+
+
+def documented(language: str, holding: str) -> str:
+    """The fenced ``language`` block of docs/alerts.md that holds ``holding``."""
+    blocks = re.findall(rf"```{language}\n(.*?)```", DOC.read_text(), re.S)
+    return next(b for b in blocks if holding in b)
+
+
+def documented_verify():
+    namespace: dict = {}
+    exec(documented("python", "def verify"), namespace)  # noqa: S102 - the documented receiver's check
+    return namespace["verify"]
 
 
 def range_with_room(minimum_s: int = 900) -> str:
@@ -154,6 +171,9 @@ range = "{range_with_room()}"
             fired, resolved = fired_and_resolved(receiver.requests, "median-latency")
             assert fired == {event_id} and not resolved
             assert all(r["signed"] for r in receiver.requests)
+            verify = documented_verify()  # the check docs/alerts.md gives receivers
+            assert all(verify(r["raw"], r["signature"], SECRET) for r in receiver.requests)
+            assert not verify(receiver.requests[0]["raw"] + b" ", receiver.requests[0]["signature"], SECRET)
             for page in ("/?refresh=0", "/?refresh=0&view=target&target=bot"):  # the dashboard shows it
                 dom = parse_dom(dump_dom(collector.url + page, tmp_path / "chromium"))
                 shown = dom.find("li", data_alert="median-latency", data_target="bot")
@@ -241,6 +261,15 @@ range = "1h"
                 assert values == {"slower-than-yesterday": "1", "bot-silent": "0"}
                 silenced = prometheus.wait_for("meritlens_alert_silenced == 1", lambda r: len(r) == 1)
                 assert silenced[0]["metric"]["rule"] == "slower-than-yesterday"
+                # the documented alert rule: a silenced rule does not page
+                rules = documented("yaml", "MeritlensAlertFiring")
+                rules_file = tmp_path / "rules.yml"
+                rules_file.write_text(rules)
+                checked = subprocess.run([PROMTOOL, "check", "rules", str(rules_file)], capture_output=True, text=True)
+                assert checked.returncode == 0, checked.stdout + checked.stderr
+                expr = re.search(r"expr: (.*)", rules).group(1)
+                assert prometheus.api("query", query=expr)["result"] == []
+                assert len(prometheus.api("query", query=expr.split(" unless ")[0])["result"]) == 1
 
             unknown = run_cli("alerts", "silence", "no-such-rule", "--for", "1h", "--url", collector.url, check=False)
             assert unknown.returncode == 2 and "no alert rule 'no-such-rule'" in unknown.stderr

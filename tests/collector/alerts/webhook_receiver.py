@@ -65,9 +65,10 @@ class WebhookReceiver:
             refused = self._refuse is None and not self._accepting or (
                 self._refuse is not None and sum(r["status"] != 200 for r in self.requests) < self._refuse)
             status = 503 if refused else 200
+            signature = request.headers.get("X-Meritlens-Signature", "")
             self.requests.append({"event_id": request.headers.get("X-Meritlens-Event-Id"), "body": json.loads(body),
-                                  "signed": hmac.compare_digest(request.headers.get("X-Meritlens-Signature", ""),
-                                                                expected), "status": status})
+                                  "raw": body, "signature": signature, "status": status,
+                                  "signed": hmac.compare_digest(signature, expected)})
         return web.Response(status=status)
 
     def accepted(self) -> list[dict]:
