@@ -80,13 +80,13 @@ class Collector:
         )
         self.token = BearerToken(settings.bearer_token())
         self.readiness = None  # the dashboard's ReadinessProvider, from `serve --profile`
+        self.rules = []  # the profiles' [[alerts]] rules
         if settings.profiles:
+            from meritlens.collector.alerts._watch import watched_rules
             from meritlens.collector.serve._profiles_view import ProfileReadiness
 
             self.readiness = ProfileReadiness.load(self.store, settings.profiles)
-        from meritlens.collector.alerts._watch import watched_rules
-
-        self.rules = watched_rules(self.readiness.profiles) if self.readiness else []
+            self.rules = watched_rules(self.readiness.profiles)
         self.alerts = None  # the AlertWatcher of the profiles' [[alerts]] rules
         self._runner: web.AppRunner | None = None
         self._http: HttpReceiver | None = None
