@@ -158,7 +158,7 @@ class AlertEvaluation:
 
 
 def evaluate_rule(rule: AlertRule, current: WindowAccumulator, *, baseline: WindowAccumulator | None = None,
-             firing: bool = False) -> AlertEvaluation:
+                  firing: bool = False) -> AlertEvaluation:
     """Evaluate ``rule`` on ``current``, the state of the samples of its current range so far;
     ``firing``: the rule's state before this evaluation; ``baseline``: a regression's baseline state."""
     if current.definition.metric != rule.metric:
