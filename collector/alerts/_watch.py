@@ -352,7 +352,8 @@ def state_view(state: AlertState, now: int) -> dict:
             "evaluated": _iso(state.evaluated_us) if state.evaluated_us is not None else None,
             "evidence": evaluation.get("evidence"), "value": evaluation.get("value"),
             "bound": evaluation.get("bound"), "threshold": evaluation.get("threshold"),
-            "samples": evaluation.get("samples"), "unit": METRICS[state.metric].unit if state.metric in METRICS else None,
+            "samples": evaluation.get("samples"),
+            "unit": METRICS[state.metric].unit if state.metric in METRICS else None,
             "links": evaluation.get("links")}
 
 
