@@ -36,10 +36,10 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "_task_samples": ("TASK_SAMPLE_METRICS", "task_samples_sql"),
     "_evidence": ("span_keys_digest", "window_definitions_digest"),
     "_scale": ("DEFAULT_RELATIVE_ERROR", "scale_for"),
-    "_accumulate": ("DEFAULT_SCALE", "WindowBook", "WindowId", "WindowKey", "delta_keys"),
+    "_accumulate": ("DEFAULT_SCALE", "WindowAccumulator", "WindowBook", "WindowId", "WindowKey", "delta_keys"),
     "_time_buckets": (
         "BUCKET_KEY_COLUMNS", "BucketCutoffs", "RangeWindows", "bucket_range", "bucketed", "compact", "keys_in",
-        "merge_plan", "merge_range",
+        "merge_plan", "merge_range", "parse_duration",
     ),
     "_window_io": ("WindowRejected", "window_to_json", "windows_from_json"),
     # profiles and readiness
@@ -48,6 +48,9 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
         "CoverageReport", "UnknownSubject", "check_readiness", "coverage_row", "format_report", "judged",
         "record_coverage_sql", "report_json", "require_known",
     ),
+    # alert rules
+    "_alerts": ("AlertRule", "RuleKind", "evaluate_rule", "no_data", "sequence_start"),
+    "_alert_rules": ("NO_DATA", "ProfileAlert"),
     # experiments and decisions
     "_manifest": ("Arm", "ExperimentError", "ExperimentManifest", "ExperimentNotFound", "validate_manifest"),
     "_manifest_store": ("list_experiments_sql", "load_experiment", "save_manifest"),

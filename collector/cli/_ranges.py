@@ -6,9 +6,8 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import os
-import re
 
-from meritlens.analytics.engine import WINDOW_COLUMN_NAMES
+from meritlens.analytics.engine import WINDOW_COLUMN_NAMES, parse_duration
 from meritlens.collector._paths import WINDOWS_RANGE_PATH
 from meritlens.collector.cli._client import CollectorClient, QueryError
 from meritlens.collector.cli._query import opened_store
@@ -16,16 +15,7 @@ from meritlens.collector.cli._resolve import Source
 from meritlens.collector.store._results import QueryResult
 from meritlens.collector.store._sqlguard import open_read_only
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d|w)\s*$")
-_SECONDS = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def parse_duration(text: str) -> _dt.timedelta:
-    """``90m``, ``24h``, ``7d``, ``2w`` as a duration; ValueError names what was wrong."""
-    match = _DURATION.match(text)
-    if not match or float(match.group(1)) <= 0:
-        raise ValueError(f"{text!r} is not a duration such as 30m, 24h, 7d or 2w")
-    return _dt.timedelta(seconds=float(match.group(1)) * _SECONDS[match.group(2)])
+__all__ = ["parse_duration", "parse_time", "range_result", "to_us"]
 
 
 def parse_time(text: str) -> _dt.datetime:

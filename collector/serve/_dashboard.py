@@ -70,7 +70,7 @@ MAX_TASK_LIMIT = 20000
 
 _WINDOW_SELECT = ", ".join(f'"{name}"' for name in WINDOW_COLUMN_NAMES)
 _CATALOGUE_ORDER = {spec.id: index for index, spec in enumerate(CATALOGUE)}
-_SCRIPTS = ("core.js", "charts.js", "windows.js", "overview.js", "target.js", "traces.js", "app.js")
+_SCRIPTS = ("core.js", "charts.js", "windows.js", "overview.js", "target.js", "traces.js", "alerts.js", "app.js")
 """The page's scripts, in the order index.html loads them."""
 _STATIC_FILES = {**{name: "text/javascript" for name in _SCRIPTS}, "dashboard.css": "text/css"}
 _INITIAL_VIEWS = {"overview", "target", "traces", "trace", "evidence"}

@@ -5,7 +5,8 @@ Each measured window is a gauge named after its unit (``meritlens_window_seconds
 holds no value is not exported as a number (missing is never zero), and
 ``meritlens_window_measured`` says which windows are measured. With task profiles loaded,
 ``meritlens_profile_metric_covered`` and ``meritlens_profile_metric_within_constraint`` carry the
-readiness the alert rules in docs/prometheus.md watch. Everything is read at scrape time through
+readiness the alert rules in docs/prometheus.md watch, and ``meritlens_alert_firing`` the state of
+the profiles' own alert rules (docs/alerts.md). Everything is read at scrape time through
 the store's read-only query; the route sits behind the same bearer token as the other endpoints.
 """
 
@@ -47,8 +48,9 @@ def _finite(value) -> bool:
 class WindowCollector:
     """A prometheus_client collector reading the store at each scrape."""
 
-    def __init__(self, store, health: Health, readiness=None, window_lag=lambda: (0, 0), limiter=None):
+    def __init__(self, store, health: Health, readiness=None, window_lag=lambda: (0, 0), limiter=None, alerts=None):
         self._store = store
+        self._alerts = alerts
         self._health = health
         self._readiness = readiness
         self._window_lag = window_lag
@@ -70,6 +72,21 @@ class WindowCollector:
             yield from self._memory()
         if self._readiness is not None:
             yield from self._profiles()
+        if self._alerts is not None:
+            yield from self._alert_states()
+
+    def _alert_states(self):
+        labels = ["rule", "target", "metric"]
+        firing = GaugeMetricFamily("meritlens_alert_firing", "1 while the alert rule fires for the target (the "
+                                   "evidence put the metric on the wrong side, or no data), else 0.", labels=labels)
+        silenced = GaugeMetricFamily("meritlens_alert_silenced", "1 while the alert rule is silenced for the target "
+                                     "(`meritlens alerts silence`), else 0.", labels=labels)
+        for state in self._alerts.states():
+            key = [state["rule"], state["target"], state["metric"]]
+            firing.add_metric(key, 1 if state["firing"] else 0)
+            silenced.add_metric(key, 1 if state["silenced_until"] else 0)
+        yield firing
+        yield silenced
 
     def _windows(self):
         rows = self._store.query(_WINDOWS_SQL).rows
@@ -157,10 +174,10 @@ class WindowCollector:
 class MetricsEndpoint:
     """`GET /metrics` over one store: the windows' registry and the collector's health registry."""
 
-    def __init__(self, store, health: Health, readiness=None, window_lag=lambda: (0, 0), limiter=None):
+    def __init__(self, store, health: Health, readiness=None, window_lag=lambda: (0, 0), limiter=None, alerts=None):
         self._health = health
         self._registry = CollectorRegistry(auto_describe=False)
-        self._registry.register(WindowCollector(store, health, readiness, window_lag, limiter))
+        self._registry.register(WindowCollector(store, health, readiness, window_lag, limiter, alerts))
 
     def install(self, app: web.Application) -> None:
         app.router.add_get(METRICS_PATH, self.metrics)

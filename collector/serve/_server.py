@@ -12,6 +12,7 @@ import pyarrow as pa
 from aiohttp import web
 
 from meritlens.collector._settings import (
+    SHUTDOWN_WINDOW_ROWS,
     TARGET_FALLBACK_OFF,
     ServerSettings,
     address_file,
@@ -25,6 +26,7 @@ from meritlens.collector.receive._http import HttpReceiver
 from meritlens.collector.receive._ingest import InflightBudget, Ingest
 from meritlens.collector.receive._memory import MemoryLimiter
 from meritlens.collector.receive._pipeline import IngestPipeline
+from meritlens.collector.serve._alerts_api import AlertsEndpoint
 from meritlens.collector.serve._api import ApiRoutes
 from meritlens.collector.serve._dashboard import Dashboard
 from meritlens.collector.serve._health import Health
@@ -79,10 +81,14 @@ class Collector:
         )
         self.token = BearerToken(settings.bearer_token())
         self.readiness = None  # the dashboard's ReadinessProvider, from `serve --profile`
+        self.rules = []  # the profiles' [[alerts]] rules
         if settings.profiles:
+            from meritlens.collector.alerts._watch import watched_rules
             from meritlens.collector.serve._profiles_view import ProfileReadiness
 
             self.readiness = ProfileReadiness.load(self.store, settings.profiles)
+            self.rules = watched_rules(self.readiness.profiles)
+        self.alerts = None  # the AlertWatcher of the profiles' [[alerts]] rules
         self._runner: web.AppRunner | None = None
         self._http: HttpReceiver | None = None
         self._grpc_server = None
@@ -114,6 +120,14 @@ class Collector:
             keys, resumed = self.windows.open_windows()
             self.windows.start()
             log.info("opened %s; windows of %d keys %s", s.db, keys, "taken up" if resumed else "recomputed")
+            if self.rules:
+                from meritlens.collector.alerts._watch import AlertWatcher
+
+                self.alerts = AlertWatcher(self.store, self.windows, self.rules, s.alert_config(),
+                                           base_url=lambda: self.url)
+        if s.lake and self.rules:
+            log.warning("the profiles' alert rules are not evaluated with --lake: a single-node collector (--db)"
+                        " evaluates them")
         window_lag = self.windows.window_lag if self.windows else (lambda: (0, 0))
         self.pipeline.start()
         self.limiter.start()
@@ -127,7 +141,8 @@ class Collector:
                   window_lag=window_lag).install(app)
         Dashboard(self.store, readiness=self.readiness, token=self.token).install(app)
         MetricsEndpoint(self.store, self.health, readiness=self.readiness, window_lag=window_lag,
-                        limiter=self.limiter).install(app)
+                        limiter=self.limiter, alerts=self.alerts).install(app)
+        AlertsEndpoint(self.alerts, lake=bool(s.lake)).install(app)
         if self.windows is not None:
             RangeWindowsEndpoint(self.windows, self.store.db_name).install(app)
         # `_stop_http` waits for the requests in progress itself; what aiohttp then waits for is answers
@@ -142,6 +157,8 @@ class Collector:
         await site.start()
         self.http_port = site._server.sockets[0].getsockname()[1]
         log.info("OTLP/HTTP listening on %s", self.url)
+        if self.alerts is not None:  # after the port is known: the events link to this collector's pages
+            self.alerts.start()
         if s.grpc_enabled:
             from meritlens.collector.receive import _grpc
               # imported only when enabled: gRPC's library is ~7 MiB resident
@@ -217,9 +234,13 @@ class Collector:
         self.limiter.shutdown()
         await loop.run_in_executor(None, self.pipeline.shutdown)
         self.ingest.close()
+        if self.alerts is not None:
+            await loop.run_in_executor(None, self.alerts.shutdown)
         if self.windows is not None:
-            # what is not windowed yet stays in `spans`: the next start follows it from the saved state
-            await loop.run_in_executor(None, self.windows.shutdown, False)
+            # a small backlog is windowed now; a larger one stays in `spans` for the next start (a stop
+            # stays within its timeout at any load)
+            small = self.windows.queue.lag()[1] <= SHUTDOWN_WINDOW_ROWS
+            await loop.run_in_executor(None, self.windows.shutdown, small)
         self.store.shutdown()
         if self.http_port is not None and not self.settings.lake:
             try:

@@ -16,7 +16,6 @@ read is rebuilt.
 
 from __future__ import annotations
 
-import datetime as _dt
 import logging
 import threading
 import time
@@ -52,7 +51,7 @@ from meritlens.collector._settings import (
     MIN_REBUILD_ROWS_PER_PARTITION,
     REBUILD_POOL_BYTES_PER_ROW,
 )
-from meritlens.collector.store._database import timestamp_sql, transaction
+from meritlens.collector.store._database import now_us, timestamp_sql, transaction, utc_now
 from meritlens.collector.store._keyfilter import GrowingKeyFilter
 from meritlens.collector.store._keyhash import key_hashes
 from meritlens.collector.store._rows import concat, trace_task_hashes
@@ -88,7 +87,7 @@ class WindowProcessor:
                  quantile_error: float = DEFAULT_RELATIVE_ERROR, state_save_s: float = STATE_SAVE_INTERVAL_S,
                  clock: Callable[[], int] | None = None):
         self.store = store
-        self._clock = clock or _now_us
+        self._clock = clock or now_us
         """µs since the epoch: what decides when time buckets merge (a test's own clock)."""
         if rebuild_rows_per_partition is None:
             pool = store.memory_limit_bytes or DEFAULT_DB_MEMORY_BYTES
@@ -117,6 +116,9 @@ class WindowProcessor:
         self._saved_us: int | None = None
         """The watermark of the state saved last by this processor."""
         self._warned_budget = False
+        self.on_windows: Callable[[set[tuple]], None] | None = None
+        """Called after a pass with the keys whose windows changed, (target, scope) and time buckets
+        (`BUCKET_KEY_COLUMNS`): the alert rules' evaluation."""
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         # a started store: the windows start from what it holds, and follow every later commit
@@ -286,6 +288,8 @@ class WindowProcessor:
                 self._recompute(recompute | recompute_by_time, until_us)
             self.cache.touched(changed | changed_by_time)
             self.store_windows(changed | changed_by_time)
+            if self.on_windows is not None:
+                self.on_windows(changed | changed_by_time)
         self.delta.seen.add(trace_task_hashes(hashes))
         self.windowed_us = max(self.windowed_us, until_us)
         if not self._fit_memory():
@@ -436,7 +440,7 @@ class WindowProcessor:
         with ``replace_by_time``, the rows by time of no other key are kept."""
         if not keys and not replace_by_time:
             return
-        now = _now()
+        now = utc_now()
         cumulative = sorted(k for k in keys if len(k) == 2)
         rows = [w for key in cumulative for w in self.book.windows(key, self.store.db_name, now)]
         by_time_keys = [k for k in keys if len(k) == len(BUCKET_KEY_COLUMNS)]
@@ -531,11 +535,3 @@ class WindowProcessor:
             except Exception:  # the spans are stored; a start follows them from the state saved before
                 log.exception("saving the window state failed")
                 return False
-
-
-def _now() -> _dt.datetime:
-    return _dt.datetime.now(_dt.UTC)
-
-
-def _now_us() -> int:
-    return int(_now().timestamp() * 1_000_000)

@@ -124,7 +124,7 @@
         return tr;
       })));
     const focused = document.activeElement && document.activeElement.dataset.sort;
-    main.replaceChildren(callouts(rows), el("div", { class: "panel wide" }, table));
+    main.replaceChildren(callouts(rows), ML.alertsPanel(null), el("div", { class: "panel wide" }, table));
     if (focused) main.querySelector(`button[data-sort="${focused}"]`).focus(); // keep keyboard focus on re-sort
   };
 })(window.ML);

@@ -136,7 +136,7 @@
       el("div", { class: "panel" }, el("h3", {}, "Cost per task"), ML.costPlot(view.tasks)),
       el("div", { class: "panel readiness" }, el("h3", {}, "Readiness"), ML.readinessView(view.readiness, view.profilesLoaded)));
     main.replaceChildren(el("section", { class: "target", "data-target": t.target_id, "data-scope": view.scope },
-      head, overTime(view.timeseries),
+      head, ML.alertsPanel(t.target_id), overTime(view.timeseries),
       el("div", { class: "panel wide" }, el("h3", {}, "By model"), modelsTable(view.models)),
       el("div", { class: "grid" }, windowsPanel, side)));
   };
