@@ -18,15 +18,18 @@ from __future__ import annotations
 import datetime as _dt
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from meritlens.analytics._accumulate import WindowBook
 from meritlens.analytics._catalogue import METRICS, Direction
 from meritlens.analytics._definitions import DEFINITIONS_BY_METRIC, WINDOW_DEFINITIONS
 from meritlens.analytics._planning import DEFAULT_POWER, plan_relative
-from meritlens.analytics._profiles import MetricPlan
 from meritlens.analytics._regressions import CORRECTION, Change, compare_all, family_confidence, statistic_of
 from meritlens.analytics._time_buckets import BUCKET_KEY_COLUMNS, DAY_US, HOUR_US
 from meritlens.analytics._windows import SCOPE_ALL
+
+if TYPE_CHECKING:  # the profile model (pydantic) is loaded only where a profile is read
+    from meritlens.analytics._profiles import MetricPlan
 
 DEFAULT_RECENT_US = DAY_US
 DEFAULT_BASELINE_US = 7 * DAY_US
@@ -124,8 +127,8 @@ def regression_report(book: WindowBook, ranges: ReportRanges, *, confidence: flo
     for tgt, keys in sorted(_sides(book, ranges, scope, target).items()):
         for side, side_keys in keys.items():
             buckets[side].update(k[2:] for k in side_keys)
-        recent = book.merged(keys["recent"], (tgt, scope))
-        baseline = book.merged(keys["baseline"], (tgt, scope))
+        recent = book.merged(keys["recent"], (tgt, scope), times=False)
+        baseline = book.merged(keys["baseline"], (tgt, scope), times=False)
         for d in WINDOW_DEFINITIONS:
             plan = plans.get(tgt, {}).get(d.metric)
             r, b = recent.state((tgt, scope), d.metric), baseline.state((tgt, scope), d.metric)
@@ -170,7 +173,7 @@ def plan_report(book: WindowBook, target: str, plans: Mapping[str, MetricPlan], 
         raise ValueError(f"the change to detect is a positive share (0.1 for 10%), not {relative_change}")
     keys = [k for k in book.keys if len(k) == len(BUCKET_KEY_COLUMNS) and k[:2] == (target, scope)
             and since_us <= k[2] and k[2] + k[3] <= until_us]
-    merged = book.merged(keys, (target, scope))
+    merged = book.merged(keys, (target, scope), times=False)
     states, notes = {}, {}
     for metric, plan in plans.items():
         definition = DEFINITIONS_BY_METRIC.get(metric)

@@ -14,16 +14,13 @@ def ask(source, question, since_us: int, until_us: int, read) -> dict:
     """The answer to ``question`` (`collector/windows/_questions.py`): from the collector's route, or
     ``read(book)`` over the saved bucket states of [since, until) of the file or lake."""
     from meritlens.analytics.engine import SCOPE_ALL
-    from meritlens.collector._paths import REGRESSION_PLANS_PATH, REGRESSIONS_PATH
     from meritlens.collector.cli._client import CollectorClient
     from meritlens.collector.cli._ranges import bucket_connection
-    from meritlens.collector.windows._questions import PlanQuestion
     from meritlens.collector.windows._state import load_range
 
     if source.is_collector:
-        path = REGRESSION_PLANS_PATH if isinstance(question, PlanQuestion) else REGRESSIONS_PATH
         with CollectorClient(source.url, token=source.token, ca_file=source.ca_file) as client:
-            return client.post_json(path, question.to_json())
+            return client.post_json(question.path, question.to_json())
     with bucket_connection(source) as (con, _):
         return read(load_range(con, since_us, until_us, question.subject, SCOPE_ALL))
 

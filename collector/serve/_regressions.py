@@ -5,7 +5,7 @@ fresher than the saved ones):
 - ``POST /api/regressions/plans``: a profile's sample plans (`PlanQuestion`), `meritlens profile check --detect`;
 - `Regressions.current`: the report the dashboard and `/metrics` show: every target, the recent day
   against the week before, with the plans of the profiles `serve --profile` loaded (the first loaded
-  for a target); made again when the windows move on or an hour begins.
+  for a target); made again when the windows have moved on (at most once a minute) or an hour begins.
 """
 
 from __future__ import annotations
@@ -16,10 +16,13 @@ import threading
 
 from aiohttp import web
 
-from meritlens.analytics.engine import HOUR_US, SCOPE_ALL, ReportRanges, regression_report
-from meritlens.collector._paths import REGRESSION_PLANS_PATH, REGRESSIONS_PATH
+from meritlens.analytics.engine import HOUR_US, SCOPE_ALL
 from meritlens.collector.store._results import json_default
 from meritlens.collector.windows._questions import PlanQuestion, RegressionQuestion, now_us
+
+REMAKE_AFTER_US = 60_000_000
+"""The current report is made again at most this often as the windows move on (merging a week of
+hour buckets of every target holds the window processor's lock for a while); at once when an hour begins."""
 
 
 class Regressions:
@@ -34,8 +37,8 @@ class Regressions:
         self._current: tuple[tuple, dict] | None = None
 
     def install(self, app: web.Application) -> None:
-        app.router.add_post(REGRESSIONS_PATH, self._route(RegressionQuestion, self.report))
-        app.router.add_post(REGRESSION_PLANS_PATH, self._route(PlanQuestion, self.plans))
+        app.router.add_post(RegressionQuestion.path, self._route(RegressionQuestion, self.report))
+        app.router.add_post(PlanQuestion.path, self._route(PlanQuestion, self.plans))
 
     def report(self, question: RegressionQuestion) -> dict:
         ranges = question.ranges()
@@ -49,16 +52,23 @@ class Regressions:
 
     def current(self) -> dict:
         """The dashboard's report (see the module)."""
-        now = now_us()
-        version = (self._processor.windowed_us, now // HOUR_US)
         with self._lock:
-            if self._current is None or self._current[0] != version:
-                ranges = ReportRanges.ending(now)
-                report = self._processor.read_buckets(
-                    ranges.since_us, ranges.until_us, lambda book: regression_report(book, ranges, plans=self._plans),
-                    None, SCOPE_ALL)
-                self._current = (version, report)
-            return self._current[1]
+            now = now_us()
+            if self._current is not None:
+                (windowed, hour, made), report = self._current
+                moved = windowed != self._processor.windowed_us and now - made >= REMAKE_AFTER_US
+                if hour == now // HOUR_US and not moved:
+                    return report
+            from meritlens.analytics.engine import ReportRanges, regression_report
+
+            self._processor.freshness()
+            ranges = ReportRanges.ending(now)
+            windowed = self._processor.windowed_us
+            report = self._processor.read_buckets(
+                ranges.since_us, ranges.until_us, lambda book: regression_report(book, ranges, plans=self._plans),
+                None, SCOPE_ALL)
+            self._current = ((windowed, now // HOUR_US, now), report)
+            return report
 
     def _route(self, kind, answer):
         async def handle(request: web.Request) -> web.Response:

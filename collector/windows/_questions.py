@@ -10,18 +10,10 @@ from __future__ import annotations
 import datetime as _dt
 import math
 from dataclasses import asdict, dataclass
+from typing import ClassVar
 
-from meritlens.analytics.engine import (
-    DEFAULT_BASELINE_US,
-    DEFAULT_POWER,
-    DEFAULT_RECENT_US,
-    SCOPE_ALL,
-    ReportRanges,
-    hours_ending,
-    plan_report,
-    profile_from_dict,
-    regression_report,
-)
+from meritlens.analytics.engine import DEFAULT_BASELINE_US, DEFAULT_POWER, DEFAULT_RECENT_US, SCOPE_ALL
+from meritlens.collector._paths import REGRESSION_PLANS_PATH, REGRESSIONS_PATH
 
 
 def now_us() -> int:
@@ -52,6 +44,8 @@ def _text(body: dict, name: str) -> str | None:
 
 
 def _profile(body: dict):
+    from meritlens.analytics.engine import profile_from_dict  # the profile model: only when a question has one
+
     raw = body.get("profile")
     return None if raw is None else profile_from_dict(raw, "the request's profile")
 
@@ -75,6 +69,8 @@ class RegressionQuestion:
     target: str | None = None
     profile: dict | None = None
     until_us: int | None = None
+    path: ClassVar[str] = REGRESSIONS_PATH
+    """The collector's route that answers it."""
 
     @classmethod
     def from_json(cls, body) -> RegressionQuestion:
@@ -94,7 +90,10 @@ class RegressionQuestion:
     def to_json(self) -> dict:
         return asdict(self)
 
-    def ranges(self) -> ReportRanges:
+    def ranges(self):
+        """The `ReportRanges` asked for."""
+        from meritlens.analytics.engine import ReportRanges
+
         return ReportRanges.ending(self.until_us or now_us(), self.recent_us, self.baseline_us, self.same_hours)
 
     @property
@@ -103,8 +102,10 @@ class RegressionQuestion:
         profile = _profile({"profile": self.profile})
         return self.target or (profile.target if profile else None)
 
-    def answer(self, book, ranges: ReportRanges) -> dict:
+    def answer(self, book, ranges) -> dict:
         """The report from ``book``, which holds the bucket states of [ranges.since_us, ranges.until_us)."""
+        from meritlens.analytics.engine import regression_report
+
         profile = _profile({"profile": self.profile})
         plans = {self.subject: profile.metrics} if profile else None
         return regression_report(book, ranges, confidence=self.confidence, scope=SCOPE_ALL, target=self.subject,
@@ -123,6 +124,7 @@ class PlanQuestion:
     target: str | None = None
     baseline_us: int = DEFAULT_BASELINE_US
     until_us: int | None = None
+    path: ClassVar[str] = REGRESSION_PLANS_PATH
 
     @classmethod
     def from_json(cls, body) -> PlanQuestion:
@@ -143,13 +145,17 @@ class PlanQuestion:
 
     def span(self) -> tuple[int, int]:
         """[since, until): whole hours up to the end of the hour under way."""
+        from meritlens.analytics.engine import hours_ending
+
         return hours_ending(self.until_us or now_us(), self.baseline_us)
 
     @property
     def subject(self) -> str:
-        return self.target or profile_from_dict(self.profile).target
+        return self.target or _profile({"profile": self.profile}).target
 
     def answer(self, book, since_us: int, until_us: int) -> dict:
-        profile = profile_from_dict(self.profile)
+        from meritlens.analytics.engine import plan_report
+
+        profile = _profile({"profile": self.profile})
         return plan_report(book, self.subject, profile.metrics, self.detect, since_us=since_us, until_us=until_us,
                            confidence=self.confidence, power=self.power)

@@ -69,7 +69,7 @@
   function regressionsCard(card, rows, report, targetLink) {
     if (!report) return card("regressions", "Regressions", ML.missing("no windows by time"), "", "none");
     const worse = rows.filter((r) => r.regressions && r.regressions.worse.length);
-    const note = ML.regressionsCaption(report);
+    const note = ML.regressionsSummary(report);
     if (worse.length === 0) return card("regressions", "Got worse", "no metric is worse", note, "ready");
     return card("regressions", "Got worse", worse.map((r, i) => [i ? ", " : "", targetLink(r),
       ` (${r.regressions.worse.join(", ")})`]), note, "not-ready");

@@ -32,6 +32,17 @@
     return `Recent ${ML.formatTime(recent.from)} to ${ML.formatTime(recent.to)} against ${base}${level}.`;
   };
 
+  // The same, short: how long each range is and how many comparisons share the level.
+  ML.regressionsSummary = function (report) {
+    const hours = (span) => (new Date(span.to) - new Date(span.from)) / 3600e3;
+    const days = report.same_hours ? report.baseline.length : hours(report.baseline[0]) / 24;
+    const base = report.same_hours ? `the same hours of the ${ML.plural(days, "day")} before`
+      : `the ${Number.isInteger(days) ? ML.plural(days, "day") : ML.plural(hours(report.baseline[0]), "hour")} before`;
+    return `Last ${ML.plural(hours(report.recent), "hour")} against ${base}` +
+      (report.family_size ? ` · ${ML.plural(report.family_size, "comparison")} at ` +
+        `${(report.confidence * 100).toFixed(0)}% together (${report.correction})` : "");
+  };
+
   ML.regressionsPanel = function (report) {
     const panel = el("div", { class: "panel wide regressions", id: "regressions" }, el("h3", {}, "Regressions"));
     if (!report.available) {
@@ -49,7 +60,7 @@
       el("thead", {}, el("tr", {}, head.map((h, i) => el("th", { scope: "col", class: i > 1 && i < 6 ? "num" : "" }, h)))),
       el("tbody", {}, report.regressions.map((r) => {
         const unit = unitOf(r);
-        return el("tr", { "data-metric": r.metric, "data-verdict": r.verdict },
+        return el("tr", { "data-regression": r.metric, "data-verdict": r.verdict },
           el("th", { scope: "row" }, r.metric),
           el("td", {}, r.statistic),
           el("td", { class: "num", "data-col": "baseline" }, ML.valueOrMissing(r.baseline, unit, "no sample in the baseline")),

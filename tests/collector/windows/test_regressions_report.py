@@ -200,16 +200,16 @@ def test_the_dashboard_shows_regressions_on_the_overview_and_the_target_page(ser
     page = parse_dom(dump_dom(f"{collector.url}/?refresh=0&view=target&target=bot", tmp_path / "chromium"))
     panel = page.find("div", id="regressions")
     assert "comparisons at 95% together (bonferroni" in panel.find("div", class_="caption").text
-    latency = panel.find("tr", data_metric="end_to_end_latency")
+    latency = panel.find("tr", data_regression="end_to_end_latency")
     assert latency.attrs["data-verdict"] == "worse"
     assert latency.find("span", class_="verdict").text == "worse"
     assert latency.find("td", data_col="samples").text == "150 / 150"
     change = squash(latency.find("td", data_col="change").text)
     assert change.startswith("+") and change.count(" s") == 3  # the estimate and both bounds, in seconds
-    assert panel.find("tr", data_metric="input_tokens").attrs["data-verdict"] == "no_change"
+    assert panel.find("tr", data_regression="input_tokens").attrs["data-verdict"] == "no_change"
     # the quiet target's profile (serve --profile) asks for 30 samples: five slow tasks are not enough
     quiet = parse_dom(dump_dom(f"{collector.url}/?refresh=0&view=target&target=quiet", tmp_path / "chromium"))
-    row = quiet.find("div", id="regressions").find("tr", data_metric="end_to_end_latency")
+    row = quiet.find("div", id="regressions").find("tr", data_regression="end_to_end_latency")
     assert row.attrs["data-verdict"] == "not_enough_samples"
     assert row.find("td", data_col="change").find("span", data_missing="true")  # no interval: shown missing
 
