@@ -41,7 +41,7 @@ def _confidence(ctx, param, value: float) -> float:
 
 
 confidence_option = click.option("--confidence", type=float, default=0.95, show_default=True, callback=_confidence,
-                                  help="Level at which every interval of the report holds together.")
+                                  help="Confidence level at which all the intervals (or plans) hold together.")
 
 
 @click.command()
