@@ -12,7 +12,7 @@ def _percent(share: float | None) -> str:
 
 def _change(row: dict) -> tuple[str, str]:
     """The change in the metric's unit and relative to the baseline, each with its interval."""
-    unit = "ratio" if row["statistic"] == "rate" else row["unit"]
+    unit = row["unit"]
     difference, relative = row["difference"], row["relative"]
     if difference is None:
         return "-", "-"
@@ -46,7 +46,7 @@ def format_regressions(report: dict) -> str:
                      f"{significant(report['interval_confidence'] * 100, 6)}%)")
     rows = []
     for r in report["regressions"]:
-        unit = "ratio" if r["statistic"] == "rate" else r["unit"]
+        unit = r["unit"]
         absolute, relative = _change(r)
         rows.append([r["target"], r["metric"], r["statistic"],
                      "-" if r["baseline"] is None else format_value(r["baseline"], unit),
@@ -78,7 +78,7 @@ def format_plans(report: dict) -> str:
             f"{report['to'][:16]} UTC ({report['buckets']} time buckets)")
     rows = []
     for p in report["plans"]:
-        unit = "ratio" if p.get("statistic") == "rate" else p["unit"]
+        unit = p["unit"]
         if p.get("method") is None:
             rows.append([p["metric"], "-", "-", "-", "-", str(p["min_samples"]), p["note"]])
             continue

@@ -159,7 +159,6 @@ class WindowCollector:
         yield within
         yield ready
 
-
     @staticmethod
     def _regression_families(report: dict):
         labels = ["target", "metric", "statistic"]
@@ -174,11 +173,10 @@ class WindowCollector:
                 verdicts.add_metric([*common, verdict], 1 if r["verdict"] == verdict else 0)
             if r["difference"] is None:
                 continue  # no interval: no change is exported (missing is never zero)
-            unit = "ratio" if r["statistic"] == "rate" else r["unit"]
-            name = f"meritlens_regression_change_{unit_name(unit)}"
+            name = f"meritlens_regression_change_{unit_name(r['unit'])}"
             if name not in changes:
                 changes[name] = GaugeMetricFamily(
-                    name, f"Recent minus baseline of metrics in {unit}: the estimate and its interval's bounds "
+                    name, f"Recent minus baseline of metrics in {r['unit']}: the estimate and its interval's bounds "
                     "(a bound the samples cannot set is absent).", labels=[*labels, "bound"])
             for bound in ("value", "low", "high"):
                 if _finite(r["difference"][bound]):

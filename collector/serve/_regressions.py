@@ -82,3 +82,14 @@ class Regressions:
             body["windows_behind"] = not fresh
             return web.Response(body=json.dumps(body, default=json_default), content_type="application/json")
         return handle
+
+
+def install_without_buckets(app: web.Application) -> None:
+    """The routes of a collector that keeps no windows by time (one writing to a lake): each says where they are."""
+    async def handle(request: web.Request) -> web.Response:
+        return web.json_response({"error": "this collector writes to a lake and keeps no windows by time: "
+                                           "read the lake's with --lake PATH (after `meritlens lake windows`)"},
+                                 status=404)
+
+    for path in (RegressionQuestion.path, PlanQuestion.path):
+        app.router.add_post(path, handle)

@@ -32,7 +32,7 @@ from meritlens.collector._settings import (
 )
 from meritlens.collector.store._store import SpanStore
 from meritlens.collector.serve._ranges import RangeWindowsEndpoint
-from meritlens.collector.serve._regressions import Regressions
+from meritlens.collector.serve._regressions import Regressions, install_without_buckets
 from meritlens.collector.windows._processor import WindowProcessor
 
 log = logging.getLogger("meritlens.collector")
@@ -131,6 +131,8 @@ class Collector:
             RangeWindowsEndpoint(self.windows, self.store.db_name).install(app)
             regressions = Regressions(self.windows, self.readiness.profiles if self.readiness else [])
             regressions.install(app)
+        else:
+            install_without_buckets(app)
         current = regressions.current if regressions else None
         Dashboard(self.store, readiness=self.readiness, token=self.token, regressions=current).install(app)
         MetricsEndpoint(self.store, self.health, readiness=self.readiness, window_lag=window_lag,

@@ -6,7 +6,6 @@
   const { el } = ML;
   const VERDICT_LABELS = { worse: "worse", better: "better", no_change: "no change", not_enough_samples: "not enough samples" };
 
-  const unitOf = (r) => (r.statistic === "rate" ? "ratio" : r.unit);
   const signed = (value, unit) => (value < 0 ? "−" : "+") + ML.valueText(Math.abs(value), unit);
   const percent = (share) => (share < 0 ? "−" : "+") + Math.abs(share * 100).toFixed(1) + "%";
 
@@ -59,7 +58,7 @@
     panel.append(el("table", { class: "regressions" },
       el("thead", {}, el("tr", {}, head.map((h, i) => el("th", { scope: "col", class: i > 1 && i < 6 ? "num" : "" }, h)))),
       el("tbody", {}, report.regressions.map((r) => {
-        const unit = unitOf(r);
+        const unit = r.unit;
         return el("tr", { "data-regression": r.metric, "data-verdict": r.verdict },
           el("th", { scope: "row" }, r.metric),
           el("td", {}, r.statistic),

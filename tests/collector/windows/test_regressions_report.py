@@ -181,6 +181,19 @@ def test_bad_input_is_exit_2_with_one_line_naming_it(served, args, message):
     assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
+@pytest.mark.parametrize("path, body, message", [
+    ("/api/regressions", {"recent_us": -5}, "recent_us is a positive whole number of µs, not -5"),
+    ("/api/regressions", {"confidence": 2}, "confidence is a number strictly between 0 and 1, not 2"),
+    ("/api/regressions", {"profile": {"target": "x"}}, "metrics: must hold at least one [metrics.<id>] table"),
+    ("/api/regressions", [], "a question is a JSON object, not list"),
+    ("/api/regressions/plans", {"detect": 0.1}, "a plan needs the profile"),
+])
+def test_the_routes_refuse_a_bad_question_naming_what_is_wrong(served, path, body, message):
+    collector, _ = served
+    response = httpx.post(collector.url + path, json=body)
+    assert response.status_code == 400 and message in response.json()["error"], response.text
+
+
 def test_the_dashboard_shows_regressions_on_the_overview_and_the_target_page(served, tmp_path):
     collector, _ = served
     overview = httpx.get(collector.url + "/api/dashboard/overview").json()
@@ -255,3 +268,19 @@ def test_on_the_file_the_collector_leaves_the_same_report_and_plans_from_it(serv
     alone = run_cli("profile", "check", str(bot_profile), "--db", str(profile.parent / "absent.duckdb"),
                     "--detect", "10%", check=False)
     assert alone.returncode == 2 and "absent.duckdb" in alone.stderr
+
+
+def test_a_collector_writing_to_a_lake_says_where_the_windows_by_time_are(tmp_path):
+    from tests.collector.lake.lake_helpers import lake_collector, post, varied_spans
+
+    collector = lake_collector(tmp_path, tmp_path / "lake", "c0", "--stage-seconds", "0.2").start()
+    try:
+        assert post(collector.url, varied_spans(range(1))[0]).status_code == 200
+        assert httpx.get(collector.url + "/api/dashboard/regressions").json()["available"] is False
+        assert "meritlens_regression" not in httpx.get(collector.url + "/metrics").text
+        done = run_cli("regressions", "--url", collector.url, check=False)
+        assert done.returncode == 2 and "keeps no windows by time" in done.stderr and "--lake" in done.stderr
+        page = parse_dom(dump_dom(collector.url + "/?refresh=0", tmp_path / "chromium"))
+        assert page.find("div", data_callout="regressions").find("span", data_missing="true")
+    finally:
+        collector.stop()
