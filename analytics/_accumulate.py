@@ -209,13 +209,15 @@ class WindowAccumulator:
         if not (times_known and values_known):
             self.needs_recompute = True
 
-    def merge(self, other: WindowAccumulator) -> None:
+    def merge(self, other: WindowAccumulator, times: bool = True) -> None:
         """Take ``other``'s samples in (the same metric and scale): the state of both sets of samples,
-        as of a window over a longer time (`WindowBook.merge_keys`)."""
+        as of a window over a longer time (`WindowBook.merge_keys`). Without ``times`` only what the
+        statistics over the values read (`_state_view`) is merged, most of a merge's cost saved: the
+        samples' first and last times are left out, so a row rendered from it has none."""
         held, other_held = self.values.n, other.values.n
         kept = len(self._extremes) if self.definition.value_rule is ValueRule.THROUGHPUT else 2
         pairs = zip(self._extremes[:kept], other._extremes[:kept], strict=True)
-        known = all([mine.merge(theirs, held, other_held) for mine, theirs in pairs])
+        known = not times or all([mine.merge(theirs, held, other_held) for mine, theirs in pairs])
         self.values.merge(other.values)
         self.total += other.total
         self.squares += other.squares
@@ -404,9 +406,10 @@ class WindowBook:
                 self.add_key(key)
             self._windows[key][metric] = held or WindowAccumulator.empty(_DEFINITIONS[metric], self.scale)
 
-    def merged(self, keys: list[WindowKey], into: WindowKey) -> WindowBook:
+    def merged(self, keys: list[WindowKey], into: WindowKey, times: bool = True) -> WindowBook:
         """A book holding one key, ``into``, whose state is that of all ``keys``' samples together
-        (e.g. the hours of a day). Keys this book does not hold add nothing."""
+        (e.g. the hours of a day). Keys this book does not hold add nothing. ``times``: see
+        `WindowAccumulator.merge` (False: for statistics over the values only)."""
         merged = WindowBook(self.scale)
         merged.add_key(into)
         accumulators, facts = merged._windows[into], merged._facts[into]
@@ -416,7 +419,7 @@ class WindowBook:
             for name, count in self._facts[key].items():
                 facts[name] += count
             for metric, accumulator in self._windows[key].items():  # read, never changed
-                accumulators[metric].merge(accumulator)
+                accumulators[metric].merge(accumulator, times)
         return merged
 
     def state(self, key: WindowKey, metric: str) -> WindowAccumulator | None:

@@ -38,10 +38,16 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "_scale": ("DEFAULT_RELATIVE_ERROR", "scale_for"),
     "_accumulate": ("DEFAULT_SCALE", "WindowAccumulator", "WindowBook", "WindowId", "WindowKey", "delta_keys"),
     "_time_buckets": (
-        "BUCKET_KEY_COLUMNS", "BucketCutoffs", "RangeWindows", "bucket_range", "bucketed", "compact", "keys_in",
-        "merge_plan", "merge_range", "parse_duration",
+        "BUCKET_KEY_COLUMNS", "HOUR_US", "BucketCutoffs", "RangeWindows", "bucket_range", "bucketed", "compact",
+        "keys_in", "merge_plan", "merge_range", "parse_duration",
     ),
     "_window_io": ("WindowRejected", "window_to_json", "windows_from_json"),
+    # regressions and plans over the windows by time
+    "_regression_report": ("DEFAULT_BASELINE_US", "DEFAULT_RECENT_US", "ReportRanges", "hours_ending",
+                           "plan_report", "regression_report"),
+    "_regression_text": ("format_plans", "format_regressions"),
+    "_regressions": ("Change",),
+    "_planning": ("DEFAULT_POWER",),
     # profiles and readiness
     "_profiles": ("ProfileError", "TaskProfile", "format_plan", "load_profile", "profile_from_dict"),
     "_readiness": (

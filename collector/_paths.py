@@ -10,6 +10,10 @@ WINDOWS_PATH = "/api/windows"
 """POST evaluated windows {"windows": [...]} (written by `meritlens evaluate` when a collector holds the file)."""
 WINDOWS_RANGE_PATH = "/api/windows/range"
 """POST {"since_us", "until_us", "target", "scope"}: the windows of a time range (from the windows by time)."""
+REGRESSIONS_PATH = "/api/regressions"
+"""POST a regressions question (collector/windows/_questions.py): the report, from the windows by time."""
+REGRESSION_PLANS_PATH = "/api/regressions/plans"
+"""POST a plan question: the samples each metric of a profile needs to show a change."""
 
 # The dashboard page, the read-only JSON endpoints it reads, and the Arrow export endpoint
 # (collector/serve/_dashboard.py).
@@ -20,6 +24,7 @@ API_TARGETS_PATH = "/api/dashboard/targets"
 API_WINDOWS_PATH = "/api/dashboard/windows"
 API_TASKS_PATH = "/api/dashboard/tasks"
 API_PROFILES_PATH = "/api/dashboard/profiles"
+API_REGRESSIONS_PATH = "/api/dashboard/regressions"
 API_ARROW_PATH = "/api/arrow"
 ARROW_STREAM_MEDIA_TYPE = "application/vnd.apache.arrow.stream"
 ARROW_ROW_COUNT_HEADER = "X-Meritlens-Row-Count"

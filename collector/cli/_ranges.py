@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import os
+from collections.abc import Iterator
 
 from meritlens.analytics.engine import WINDOW_COLUMN_NAMES, parse_duration
 from meritlens.collector._paths import WINDOWS_RANGE_PATH
@@ -52,21 +53,26 @@ def range_result(source: Source, since_us: int | None, until_us: int | None, *, 
     return QueryResult(list(WINDOW_COLUMN_NAMES), [], rows), covered
 
 
+@contextlib.contextmanager
+def bucket_connection(source: Source) -> Iterator[tuple[object, str]]:
+    """(a read-only connection to the saved windows by time, the database's name) of a file or lake source."""
+    with contextlib.ExitStack() as stack:
+        if source.is_lake:
+            reader = stack.enter_context(opened_store(source, read_only=True))
+            yield stack.enter_context(contextlib.closing(reader.connection())), reader.db_name
+            return
+        try:
+            con = stack.enter_context(contextlib.closing(open_read_only(source.db)))
+        except Exception as exc:  # one line naming the file
+            raise QueryError(f"cannot open {source.db}: {str(exc).splitlines()[0]}") from None
+        yield con, os.path.basename(source.db)
+
+
 def _merged_here(source: Source, since_us, until_us, target, scope):
     from meritlens.analytics.engine import merge_range
     from meritlens.collector.windows._state import load_range
 
-    with contextlib.ExitStack() as stack:
-        if source.is_lake:
-            reader = stack.enter_context(opened_store(source, read_only=True))
-            con = stack.enter_context(contextlib.closing(reader.connection()))
-            db_name = reader.db_name
-        else:
-            try:
-                con = stack.enter_context(contextlib.closing(open_read_only(source.db)))
-            except Exception as exc:  # one line naming the file
-                raise QueryError(f"cannot open {source.db}: {str(exc).splitlines()[0]}") from None
-            db_name = os.path.basename(source.db)
+    with bucket_connection(source) as (con, db_name):
         ranged = merge_range(load_range(con, since_us, until_us, target, scope), since_us, until_us)
     windows = ranged.windows(db_name, _dt.datetime.now(_dt.UTC))
     rows = [tuple(getattr(w, c) for c in WINDOW_COLUMN_NAMES) for w in windows]

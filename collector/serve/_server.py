@@ -32,6 +32,7 @@ from meritlens.collector.serve._dashboard import Dashboard
 from meritlens.collector.serve._health import Health
 from meritlens.collector.serve._metrics import MetricsEndpoint
 from meritlens.collector.serve._ranges import RangeWindowsEndpoint
+from meritlens.collector.serve._regressions import Regressions, install_without_buckets
 from meritlens.collector.store._store import SpanStore
 from meritlens.collector.windows._processor import WindowProcessor
 from meritlens.instrumentation.pricing import price_call
@@ -139,12 +140,18 @@ class Collector:
         app = self._http.app()
         ApiRoutes(self.store, self.ingest, self.health, sql_max_rows=s.sql_max_rows, sql_timeout_s=s.sql_timeout_s,
                   window_lag=window_lag).install(app)
-        Dashboard(self.store, readiness=self.readiness, token=self.token).install(app)
-        MetricsEndpoint(self.store, self.health, readiness=self.readiness, window_lag=window_lag,
-                        limiter=self.limiter, alerts=self.alerts).install(app)
         AlertsEndpoint(self.alerts, lake=bool(s.lake)).install(app)
+        regressions = None  # from the windows by time, which a lake's collectors do not keep
         if self.windows is not None:
             RangeWindowsEndpoint(self.windows, self.store.db_name).install(app)
+            regressions = Regressions(self.windows, self.readiness.profiles if self.readiness else [])
+            regressions.install(app)
+        else:
+            install_without_buckets(app)
+        current = regressions.current if regressions else None
+        Dashboard(self.store, readiness=self.readiness, token=self.token, regressions=current).install(app)
+        MetricsEndpoint(self.store, self.health, readiness=self.readiness, window_lag=window_lag,
+                        limiter=self.limiter, alerts=self.alerts, regressions=current).install(app)
         # `_stop_http` waits for the requests in progress itself; what aiohttp then waits for is answers
         # already being written
         self._runner = web.AppRunner(app, auto_decompress=False, access_log=None, shutdown_timeout=_CLOSE_WAIT_S)

@@ -20,6 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 import pyarrow as pa
 
@@ -64,6 +65,7 @@ from meritlens.collector.windows._queue import CommitQueue
 from meritlens.collector.windows._rebuild import SpanRebuild
 
 log = logging.getLogger("meritlens.collector.windows")
+T = TypeVar("T")
 
 STATE_SAVE_INTERVAL_S = 10.0
 """How often changed window state is saved with its watermark: a crash costs the next start the
@@ -499,17 +501,23 @@ class WindowProcessor:
             log.info("windows by time: %d buckets merged into %d longer ones", len(moved), len(groups))
             return True
 
-    def range_windows(self, since_us: int | None, until_us: int | None, target: str | None = None,
-                      scope: str | None = None) -> RangeWindows:
-        """The windows of a time range from the buckets that overlap it: those held in memory (the
-        freshest) and the saved ones."""
+    def read_buckets(self, since_us: int | None, until_us: int | None, read: Callable[[WindowBook], T],
+                     target: str | None = None, scope: str | None = None) -> T:
+        """``read(book)`` over the bucket states that overlap a time range: those held in memory (the
+        freshest) and the saved ones. It runs under the lock (the states are shared, not copied) and
+        must only read them: merges (`WindowBook.merged`) copy nothing back."""
         with self.lock:
             book = WindowBook(self.book.scale)
             for key in keys_in([k for k in self.book.keys if len(k) == len(BUCKET_KEY_COLUMNS)], since_us, until_us):
                 if (target is None or key[0] == target) and (scope is None or key[1] == scope):
-                    book.take_key(self.book, key)  # read only: the merge copies nothing back
+                    book.take_key(self.book, key)
             _state.load_range(self.con, since_us, until_us, target, scope, book)
-        return merge_range(book, since_us, until_us)
+            return read(book)
+
+    def range_windows(self, since_us: int | None, until_us: int | None, target: str | None = None,
+                      scope: str | None = None) -> RangeWindows:
+        """The windows of a time range: each (target, scope)'s merge of the buckets that overlap it."""
+        return self.read_buckets(since_us, until_us, lambda book: merge_range(book, since_us, until_us), target, scope)
 
     def save_state_if_due(self) -> bool:
         if self.cache.dirty and time.monotonic() - self.state_saved_at >= self._state_save_s:
