@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 RUN_STAMP  := $(VENV)/.installed-server
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test install bench clean browser prometheus java prerequisites bytecode bytecode-test
+.PHONY: run test lint install bench clean browser prometheus java prerequisites bytecode bytecode-test
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -80,10 +80,14 @@ java:
 
 prerequisites: browser prometheus java
 
+# ruff, configured in pyproject.toml ([tool.ruff]): any finding fails `make test` before the suite starts.
+lint: $(TEST_STAMP)
+	$(BIN)/ruff check .
+
 # The suite runs in one pytest worker per core (pytest-xdist): most of its time is the collector and
 # CLI processes it starts. Each test file stays on one worker (--dist loadfile): a module's tests may share its
 # collector and run in order. PYTEST_ARGS comes last, so PYTEST_ARGS="-n 0" runs it in one process.
-test: bytecode-test prerequisites
+test: lint bytecode-test prerequisites
 	$(BIN)/python -m pytest -n auto --dist loadfile $(PYTEST_ARGS)
 
 bench: bytecode-test

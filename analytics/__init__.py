@@ -8,7 +8,8 @@ from __future__ import annotations
 from meritlens.instrumentation.exports import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
-    "_catalogue": ("CATALOGUE", "METRIC_IDS", "METRICS", "Aggregation", "Direction", "MetricGroup", "MetricKind", "MetricSpec", "SampleUnit", "Source", "get_metric",),
+    "_catalogue": ("CATALOGUE", "METRIC_IDS", "METRICS", "Aggregation", "Direction", "MetricGroup", "MetricKind",
+                   "MetricSpec", "SampleUnit", "Source", "get_metric",),
     "_compare": ("Comparison", "compare",),
     "_rules": ("ComparisonError", "MetricRule", "ResultState", "Verdict",),
     "_calculator": ("recompute_interval",),
@@ -17,7 +18,8 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "_manifest_store": ("load_experiment",),
     "_frontier": ("Frontier", "frontier",),
     "_plots": ("plot_frontier",),
-    "_profiles": ("MetricPlan", "ProfileError", "ProfileProblem", "SamplingStrategy", "TaskProfile", "load_profile", "profile_from_dict",),
+    "_profiles": ("MetricPlan", "ProfileError", "ProfileProblem", "SamplingStrategy", "TaskProfile", "load_profile",
+                  "profile_from_dict",),
     "_readiness": ("CoverageReport", "MetricReadiness", "QueryFunction", "check_readiness",),
     "_evaluate": ("EvaluationError", "EvaluationResult", "evaluate",),
     "_judge": ("FakeJudge", "Judge", "JudgeCall", "JudgeError", "JudgeReply", "JudgeSession",),

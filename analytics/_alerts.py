@@ -29,27 +29,27 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from meritlens.analytics._accumulate import WindowAccumulator
 from meritlens.analytics._catalogue import Aggregation, Direction
+from meritlens.analytics._definitions import DEFINITIONS_BY_METRIC, ValueRule
 from meritlens.analytics._distribution import scaled_to_float
 from meritlens.analytics._intervals import check_confidence
 from meritlens.analytics._regressions import quantile_level, statistic_of
 from meritlens.analytics._sequential import mean_above, mean_below, mean_bounds, quantile_rank_bounds
 from meritlens.analytics._state_view import StateView, value_range, view
 from meritlens.analytics._time_buckets import DAY_US, HOUR_US
-from meritlens.analytics._definitions import DEFINITIONS_BY_METRIC, ValueRule
 
 MONTH_US = 30 * DAY_US
 
 
-class RuleKind(str, Enum):
+class RuleKind(StrEnum):
     CONSTRAINT = "constraint"
     REGRESSION = "regression"
 
 
-class Evidence(str, Enum):
+class Evidence(StrEnum):
     WRONG_SIDE = "wrong_side"
     RIGHT_SIDE = "right_side"
     UNDECIDED = "undecided"
@@ -93,7 +93,8 @@ class AlertRule:
         if self.min_samples < 1:
             raise ValueError(f"{where}: min_samples must be at least 1, not {self.min_samples}")
         if self.range_us <= 0 or self.range_us % HOUR_US or self.range_us > MONTH_US:
-            raise ValueError(f"{where}: the range must be a whole number of hours up to 30 days, not {self.range_us} µs")
+            raise ValueError(f"{where}: the range must be a whole number of hours up to 30 days, "
+                             f"not {self.range_us} µs")
         if self.quantile is not None and not 0 < self.quantile < 1:
             raise ValueError(f"{where}: the quantile must lie strictly between 0 and 1, not {self.quantile}")
 
@@ -149,7 +150,9 @@ class AlertEvaluation:
     counts: dict
 
     def to_dict(self) -> dict:
-        finite = lambda x: x if x is not None and math.isfinite(x) else None  # noqa: E731
+        def finite(x: float | None) -> float | None:
+            return x if x is not None and math.isfinite(x) else None
+
         return {"metric": self.metric, "kind": self.kind.value, "statistic": self.statistic, "firing": self.firing,
                 "transition": self.transition, "evidence": self.evidence.value, "value": finite(self.value),
                 "bound": finite(self.bound), "opposite_bound": finite(self.opposite_bound),
@@ -157,8 +160,8 @@ class AlertEvaluation:
                 "alpha": self.alpha, "method": self.method, "asymptotic": self.asymptotic, "counts": self.counts}
 
 
-def evaluate(rule: AlertRule, current: WindowAccumulator, *, baseline: WindowAccumulator | None = None,
-             firing: bool = False) -> AlertEvaluation:
+def evaluate_rule(rule: AlertRule, current: WindowAccumulator, *, baseline: WindowAccumulator | None = None,
+                  firing: bool = False) -> AlertEvaluation:
     """Evaluate ``rule`` on ``current``, the state of the samples of its current range so far;
     ``firing``: the rule's state before this evaluation; ``baseline``: a regression's baseline state."""
     if current.definition.metric != rule.metric:
@@ -263,5 +266,5 @@ def no_data(state: WindowAccumulator | None, now_us: int, range_us: int) -> NoDa
     return NoData(now_us - last >= range_us, last, now_us - last)
 
 
-__all__ = ["AlertEvaluation", "AlertRule", "Evidence", "MONTH_US", "NoData", "RuleKind", "evaluate", "no_data",
+__all__ = ["AlertEvaluation", "AlertRule", "Evidence", "MONTH_US", "NoData", "RuleKind", "evaluate_rule", "no_data",
            "sequence_start"]

@@ -72,7 +72,7 @@ _RUNS_BY_CASE_SQL = (f"SELECT case_id, count(*) FROM (SELECT {TASK_KEY} AS task,
 def observe_arm(query, target_id: str, assessment_id: str) -> dict[str, Any]:
     """The arm's span summary (``ARM_SPANS_SQL``) as a dict, timestamps parsed."""
     result = query(bind(ARM_SPANS_SQL, [target_id, assessment_id]))
-    row = dict(zip(result.columns, result.rows[0]))
+    row = dict(zip(result.columns, result.rows[0], strict=True))
     row["earliest_start"] = row_time(row["earliest_start"])
     row["latest_end"] = row_time(row["latest_end"])
     row["response_models"] = tuple(row["response_models"] or ())

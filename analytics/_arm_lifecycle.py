@@ -4,7 +4,8 @@ records the model identity its spans report."""
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -13,7 +14,7 @@ from meritlens.analytics._manifest import Arm, ExperimentError, ExperimentManife
 
 
 def _now() -> _dt.datetime:
-    return _dt.datetime.now(_dt.timezone.utc)
+    return _dt.datetime.now(_dt.UTC)
 
 
 def _updated_arm(arm: Arm, **changes: Any) -> Arm:

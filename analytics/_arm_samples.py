@@ -79,7 +79,7 @@ def load_arm_data(query, manifest: ExperimentManifest, arm_name: str, metric: st
     if metric in SPAN_WINDOW_METRICS:
         result = query(window_samples_sql(target, arm.assessment_id, metric))
         for row in result.rows:
-            r = dict(zip(result.columns, row))
+            r = dict(zip(result.columns, row, strict=True))
             samples.append(Sample(r["sample_key"], r["case_id"], float(r["v"]), _as_bool(r["outcome_success"]),
                                   tuple(r["span_keys"])))
     all_keys = [k for s in samples for k in s.span_keys]

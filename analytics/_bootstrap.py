@@ -15,10 +15,10 @@ cluster out) over every group.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from statistics import NormalDist
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -31,7 +31,7 @@ _CHUNK_CELLS = 2_000_000
 _NORMAL = NormalDist()
 
 
-class Statistic(str, Enum):
+class Statistic(StrEnum):
     """What is computed from an arm's samples."""
 
     MEAN = "mean"
@@ -218,8 +218,8 @@ def _bca_limits(estimate: float, replicates: np.ndarray, acceleration: float, co
 
 
 # --- the three designs ----------------------------------------------------------------------------
-def value_interval(arm: ArmSamples, statistic: Statistic, *, scale: float = 1.0, seed, resamples: int = DEFAULT_RESAMPLES,
-                   confidence: float = DEFAULT_CONFIDENCE) -> Interval:
+def value_interval(arm: ArmSamples, statistic: Statistic, *, scale: float = 1.0, seed,
+                   resamples: int = DEFAULT_RESAMPLES, confidence: float = DEFAULT_CONFIDENCE) -> Interval:
     """An arm's statistic with its interval (its clusters resampled)."""
     return bootstrap_interval(
         [arm.k], lambda w: arm.evaluate(statistic, w[0], scale), seed=seed, resamples=resamples, confidence=confidence

@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -73,7 +74,7 @@ class ToolUsePerformance(Metric):
         succeeded = [0.0 if s.failed else 1.0 for s in tools]
         by_tool: dict[str, list[float]] = defaultdict(list)
         outcomes: Counter = Counter()
-        for span, ok in zip(tools, succeeded):
+        for span, ok in zip(tools, succeeded, strict=True):
             tool = span.tool_name or "(unnamed tool)"
             by_tool[tool].append(ok)
             outcome = "ok" if ok else (span.error_type or "error")
@@ -88,7 +89,7 @@ class ToolUsePerformance(Metric):
                     f"across {len(by_tool)} tools",
             tasks_or_spans=tools,
             sample_count=len(tools),
-            per_case=_per_case((case_of_task.get(s.task_key), ok) for s, ok in zip(tools, succeeded)),
+            per_case=_per_case((case_of_task.get(s.task_key), ok) for s, ok in zip(tools, succeeded, strict=True)),
             per_key={tool: _mean(v) for tool, v in sorted(by_tool.items())},
             sample_values=succeeded,
         )]
@@ -156,7 +157,8 @@ class StructuredOutputReliability(Metric):
             for span in task.spans:
                 if span.attribute(c.OUTPUT_SCHEMA) is not None:
                     try:
-                        validator = _load_schema(span.attribute(c.OUTPUT_SCHEMA), f"{c.OUTPUT_SCHEMA} on span {span.key}")
+                        validator = _load_schema(span.attribute(c.OUTPUT_SCHEMA),
+                                                 f"{c.OUTPUT_SCHEMA} on span {span.key}")
                     except ValueError as exc:
                         log.warning("%s: task %s left out: %s", self.name, task.key, exc)
                         validator = None
@@ -201,7 +203,7 @@ class StructuredOutputReliability(Metric):
                     f"{failures['parse']} did not parse, {failures['schema']} violated the schema",
             tasks_or_spans=[task for task, _ in checked],
             sample_count=len(values),
-            per_case=_per_case((task.case_id, v) for (task, _), v in zip(checked, values)),
+            per_case=_per_case((task.case_id, v) for (task, _), v in zip(checked, values, strict=True)),
             per_key={"parse_failure": failures["parse"] / len(values),
                      "schema_violation": failures["schema"] / len(values)},
             sample_values=values,
@@ -295,10 +297,11 @@ class RecoveryAbility(Metric):
         value = _mean(values)
         return [self.measurement(
             value=value,
-            summary=f"{int(sum(values))} of {len(known)} tasks that hit an error or retry still succeeded ({_pct(value)})",
+            summary=f"{int(sum(values))} of {len(known)} tasks that hit an error or retry still succeeded "
+                    f"({_pct(value)})",
             tasks_or_spans=known,
             sample_count=len(known),
-            per_case=_per_case((t.case_id, v) for t, v in zip(known, values)),
+            per_case=_per_case((t.case_id, v) for t, v in zip(known, values, strict=True)),
             sample_values=values,
         )]
 
@@ -348,16 +351,18 @@ class LongHorizonPerformance(Metric):
         known = [t for t, n in long_tasks if t.success is not None]
         if not known:
             return self.not_applicable(
-                evidence, f"{len(long_tasks)} tasks took more than {threshold} steps but none recorded {c.OUTCOME_SUCCESS}"
+                evidence,
+                f"{len(long_tasks)} tasks took more than {threshold} steps but none recorded {c.OUTCOME_SUCCESS}",
             )
         values = [1.0 if t.success else 0.0 for t in known]
         value = _mean(values)
         return [self.measurement(
             value=value,
-            summary=f"{int(sum(values))} of {len(known)} tasks with more than {threshold} steps succeeded ({_pct(value)})",
+            summary=f"{int(sum(values))} of {len(known)} tasks with more than {threshold} steps succeeded "
+                    f"({_pct(value)})",
             tasks_or_spans=known,
             sample_count=len(known),
-            per_case=_per_case((t.case_id, v) for t, v in zip(known, values)),
+            per_case=_per_case((t.case_id, v) for t, v in zip(known, values, strict=True)),
             sample_values=values,
         )]
 
@@ -410,7 +415,8 @@ class ScoredMetric(Metric):
         recorded = [(t, self.recorded_scores(t)) for t in evidence.tasks]
         recorded = [(t, s) for t, s in recorded if s]
         if recorded:
-            rows = [TaskScoreRow(task=t.key, case=t.case_id, source="recorded", score=v) for t, s in recorded for v in s]
+            rows = [TaskScoreRow(task=t.key, case=t.case_id, source="recorded", score=v)
+                    for t, s in recorded for v in s]
             write_sidecar(run_dir, self.name, rows)
             if len(recorded) < len(evidence.tasks):
                 log.info("%s: %d tasks have no recorded score and are left out",

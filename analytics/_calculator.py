@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from meritlens.analytics._arm_check import ArmCheck
 from meritlens.analytics._arm_samples import ArmData, Sample, WindowRef, load_arm_data

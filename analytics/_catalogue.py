@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 
-class Direction(str, Enum):
+class Direction(StrEnum):
     """Which way is better."""
 
     HIGHER = "higher"
     LOWER = "lower"
 
 
-class Aggregation(str, Enum):
+class Aggregation(StrEnum):
     """How the samples of a window are combined into its value."""
 
     SINGLE_VALUE = "single_value"
@@ -29,7 +29,7 @@ class Aggregation(str, Enum):
     PERCENTILE = "percentile"
 
 
-class MetricGroup(str, Enum):
+class MetricGroup(StrEnum):
     """The catalogue's three groups."""
 
     QUALITY = "quality_and_behaviour"
@@ -37,7 +37,7 @@ class MetricGroup(str, Enum):
     LATENCY = "latency_and_operations"
 
 
-class MetricKind(str, Enum):
+class MetricKind(StrEnum):
     """What sort of quantity a value is."""
 
     SCORE = "score"
@@ -57,7 +57,7 @@ class MetricKind(str, Enum):
 RATIO_KINDS = frozenset({MetricKind.SCORE, MetricKind.PROPORTION})
 
 
-class Source(str, Enum):
+class Source(StrEnum):
     """Where a metric's values come from."""
 
     SPAN_FIELDS = "span_fields"
@@ -68,7 +68,7 @@ class Source(str, Enum):
     """Computed from other metrics or from comparing outputs (e.g. across repetitions)."""
 
 
-class SampleUnit(str, Enum):
+class SampleUnit(StrEnum):
     """What one sample of a window is."""
 
     TASK = "task"

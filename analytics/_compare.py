@@ -162,7 +162,7 @@ def compare(
         method=method,
         arms=tuple(checks[a.name] for a in manifest.arms),
         metrics=tuple(results),
-        computed_at=now or _dt.datetime.now(_dt.timezone.utc).isoformat(),
+        computed_at=now or _dt.datetime.now(_dt.UTC).isoformat(),
     )
 
 

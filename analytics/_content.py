@@ -9,7 +9,8 @@ records no content yields None, never an empty string standing in for it.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from meritlens.instrumentation import conventions as c
 

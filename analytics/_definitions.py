@@ -11,7 +11,7 @@ into the same table.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from meritlens.analytics._catalogue import (
     CATALOGUE,
@@ -24,7 +24,7 @@ from meritlens.analytics._catalogue import (
 from meritlens.analytics._windows import MIN_SAMPLES_FOR_REPEATED_CLAIM
 
 
-class ValueRule(str, Enum):
+class ValueRule(StrEnum):
     """How a window's value comes from its samples."""
 
     AGGREGATE = "aggregate"

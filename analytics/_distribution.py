@@ -65,7 +65,7 @@ def exact_sum(values: np.ndarray) -> int:
     # Horner's rule from the highest exponent down: the integers stay as wide as the values' spread
     total, previous = 0, int(held[-1])
     for k, high, low in zip(held[::-1].tolist(), highs[held[::-1]].astype(np.int64).tolist(),
-                            lows[held[::-1]].astype(np.int64).tolist()):
+                            lows[held[::-1]].astype(np.int64).tolist(), strict=True):
         total = (total << (previous - k)) + (high << 26) + low
         previous = k
     return total << (previous + low_exponent - 53 + SUM_SCALE)
@@ -138,7 +138,7 @@ def _binned_sums(values: np.ndarray, segment: np.ndarray, segments: int) -> list
     # the integers stay as wide as the segment's spread of exponents
     segment_now, total, previous = -1, 0, 0
     for b, high, low in zip(held[::-1].tolist(), highs[held[::-1]].astype(np.int64).tolist(),
-                            lows[held[::-1]].astype(np.int64).tolist()):
+                            lows[held[::-1]].astype(np.int64).tolist(), strict=True):
         s, k = divmod(b, width)
         if s != segment_now:
             if segment_now >= 0:
@@ -217,7 +217,7 @@ class _Buckets:
             self.counts += delta
         return True
 
-    def merge(self, other: "_Buckets") -> None:
+    def merge(self, other: _Buckets) -> None:
         """Add ``other``'s counts."""
         if other.counts.size:
             self._cover(other.offset, other.offset + other.counts.size - 1)
@@ -328,7 +328,7 @@ class Distribution:
             return False
         return self.n > EXACT_SAMPLES
 
-    def merge(self, other: "Distribution") -> None:
+    def merge(self, other: Distribution) -> None:
         """Add ``other``'s samples (the same scale): the distribution of both sets of samples."""
         if other.n == 0:
             return
@@ -384,7 +384,7 @@ class Distribution:
         """Continuous quantiles: linear interpolation between the two nearest ranks."""
         positions = [q * (self.n - 1) for q in qs]
         ranks = sorted({math.floor(p) for p in positions} | {math.ceil(p) for p in positions})
-        at = dict(zip(ranks, self.order_statistics(ranks)))
+        at = dict(zip(ranks, self.order_statistics(ranks), strict=True))
         out = []
         for p in positions:
             lo, hi = at[math.floor(p)], at[math.ceil(p)]
@@ -400,7 +400,7 @@ class Distribution:
                 [_compact(self.positive.counts), _compact(self.negative.counts)])
 
     @classmethod
-    def restore(cls, scale: int, header: list, arrays: list[np.ndarray]) -> "Distribution":
+    def restore(cls, scale: int, header: list, arrays: list[np.ndarray]) -> Distribution:
         d = cls(scale)
         d.n = int(header[1])
         if header[0] == "x":

@@ -21,9 +21,10 @@ import os
 import statistics
 import tempfile
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Literal, Protocol
+from typing import Literal, Protocol
 from urllib.parse import quote
 
 from meritlens.analytics._catalogue import METRICS, REPEATED_RUN_AGGREGATIONS, Aggregation
@@ -164,7 +165,8 @@ def measured_window(
     if values:
         summary = dict(
             count=len(values), mean=sum(values) / len(values), min=values[0], max=values[-1],
-            p50=_quantile(values, 0.5), p90=_quantile(values, 0.9), p95=_quantile(values, 0.95), p99=_quantile(values, 0.99),
+            p50=_quantile(values, 0.5), p90=_quantile(values, 0.9), p95=_quantile(values, 0.95),
+            p99=_quantile(values, 0.99),
             stddev=statistics.stdev(values) if len(values) > 1 else None, quantile_error=0.0,
         )
     return Window(
@@ -316,7 +318,7 @@ def _run_one(metric_class: type[Metric], evidence: ScopeEvidence, run_dir: Path,
              session: JudgeSession | None, db_name: str, scope_keys: frozenset[str]) -> MetricOutcome:
     name = getattr(metric_class, "name", metric_class.__name__)
     calls_before = len(session.calls) if session else 0
-    computed_at = _dt.datetime.now(_dt.timezone.utc)
+    computed_at = _dt.datetime.now(_dt.UTC)
     sidecar = sidecar_path(run_dir, name)
     sidecar_before = _file_version(sidecar)
     try:
@@ -332,14 +334,15 @@ def _run_one(metric_class: type[Metric], evidence: ScopeEvidence, run_dir: Path,
     except OptionError as exc:
         log.error("metric %s failed: %s", name, exc)
         return MetricOutcome(name, "failed", error=str(exc))
-    except Exception as exc:  # noqa: BLE001 - one metric's failure must not stop the others
+    except Exception as exc:  # one metric's failure must not stop the others
         log.error("metric %s failed:\n%s", name, traceback.format_exc())
         return MetricOutcome(name, "failed", error=f"{type(exc).__name__}: {exc}")
     judge_model = session.model if session and len(session.calls) > calls_before else None
     # Only a sidecar this run wrote is evidence of this run.
     sidecar = sidecar.resolve() if _file_version(sidecar) not in (None, sidecar_before) else None
     if not measurements:
-        window = not_applicable_window(metric, target_id=evidence.target_id, scope=evidence.scope, computed_at=computed_at)
+        window = not_applicable_window(metric, target_id=evidence.target_id, scope=evidence.scope,
+                                       computed_at=computed_at)
         return MetricOutcome(name, "not_applicable", windows=[window], sidecar=sidecar,
                              reason=metric.not_applicable_reason)
     windows = [
@@ -381,7 +384,7 @@ def read_report(run_dir: Path) -> dict:
     except FileNotFoundError:
         return {"metrics": {}}
     except ValueError as exc:
-        keep = path.with_suffix(f".corrupt-{_dt.datetime.now(_dt.timezone.utc):%Y%m%dT%H%M%S}.json")
+        keep = path.with_suffix(f".corrupt-{_dt.datetime.now(_dt.UTC):%Y%m%dT%H%M%S}.json")
         os.replace(path, keep)
         log.warning("%s is not valid JSON (%s); moved it to %s and started a new report", path, exc, keep)
         return {"metrics": {}}
@@ -395,7 +398,7 @@ def merge_report(run_dir: Path, result: EvaluationResult) -> Path:
     report = read_report(run_dir)
     report["target_id"] = result.target_id
     report["scope"] = result.scope
-    now = _dt.datetime.now(_dt.timezone.utc).isoformat()
+    now = _dt.datetime.now(_dt.UTC).isoformat()
     for outcome in result.outcomes:
         earlier = report["metrics"].get(outcome.metric) or {}
         if outcome.judge_model and earlier.get("judge_model") not in (None, outcome.judge_model):

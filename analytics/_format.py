@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 SIGNIFICANT_DIGITS = 4
 

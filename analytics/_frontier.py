@@ -14,8 +14,9 @@ never placed: they are listed as excluded, with the reason.
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from meritlens.analytics._arm_check import ArmCheck, check_arm
 from meritlens.analytics._bootstrap import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES
@@ -208,13 +209,14 @@ def frontier(
             values, reason = excluded[arm.name]
             result.append(FrontierArm(arm.name, "excluded", values, reason=reason))
             continue
-        dominators = [other for other in placed if other != arm.name and dominates(rules, points[other], points[arm.name])]
+        dominators = [other for other in placed
+                      if other != arm.name and dominates(rules, points[other], points[arm.name])]
         dominances = tuple(_dominance(calc, rules, other, arm.name) for other in dominators)
         result.append(FrontierArm(arm.name, "dominated" if dominators else "optimal", placed[arm.name], dominances))
     return Frontier(
         experiment=manifest.reference(), axes=rules, rules_source=source, method=method, arms=tuple(result),
         checks=tuple(checks[a.name] for a in manifest.arms),
-        computed_at=now or _dt.datetime.now(_dt.timezone.utc).isoformat(),
+        computed_at=now or _dt.datetime.now(_dt.UTC).isoformat(),
     )
 
 
@@ -245,7 +247,8 @@ def format_frontier(result: Frontier) -> str:
     e = result.experiment
     lines = [
         f"frontier of experiment {e['experiment_id']} (manifest {e['manifest_digest'][:12]}) over "
-        + ", ".join(f"{a.metric} ({a.aggregation.value}, {a.unit}, {a.direction.value} is better)" for a in result.axes),
+        + ", ".join(f"{a.metric} ({a.aggregation.value}, {a.unit}, {a.direction.value} is better)"
+                    for a in result.axes),
         f"rules: {result.rules_source}; {METHOD_NAME}, {result.method.confidence:.0%} intervals, "
         f"{result.method.resamples} resamples, seed {result.method.seed}",
         "",

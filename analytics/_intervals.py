@@ -191,7 +191,9 @@ def mover_ratio(a: Estimate, b: Estimate) -> Estimate | None:
     unless both estimates are positive (a non-positive limit leaves that side unbounded)."""
     if not (a.value > 0.0 and b.value > 0.0):
         return None
-    log = lambda x: math.log(x) if x > 0.0 else -math.inf  # noqa: E731
+    def log(x: float) -> float:
+        return math.log(x) if x > 0.0 else -math.inf
+
     la, lb = math.log(a.value), math.log(b.value)
     d = la - lb
     low = d - math.hypot(la - log(a.low), log(b.high) - lb)

@@ -17,8 +17,9 @@ import math
 import re
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 log = logging.getLogger("meritlens.analytics.judge")
 
@@ -299,7 +300,8 @@ class AnthropicJudge(Judge):
         except self._errors as exc:
             raise JudgeError(f"{type(exc).__name__}: {exc}") from None
         text = "".join(block.text for block in response.content if getattr(block, "type", None) == "text")
-        return JudgeReply(text=text, input_tokens=response.usage.input_tokens, output_tokens=response.usage.output_tokens)
+        return JudgeReply(text=text, input_tokens=response.usage.input_tokens,
+                          output_tokens=response.usage.output_tokens)
 
 
 JUDGE_KINDS = ("fake", "openai", "anthropic")

@@ -17,7 +17,8 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
-from typing import Annotated, Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Annotated, Any
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -50,7 +51,7 @@ class ExperimentNotFound(LookupError):
 
 def _utc(value: _dt.datetime | None) -> _dt.datetime | None:
     """Times are kept in UTC, so that a manifest read back (in any time zone) has the same digest."""
-    return value.astimezone(_dt.timezone.utc) if value is not None else None
+    return value.astimezone(_dt.UTC) if value is not None else None
 
 
 def shuffled_case_order(cases: Iterable[str], seed: int) -> tuple[str, ...]:
@@ -82,7 +83,7 @@ class Arm(BaseModel):
         return _utc(value)
 
     @model_validator(mode="after")
-    def _check(self) -> "Arm":
+    def _check(self) -> Arm:
         if len(set(self.response_models)) != len(self.response_models):
             raise ValueError(f"arm {self.name!r}: response_models lists a model twice")
         if self.finished_at is not None and self.started_at is None:
@@ -137,7 +138,7 @@ class ExperimentManifest(BaseModel):
             raise ValueError(str(exc)) from None
 
     @model_validator(mode="after")
-    def _check(self) -> "ExperimentManifest":
+    def _check(self) -> ExperimentManifest:
         problems = []
         if len(set(self.cases)) != len(self.cases):
             twice = sorted({c for c in self.cases if self.cases.count(c) > 1})
@@ -179,7 +180,7 @@ class ExperimentManifest(BaseModel):
         baseline: str | None = None,
         profile: TaskProfile | dict[str, Any] | None = None,
         description: str | None = None,
-    ) -> "ExperimentManifest":
+    ) -> ExperimentManifest:
         """A new manifest; the case order is derived from the seed. Raises ExperimentError."""
         if isinstance(profile, TaskProfile):
             profile = profile.to_dict()
@@ -191,7 +192,7 @@ class ExperimentManifest(BaseModel):
         )
         return validate_manifest(data)
 
-    def with_arm(self, arm: Arm, *, baseline: bool = False) -> "ExperimentManifest":
+    def with_arm(self, arm: Arm, *, baseline: bool = False) -> ExperimentManifest:
         """This manifest with ``arm`` added, or replacing the arm of the same name."""
         arms = [a for a in self.arms]
         for i, existing in enumerate(arms):

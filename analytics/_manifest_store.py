@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from meritlens.analytics._manifest import (
     ExperimentError,
@@ -81,11 +82,11 @@ def manifest_from_rows(
     arm_columns: Sequence[str], arm_rows: Sequence[Sequence[Any]],
 ) -> ExperimentManifest:
     """A manifest from its stored rows (as returned by a query function)."""
-    e = dict(zip(experiment_columns, experiment_row))
+    e = dict(zip(experiment_columns, experiment_row, strict=True))
     profile = e["profile"]
     arms = []
     for row in arm_rows:
-        a = dict(zip(arm_columns, row))
+        a = dict(zip(arm_columns, row, strict=True))
         arms.append({
             "name": a["arm"], "assessment_id": a["assessment_id"], "target_id": a["target_id"],
             "request_model": a["request_model"], "response_models": tuple(a["response_models"] or ()),
@@ -98,7 +99,8 @@ def manifest_from_rows(
         "shuffle_seed": int(e["shuffle_seed"]), "case_order": tuple(e["case_order"]),
         "repetitions": int(e["repetitions"]), "arms": arms, "baseline": e["baseline_arm"],
         "profile": json.loads(profile) if isinstance(profile, str) else profile,
-        "description": e["description"], "created_at": row_time(e["created_at"]), "updated_at": row_time(e["updated_at"]),
+        "description": e["description"], "created_at": row_time(e["created_at"]),
+        "updated_at": row_time(e["updated_at"]),
     })
 
 
@@ -127,7 +129,7 @@ def save_manifest(manifest: ExperimentManifest, query, execute, *, create: bool 
         stored = load_experiment(query, manifest.experiment_id)
     except ExperimentNotFound:
         stored = None
-    now = _dt.datetime.now(_dt.timezone.utc)
+    now = _dt.datetime.now(_dt.UTC)
     if stored is not None and create:
         raise ExperimentError([f"already exists (created {stored.created_at.isoformat()}); "
                                f"`meritlens experiment show {manifest.experiment_id}`"], manifest.experiment_id)

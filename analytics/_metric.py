@@ -15,9 +15,10 @@ import logging
 import math
 from abc import ABC, abstractmethod
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from meritlens.analytics import _content
 from meritlens.analytics._catalogue import METRICS, Aggregation
@@ -66,7 +67,7 @@ class _SpanRowMethods:
 
     @property
     def end_time(self) -> _dt.datetime:
-        return _dt.datetime.fromtimestamp(self.end_unix_nano / 1e9, tz=_dt.timezone.utc)
+        return _dt.datetime.fromtimestamp(self.end_unix_nano / 1e9, tz=_dt.UTC)
 
     @property
     def failed(self) -> bool:
@@ -108,9 +109,9 @@ SpanRow.__doc__ = (
 SpanRow.__module__ = __name__
 
 
-def span_from_row(columns: Iterable[str], row: Iterable[Any]) -> "SpanRow":
+def span_from_row(columns: Iterable[str], row: Iterable[Any]) -> SpanRow:
     """Build a SpanRow from a result row whose columns include every SCOPE_SPAN_COLUMNS name."""
-    values = dict(zip(columns, row))
+    values = dict(zip(columns, row, strict=True))
     kwargs = {}
     for name in SCOPE_SPAN_COLUMNS:
         value = values.get(name)
@@ -130,7 +131,7 @@ def _finite_number(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def evaluation_scores(span: "SpanRow") -> list[tuple[str, float]]:
+def evaluation_scores(span: SpanRow) -> list[tuple[str, float]]:
     """(evaluation name, score) pairs recorded on a span, from its attributes and its events.
 
     An entry whose score is not a finite number is logged and left out.
@@ -162,7 +163,7 @@ class TaskRecord:
 
     key: str
     case_id: str | None
-    spans: tuple["SpanRow", ...]
+    spans: tuple[SpanRow, ...]
     success: bool | None
     """The recorded outcome (``meritlens.outcome.success``); the latest-ending span that carries it wins."""
     human_intervention: bool | None
@@ -176,7 +177,7 @@ class TaskRecord:
         return frozenset(s.key for s in self.spans)
 
     @property
-    def llm_spans(self) -> tuple["SpanRow", ...]:
+    def llm_spans(self) -> tuple[SpanRow, ...]:
         return tuple(s for s in self.spans if not s.is_tool)
 
     @property
@@ -214,14 +215,14 @@ class TaskRecord:
         return tuple(v for n in wanted for v in self.evaluation_scores.get(n, ()))
 
 
-def _latest(spans: Iterable["SpanRow"], column: str) -> Any:
+def _latest(spans: Iterable[SpanRow], column: str) -> Any:
     carrying = [s for s in spans if getattr(s, column) is not None]
     if not carrying:
         return None
     return getattr(max(carrying, key=lambda s: s.end_unix_nano), column)
 
 
-def build_task(key: str, spans: list["SpanRow"]) -> TaskRecord:
+def build_task(key: str, spans: list[SpanRow]) -> TaskRecord:
     spans = sorted(spans, key=lambda s: (s.start_unix_nano, s.span_id))
     scores: dict[str, list[float]] = defaultdict(list)
     for span in spans:
@@ -245,11 +246,11 @@ class ScopeEvidence:
 
     target_id: str
     scope: str
-    spans: tuple["SpanRow", ...]
+    spans: tuple[SpanRow, ...]
     tasks: tuple[TaskRecord, ...]
 
     @classmethod
-    def from_spans(cls, target_id: str, scope: str, spans: Iterable["SpanRow"]) -> "ScopeEvidence":
+    def from_spans(cls, target_id: str, scope: str, spans: Iterable[SpanRow]) -> ScopeEvidence:
         """Group spans into tasks; spans of another role are refused rather than silently counted."""
         spans = tuple(spans)
         for span in spans:
@@ -302,12 +303,12 @@ class Measurement:
             object.__setattr__(self, "aggregation", Aggregation(self.aggregation))
 
 
-def span_times(spans: Iterable["SpanRow"]) -> tuple[_dt.datetime | None, _dt.datetime | None]:
+def span_times(spans: Iterable[SpanRow]) -> tuple[_dt.datetime | None, _dt.datetime | None]:
     ends = [s.end_unix_nano for s in spans]
     if not ends:
         return None, None
-    to_dt = lambda ns: _dt.datetime.fromtimestamp(ns / 1e9, tz=_dt.timezone.utc)  # noqa: E731
-    return to_dt(min(ends)), to_dt(max(ends))
+    first, last = (_dt.datetime.fromtimestamp(ns / 1e9, tz=_dt.UTC) for ns in (min(ends), max(ends)))
+    return first, last
 
 
 # --- options ----------------------------------------------------------------------------------------
@@ -368,13 +369,13 @@ class Metric(ABC):
         *,
         run_dir: Path,
         options: MetricOptions,
-        judge: "JudgeSession | None",
+        judge: JudgeSession | None,
     ) -> list[Measurement]:
         """Measure ``evidence``. ``run_dir`` is where sidecar files go; ``judge`` is set when the
         user configured one (deterministic metrics ignore it). Return ``[]`` when the metric does
         not apply, after logging why with `not_applicable`."""
 
-    def read_keyed_observations(self, run_dir: Path) -> list["KeyedObservation"]:
+    def read_keyed_observations(self, run_dir: Path) -> list[KeyedObservation]:
         """The numbers this metric wrote to its sidecar in ``run_dir``, keyed; ``[]`` if it writes none."""
         return []
 

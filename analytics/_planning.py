@@ -93,6 +93,11 @@ def samples_for_means(variance: float, change: float, *, confidence: float = 0.9
     return max(2, math.ceil(n))
 
 
+def _slot(ends: np.ndarray, rank: int) -> np.ndarray:
+    """Each simulated draw's slot (a point of the source) holding the 0-based ``rank``."""
+    return (ends <= rank).sum(axis=1)
+
+
 def quantile_power(source: StateView, q: float, relative_change: float, samples: int, *, confidence: float = 0.95,
                    family_size: int = 1, simulations: int = DEFAULT_SIMULATIONS, seed: int = 0) -> float:
     """The share of simulated regressions of ``samples`` per side drawn from ``source`` (the recent side
@@ -108,12 +113,12 @@ def quantile_power(source: StateView, q: float, relative_change: float, samples:
     for scale in (factor, 1.0):
         counts = rng.multinomial(samples, share, size=simulations)
         ends = np.cumsum(counts, axis=1)
-        slot = lambda rank: (ends <= rank).sum(axis=1)  # noqa: E731 - each draw's slot of a 0-based rank
         position = q * (samples - 1)
-        below, above = source.points[slot(math.floor(position))], source.points[slot(math.ceil(position))]
+        below = source.points[_slot(ends, math.floor(position))]
+        above = source.points[_slot(ends, math.ceil(position))]
         estimate = (below + (above - below) * (position - math.floor(position))) * scale
-        sides.append((estimate, np.minimum(source.lows[slot(low_rank)] * scale, estimate),
-                      np.maximum(source.highs[slot(high_rank)] * scale, estimate)))
+        sides.append((estimate, np.minimum(source.lows[_slot(ends, low_rank)] * scale, estimate),
+                      np.maximum(source.highs[_slot(ends, high_rank)] * scale, estimate)))
     (r, r_low, r_high), (b, b_low, b_high) = sides
     difference = r - b
     if relative_change > 0:
@@ -176,5 +181,19 @@ def plan(state: WindowAccumulator, change: float, *, confidence: float = 0.95, p
     return SamplePlan(baseline=s.mean, samples=n, method="two_sample_t", **common)
 
 
-__all__ = ["DEFAULT_POWER", "MAX_SAMPLES", "SamplePlan", "plan", "quantile_power",
+def plan_relative(state: WindowAccumulator, relative_change: float, **options) -> SamplePlan:
+    """`plan` for a change of ``relative_change`` times the statistic's value in ``state`` (0.1: 10% higher,
+    -0.1: 10% lower); ``options`` are `plan`'s."""
+    statistic = statistic_of(state.definition, options.get("aggregation"), options.get("quantile"))
+    if statistic is None:
+        raise ValueError(f"{state.definition.metric}: its value is not a statistic of its samples; no plan")
+    s = view(state)
+    q = quantile_level(statistic)
+    value = s.quantile(q) if q is not None else s.mean
+    if not value:
+        raise ValueError(f"a relative change of a {statistic} of {value} is no change")
+    return plan(state, relative_change * value, **options)
+
+
+__all__ = ["DEFAULT_POWER", "MAX_SAMPLES", "SamplePlan", "plan", "plan_relative", "quantile_power",
            "samples_for_means", "samples_for_quantile", "samples_for_rates"]

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-from typing import Any, Callable, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
@@ -94,7 +95,7 @@ class CoverageReport(BaseModel):
         return data
 
     @model_validator(mode="after")
-    def _check_sets(self) -> "CoverageReport":
+    def _check_sets(self) -> CoverageReport:
         if len(set(self.required)) != len(self.required):
             raise ValueError("required lists a metric twice")
         stray = [m for m in self.covered if m not in self.required]
@@ -208,7 +209,7 @@ def check_readiness(
         scope=scope,
         required=list(profile.required),
         covered=covered,
-        checked_at=now or _dt.datetime.now(_dt.timezone.utc),
+        checked_at=now or _dt.datetime.now(_dt.UTC),
         shortfalls=shortfalls,
         metrics=details,
     )

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import inspect
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Iterable
 
 from meritlens.analytics._builtin_metrics import BUILTIN_METRIC_CLASSES
 from meritlens.analytics._metric import Metric
@@ -82,34 +82,41 @@ def load_registry(entry_points: Iterable[metadata.EntryPoint] | None = None) -> 
         if (ep.name, ep.value) in seen_values:
             continue  # the same distribution seen twice on sys.path
         seen_values.add((ep.name, ep.value))
-
-        def refuse(reason: str, *, level: int = logging.WARNING) -> None:
-            log.log(level, "metric plugin %s = %s skipped: %s", ep.name, ep.value, reason)
-            registry.refused.append(RefusedPlugin(ep.name, ep.value, reason))
-
-        if ep.name in BUILTIN_METRICS:
-            refuse(f"the name {ep.name!r} belongs to a built-in metric, which keeps it")
-            continue
-        if ep.name in registry.plugins:
-            refuse(f"another installed metric already has the name {ep.name!r} ({registry.plugins[ep.name]}); "
-                   "the first one found is kept")
-            continue
         try:
-            loaded = ep.load()
-        except Exception as exc:  # noqa: BLE001 - any import failure skips this plugin only
-            log.debug("import of metric plugin %s failed", ep.value, exc_info=True)  # the traceback, with --debug
-            refuse(f"failed to import: {type(exc).__name__}: {exc}", level=logging.ERROR)
+            registry.metrics[ep.name] = _plugin_metric(ep, registry)
+        except _Refused as refused:
+            log.log(refused.level, "metric plugin %s = %s skipped: %s", ep.name, ep.value, refused.reason)
+            registry.refused.append(RefusedPlugin(ep.name, ep.value, refused.reason))
             continue
-        if not (inspect.isclass(loaded) and issubclass(loaded, Metric)):
-            refuse(f"{ep.value} is not a meritlens.analytics.Metric subclass")
-            continue
-        if inspect.isabstract(loaded):
-            refuse(f"{ep.value} does not implement compute()")
-            continue
-        declared = getattr(loaded, "name", None)
-        if declared != ep.name:
-            refuse(f"the class's name is {declared!r}, not the entry-point name {ep.name!r}")
-            continue
-        registry.metrics[ep.name] = loaded
         registry.plugins[ep.name] = ep.value
     return registry
+
+
+class _Refused(Exception):
+    """Why an entry point is not registered, and the level of the log line that says so."""
+
+    def __init__(self, reason: str, level: int = logging.WARNING):
+        super().__init__(reason)
+        self.reason, self.level = reason, level
+
+
+def _plugin_metric(ep: metadata.EntryPoint, registry: MetricRegistry) -> type[Metric]:
+    """The metric class ``ep`` names; raises _Refused when it is not one the registry takes."""
+    if ep.name in BUILTIN_METRICS:
+        raise _Refused(f"the name {ep.name!r} belongs to a built-in metric, which keeps it")
+    if ep.name in registry.plugins:
+        raise _Refused(f"another installed metric already has the name {ep.name!r} ({registry.plugins[ep.name]}); "
+                       "the first one found is kept")
+    try:
+        loaded = ep.load()
+    except Exception as exc:  # any import failure skips this plugin only
+        log.debug("import of metric plugin %s failed", ep.value, exc_info=True)  # the traceback, with --debug
+        raise _Refused(f"failed to import: {type(exc).__name__}: {exc}", logging.ERROR) from None
+    if not (inspect.isclass(loaded) and issubclass(loaded, Metric)):
+        raise _Refused(f"{ep.value} is not a meritlens.analytics.Metric subclass")
+    if inspect.isabstract(loaded):
+        raise _Refused(f"{ep.value} does not implement compute()")
+    declared = getattr(loaded, "name", None)
+    if declared != ep.name:
+        raise _Refused(f"the class's name is {declared!r}, not the entry-point name {ep.name!r}")
+    return loaded

@@ -5,11 +5,11 @@ Both sides are window states (`WindowAccumulator`): a range is the merge of its 
 What is compared follows the metric's aggregation (a profile may choose another one the catalogue
 allows):
 
-| aggregation | statistic | interval of recent - baseline | relative change (recent / baseline - 1) |
+| aggregation | statistic | interval of recent - baseline | recent / baseline - 1 (MOVER, log scale) |
 |---|---|---|---|
-| rate, samples all 0 or 1 | the proportion | Newcombe's hybrid score interval | MOVER on the log scale, Wilson's intervals |
-| rate of other values, mean, distribution, sum | the mean per sample | Welch's interval | MOVER on the log scale, t intervals |
-| percentile | a quantile (p95 unless asked) | MOVER, order-statistic intervals | MOVER on the log scale, the same intervals |
+| rate, samples all 0 or 1 | the proportion | Newcombe's hybrid score interval | from Wilson's intervals |
+| rate of other values, mean, distribution, sum | the mean per sample | Welch's interval | from t intervals |
+| percentile | a quantile (p95 unless asked) | MOVER, order-statistic intervals | from the same intervals |
 
 A sum is compared as its mean per sample: ranges of different lengths or traffic have different
 sums, the same cost per task. Quantile intervals hold for any distribution; beyond `EXACT_SAMPLES`
@@ -32,12 +32,13 @@ verdict with at least that probability (family-wise error at most 1 - confidence
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
-from enum import Enum
-from typing import Hashable, Mapping
+from enum import StrEnum
 
 from meritlens.analytics._accumulate import WindowAccumulator
 from meritlens.analytics._catalogue import Aggregation, Direction
+from meritlens.analytics._definitions import ValueRule, WindowDefinition
 from meritlens.analytics._intervals import (
     Estimate,
     check_confidence,
@@ -50,7 +51,6 @@ from meritlens.analytics._intervals import (
     wilson_interval,
 )
 from meritlens.analytics._state_view import StateView, view
-from meritlens.analytics._definitions import ValueRule, WindowDefinition
 from meritlens.analytics._windows import MIN_SAMPLES_FOR_REPEATED_CLAIM
 
 CORRECTION = "bonferroni"
@@ -58,7 +58,7 @@ DEFAULT_QUANTILE = 0.95
 """The quantile a percentile metric is compared at (its window's value is the p95)."""
 
 
-class Change(str, Enum):
+class Change(StrEnum):
     WORSE = "worse"
     BETTER = "better"
     NO_CHANGE = "no_change"
@@ -67,7 +67,7 @@ class Change(str, Enum):
     """The metric's value is not a statistic of its samples (a per-success ratio, a throughput)."""
 
 
-class Method(str, Enum):
+class Method(StrEnum):
     NEWCOMBE = "newcombe_hybrid_score"
     WELCH = "welch"
     ORDER_STATISTICS = "order_statistics_mover"
@@ -187,22 +187,28 @@ def compare_all(pairs: Mapping[Hashable, tuple[WindowAccumulator, WindowAccumula
                 quantile: float | None = None) -> dict[Hashable, Regression]:
     """Regressions of many (target, metric) pairs tested together: the family is every pair that has
     enough samples on both sides and a supported statistic (decided by the sample counts alone, before
-    any interval), and each interval is at the family's Bonferroni level. The maps are by metric."""
+    any interval), and each interval is at the family's Bonferroni level. The maps are by metric, or
+    by a pair's key for that pair alone (e.g. a target's profile)."""
     min_samples, tolerance, aggregation = min_samples or {}, tolerance or {}, aggregation or {}
 
-    def options(state: WindowAccumulator) -> dict:
+    def options(key: Hashable, state: WindowAccumulator) -> dict:
         metric = state.definition.metric
-        return dict(min_samples=min_samples.get(metric), tolerance=tolerance.get(metric, 0.0),
-                    aggregation=aggregation.get(metric), quantile=quantile)
 
-    def tested(recent: WindowAccumulator, base: WindowAccumulator) -> bool:
-        o = options(recent)
+        def pick(by: Mapping, default=None):
+            return by[key] if key in by else by.get(metric, default)
+
+        return dict(min_samples=pick(min_samples), tolerance=pick(tolerance, 0.0), aggregation=pick(aggregation),
+                    quantile=quantile)
+
+    def tested(key: Hashable, recent: WindowAccumulator, base: WindowAccumulator) -> bool:
+        o = options(key, recent)
         needed = max(o["min_samples"] or 0, MIN_SAMPLES_FOR_REPEATED_CLAIM)
         return (statistic_of(recent.definition, o["aggregation"], quantile) is not None
                 and min(recent.values.n, base.values.n) >= needed)
 
-    family = max(1, sum(tested(r, b) for r, b in pairs.values()))
-    return {key: compare(r, b, confidence=confidence, family_size=family, **options(r)) for key, (r, b) in pairs.items()}
+    family = max(1, sum(tested(key, r, b) for key, (r, b) in pairs.items()))
+    return {key: compare(r, b, confidence=confidence, family_size=family, **options(key, r))
+            for key, (r, b) in pairs.items()}
 
 
 def quantile_name(q: float) -> str:

@@ -5,7 +5,7 @@ gives. Shared by ``compare`` and ``frontier``."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from meritlens.analytics._bootstrap import Statistic
 from meritlens.analytics._catalogue import METRICS, Aggregation, Direction
@@ -19,7 +19,7 @@ class ComparisonError(ValueError):
     """The comparison cannot run as asked (unknown arm, profile for another target, ...)."""
 
 
-class ResultState(str, Enum):
+class ResultState(StrEnum):
     """The state of one arm's value or of one challenger's comparison."""
 
     MEASURED = "measured"
@@ -36,7 +36,7 @@ class ResultState(str, Enum):
     """The arm's spans break its manifest entry (execution window, model identity)."""
 
 
-class Verdict(str, Enum):
+class Verdict(StrEnum):
     """What the interval of (challenger - baseline), oriented so that positive is better, says."""
 
     BETTER = "better"

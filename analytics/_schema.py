@@ -95,7 +95,8 @@ WINDOW_COLUMNS: tuple[Column, ...] = (
     Column("last_span_time", "TIMESTAMPTZ", "latest end time of a span that fed the window"),
     Column("evidence_uri", "VARCHAR", "where the evidence is"),
     Column("evidence_media_type", "VARCHAR", "what kind of evidence"),
-    Column("evidence_digest", "VARCHAR", "digest of the spans that fed it (span_keys_digest: sha256 over their count and md5 sums)"),
+    Column("evidence_digest", "VARCHAR",
+           "digest of the spans that fed it (span_keys_digest: sha256 over their count and md5 sums)"),
     Column("computed_at", "TIMESTAMPTZ NOT NULL", "when the window was computed"),
     # Added after the columns above so that files written before them take them with ALTER TABLE.
     Column("stddev", "DOUBLE", "distribution summary: the samples' standard deviation (n - 1), from exact sums"),
@@ -171,7 +172,8 @@ WINDOW_WATERMARK_COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in WINDOW_WA
 WINDOW_STATE_COLUMNS: tuple[Column, ...] = (
     Column("target_id", "VARCHAR NOT NULL", "the windows' target"),
     Column("scope", "VARCHAR NOT NULL", "the windows' scope"),
-    Column("state", "BLOB NOT NULL", "the bounded state of every window of the (target, scope) (WindowBook.export_key)"),
+    Column("state", "BLOB NOT NULL",
+           "the bounded state of every window of the (target, scope) (WindowBook.export_key)"),
 )
 """The window processor's state, one row per (target, scope): it is what the windows were at the
 watermark (`window_watermark`), both saved in one transaction."""

@@ -53,7 +53,8 @@ def _zeta(s: float) -> float:
     """Riemann's zeta function for s > 1 (Euler-Maclaurin after 100 terms; error below 1e-12)."""
     n = 100
     head = sum(k ** -s for k in range(1, n))
-    return head + n ** (1 - s) / (s - 1) + 0.5 * n ** -s + s * n ** (-s - 1) / 12 - s * (s + 1) * (s + 2) * n ** (-s - 3) / 720
+    return (head + n ** (1 - s) / (s - 1) + 0.5 * n ** -s + s * n ** (-s - 1) / 12
+            - s * (s + 1) * (s + 2) * n ** (-s - 3) / 720)
 
 
 _LEVEL_OFFSET = math.log(_zeta(STITCH_S) / math.log(STITCH_ETA) ** STITCH_S)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 _QUOTED_OR_MARKER = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|\?")
 
@@ -37,7 +38,7 @@ def sql_literal(value: Any) -> str:
     if isinstance(value, _dt.datetime):
         if value.tzinfo is None:
             raise ValueError(f"{value.isoformat()} has no time zone")
-        return f"TIMESTAMPTZ {sql_string(value.astimezone(_dt.timezone.utc).isoformat())}"
+        return f"TIMESTAMPTZ {sql_string(value.astimezone(_dt.UTC).isoformat())}"
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(sql_literal(v) for v in value) + "]"
     raise TypeError(f"no SQL literal for a {type(value).__name__}")

@@ -113,7 +113,7 @@ def _slots(d: Distribution) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
         index = d.positive.offset + np.arange(d.positive.counts.size)
         upper = 2.0 ** ((index + 1) * step)
         parts.append((upper / base * (1 - _EDGE_SLACK), upper * (1 + _EDGE_SLACK), middle * upper, d.positive.counts))
-    lows, highs, points, counts = (np.concatenate(column) for column in zip(*parts))
+    lows, highs, points, counts = (np.concatenate(column) for column in zip(*parts, strict=True))
     held = counts > 0
     return lows[held], highs[held], points[held], counts[held].astype(np.int64)
 

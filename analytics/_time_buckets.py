@@ -12,6 +12,7 @@ the state: a sample is put in, and later taken out of, the bucket the cutoffs in
 from __future__ import annotations
 
 import datetime as _dt
+import re
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -31,6 +32,16 @@ WEEKS_KEPT = 156
 BUCKET_KEY_COLUMNS = ("target_id", "scope", "bucket_start_us", "bucket_us")
 """A bucket window's key: (target, scope, bucket start, bucket width), both in µs."""
 NO_BUCKET = -1
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d|w)\s*$")
+_SECONDS = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> _dt.timedelta:
+    """``90m``, ``24h``, ``7d``, ``2w`` as a duration; ValueError names what was wrong."""
+    match = _DURATION.match(text) if isinstance(text, str) else None
+    if not match or float(match.group(1)) <= 0:
+        raise ValueError(f"{text!r} is not a duration such as 30m, 24h, 7d or 2w")
+    return _dt.timedelta(seconds=float(match.group(1)) * _SECONDS[match.group(2)])
 
 
 @dataclass(frozen=True)
@@ -43,15 +54,15 @@ class BucketCutoffs:
     weeks_from: int
 
     @classmethod
-    def at(cls, now_us: int) -> "BucketCutoffs":
+    def at(cls, now_us: int) -> BucketCutoffs:
         hours_from = now_us // DAY_US * DAY_US - HOURS_KEPT_DAYS * DAY_US
         week = (hours_from - _MONDAY_US) // WEEK_US * WEEK_US + _MONDAY_US  # the week holding hours_from
         days_from = week - DAYS_KEPT_WEEKS * WEEK_US
         return cls(hours_from, days_from, days_from - WEEKS_KEPT * WEEK_US)
 
     @classmethod
-    def now(cls) -> "BucketCutoffs":
-        return cls.at(int(_dt.datetime.now(_dt.timezone.utc).timestamp() * 1e6))
+    def now(cls) -> BucketCutoffs:
+        return cls.at(int(_dt.datetime.now(_dt.UTC).timestamp() * 1e6))
 
     def buckets(self, end_us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(start, width) of the bucket of each end time; `NO_BUCKET` starts for those before every tier."""
@@ -115,7 +126,7 @@ def bucket_range(key: tuple) -> tuple[_dt.datetime, _dt.datetime]:
 
 
 def _from_us(us: int) -> _dt.datetime:
-    return _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc) + _dt.timedelta(microseconds=us)
+    return _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC) + _dt.timedelta(microseconds=us)
 
 
 def keys_in(keys, since_us: int | None, until_us: int | None) -> list[tuple]:
@@ -157,4 +168,4 @@ def merge_range(book: WindowBook, since_us: int | None, until_us: int | None) ->
 
 __all__ = ["BUCKET_KEY_COLUMNS", "BucketCutoffs", "DAY_US", "DAYS_KEPT_WEEKS", "HOURS_KEPT_DAYS", "HOUR_US",
            "NO_BUCKET", "RangeWindows", "WEEKS_KEPT", "WEEK_US", "bucket_range", "bucketed", "compact", "keys_in",
-           "merge_plan", "merge_range"]
+           "merge_plan", "merge_range", "parse_duration"]

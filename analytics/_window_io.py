@@ -86,7 +86,8 @@ def window_from_json(payload: Any) -> Window:
     try:
         fields["aggregation"] = Aggregation(payload["aggregation"]).value
     except ValueError:
-        raise ValueError(f"aggregation {payload['aggregation']!r} is not one of {[a.value for a in Aggregation]}") from None
+        allowed = [a.value for a in Aggregation]
+        raise ValueError(f"aggregation {payload['aggregation']!r} is not one of {allowed}") from None
     try:
         fields["state"] = WindowState(payload["state"]).value
     except ValueError:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from meritlens.analytics._catalogue import CATALOGUE, Aggregation
 from meritlens.analytics._schema import WINDOW_COLUMN_NAMES, WINDOWS_TABLE
@@ -34,7 +34,7 @@ EVALUATED_SUFFIX = ".evaluated"
 ``<metric>.evaluated`` (the processor replaces the bare-name window on every batch)."""
 
 
-class WindowState(str, Enum):
+class WindowState(StrEnum):
     """Every metric of a target is in exactly one of these states."""
 
     MEASURED = "measured"
@@ -77,9 +77,9 @@ class Window:
     """Relative error bound of min, max and p50-p99: 0 when exact, None without a distribution."""
 
     @classmethod
-    def from_row(cls, row: tuple, columns: tuple[str, ...] | list[str] = WINDOW_COLUMN_NAMES) -> "Window":
+    def from_row(cls, row: tuple, columns: tuple[str, ...] | list[str] = WINDOW_COLUMN_NAMES) -> Window:
         """A window from a query row; timestamps given as ISO text (through a collector) are parsed."""
-        values = dict(zip(columns, row))
+        values = dict(zip(columns, row, strict=True))
         for name in _TIME_COLUMNS:
             values[name] = row_time(values.get(name))
         return cls(**{name: values.get(name) for name in WINDOW_COLUMN_NAMES})
@@ -128,8 +128,8 @@ class Window:
             "sample_count": self.sample_count,
             "state": self.state,
             "summary": {
-                name: getattr(self, name) for name in ("count", "mean", "stddev", "min", "max", "p50", "p90", "p95", "p99",
-                                                  "quantile_error")
+                name: getattr(self, name)
+                for name in ("count", "mean", "stddev", "min", "max", "p50", "p90", "p95", "p99", "quantile_error")
             },
             "first_span_time": _iso(self.first_span_time),
             "last_span_time": _iso(self.last_span_time),

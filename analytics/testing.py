@@ -9,7 +9,8 @@
 from __future__ import annotations
 
 import itertools
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from meritlens.analytics._metric import SCOPE_SPAN_COLUMNS, ScopeEvidence, SpanRow
 from meritlens.analytics._windows import SCOPE_ALL
@@ -59,10 +60,12 @@ def output_attributes(text: str, *, input_text: str | None = None) -> dict[str, 
         [{"role": "assistant", "parts": [{"type": "text", "content": text}], "finish_reason": "stop"}]
     )}
     if input_text is not None:
-        attributes[c.GEN_AI_INPUT_MESSAGES] = json.dumps([{"role": "user", "parts": [{"type": "text", "content": input_text}]}])
+        message = {"role": "user", "parts": [{"type": "text", "content": input_text}]}
+        attributes[c.GEN_AI_INPUT_MESSAGES] = json.dumps([message])
     return attributes
 
 
-def scope_evidence(spans: Iterable[SpanRow], *, target_id: str = DEFAULT_TARGET, scope: str = SCOPE_ALL) -> ScopeEvidence:
+def scope_evidence(spans: Iterable[SpanRow], *, target_id: str = DEFAULT_TARGET,
+                   scope: str = SCOPE_ALL) -> ScopeEvidence:
     """The ScopeEvidence a metric would receive for these spans."""
     return ScopeEvidence.from_spans(target_id, scope, spans)

@@ -9,9 +9,8 @@ from __future__ import annotations
 import pyarrow as pa
 
 from _tally import Tally
-from spangen import SpanStream, rows
-
 from meritlens.collector.windows import LocalStore
+from spangen import SpanStream, rows
 
 WRITE_ROWS = 200_000
 

@@ -30,7 +30,7 @@ class Tally:
         self.names = target_names(targets)
         self.matrix = np.zeros((targets, len(TALLY_FIELDS))) if matrix is None else matrix
 
-    def __iadd__(self, other: "Tally") -> "Tally":
+    def __iadd__(self, other: Tally) -> Tally:
         self.matrix = self.matrix + other.matrix
         return self
 
@@ -41,13 +41,14 @@ class Tally:
         """Targets with anything in this tally, to the field's value (integers as int)."""
         column, seen = self.matrix[:, _F[field]], self.matrix[:, _F["spans"]] > 0
         as_int = field != "cost_usd"
-        return {n: (int(v) if as_int else float(v)) for n, v, s in zip(self.names, column.tolist(), seen) if s}
+        rows = zip(self.names, column.tolist(), seen, strict=True)
+        return {n: (int(v) if as_int else float(v)) for n, v, s in rows if s}
 
     def to_json(self) -> dict:
         return {"targets": len(self.names), "matrix": self.matrix.tolist()}
 
     @classmethod
-    def from_json(cls, doc: dict) -> "Tally":
+    def from_json(cls, doc: dict) -> Tally:
         return cls(doc["targets"], np.array(doc["matrix"], dtype=float).reshape(doc["targets"], len(TALLY_FIELDS)))
 
 

@@ -27,7 +27,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _collector import WINDOWED_CALLS_SQL, Collector, Senders, check_stored, cpu_seconds  # noqa: E402
+from _collector import WINDOWED_CALLS_SQL, Collector, Senders, check_stored, cpu_seconds
 
 _PROGRESS_SQL = (f"SELECT (SELECT count(*) FROM spans), ({WINDOWED_CALLS_SQL}), (SELECT coalesce(sum(sample_count), 0)"
                  " FROM windows WHERE scope = 'all' AND metric = 'end_to_end_latency')")

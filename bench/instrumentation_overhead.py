@@ -36,23 +36,23 @@ import httpx2
 
 httpx2.alias_httpx()  # the OpenTelemetry peers import `httpx`; they must see httpx2's classes (before any import)
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import multiprocessing  # noqa: E402
-import os  # noqa: E402
-import platform  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-from typing import Any  # noqa: E402
+import argparse  # noqa: E402 - imported once httpx2 stands in for httpx
+import json  # noqa: E402 - imported once httpx2 stands in for httpx
+import multiprocessing  # noqa: E402 - imported once httpx2 stands in for httpx
+import os  # noqa: E402 - imported once httpx2 stands in for httpx
+import platform  # noqa: E402 - imported once httpx2 stands in for httpx
+import sys  # noqa: E402 - imported once httpx2 stands in for httpx
+import time  # noqa: E402 - imported once httpx2 stands in for httpx
+from collections.abc import Callable  # noqa: E402 - imported once httpx2 stands in for httpx
+from typing import Any  # noqa: E402 - imported once httpx2 stands in for httpx
 
-import openai  # noqa: E402
-from opentelemetry import trace  # noqa: E402
-from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult  # noqa: E402
+import openai  # noqa: E402 - imported once httpx2 stands in for httpx
+from opentelemetry import trace  # noqa: E402 - imported once httpx2 stands in for httpx
+from opentelemetry.sdk.trace import TracerProvider  # noqa: E402 - imported once httpx2 stands in for httpx
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult  # noqa: E402 - imported once httpx2 stands in for httpx
 
-import meritlens.instrumentation as ml  # noqa: E402
-from meritlens.instrumentation import conventions as c  # noqa: E402
+import meritlens.instrumentation as ml  # noqa: E402 - imported once httpx2 stands in for httpx
+from meritlens.instrumentation import conventions as c  # noqa: E402 - imported once httpx2 stands in for httpx
 
 MODEL = "gpt-4o-mini"
 MESSAGES = [{"role": "user", "content": "Say hello"}]

@@ -29,12 +29,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _history import load  # noqa: E402
-from spangen import SpanStream, rows  # noqa: E402
-
-from meritlens.collector.store._keyhash import key_hashes, string_hashes  # noqa: E402
-from meritlens.collector.store._rows import ranges_sql  # noqa: E402
-from meritlens.collector.windows import LocalStore  # noqa: E402
+from _history import load
+from meritlens.collector.store._keyhash import key_hashes, string_hashes
+from meritlens.collector.store._rows import ranges_sql
+from meritlens.collector.windows import LocalStore
+from spangen import SpanStream, rows
 
 
 def timed(fn, repeats: int) -> tuple[float, object]:

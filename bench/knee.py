@@ -22,7 +22,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import sustained  # noqa: E402
+import sustained
 
 
 def search(low: float, high: float, seconds: float, resolution: float, unjudged: frozenset[str] = frozenset({"cpu"}),

@@ -38,17 +38,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(1, os.path.dirname(HERE))  # the repository: the tests' Spark cluster
 
-import duckdb  # noqa: E402
+import duckdb  # noqa: E402 - bench and repository put on sys.path first
 
-from _collector import check_stored  # noqa: E402
-from loadgen import send  # noqa: E402
-from _tally import Tally  # noqa: E402
-from spangen import SpanStream, rows  # noqa: E402
-
-from meritlens.analytics.engine import SPANS_DDL, WINDOWS_DDL, WINDOW_COLUMN_NAMES, Window  # noqa: E402
-from meritlens.collector.lake import Lake, LakeReader, SegmentWriter  # noqa: E402
-from meritlens.collector.lake._job import compute_lake_windows, spark_session  # noqa: E402
-from meritlens.collector.windows import DuckDBEngine, compute_windows  # noqa: E402
+from _collector import check_stored  # noqa: E402 - bench and repository put on sys.path first
+from _tally import Tally  # noqa: E402 - bench and repository put on sys.path first
+from loadgen import send  # noqa: E402 - bench and repository put on sys.path first
+from meritlens.analytics.engine import SPANS_DDL, WINDOW_COLUMN_NAMES, WINDOWS_DDL, Window  # noqa: E402 - bench and repository put on sys.path first
+from meritlens.collector.lake import Lake, LakeReader, SegmentWriter  # noqa: E402 - bench and repository put on sys.path first
+from meritlens.collector.lake._job import compute_lake_windows, spark_session  # noqa: E402 - bench and repository put on sys.path first
+from meritlens.collector.windows import DuckDBEngine, compute_windows  # noqa: E402 - bench and repository put on sys.path first
+from spangen import SpanStream, rows  # noqa: E402 - bench and repository put on sys.path first
 
 BIN = os.path.dirname(sys.executable)
 _COMPARED = tuple(c for c in WINDOW_COLUMN_NAMES if c != "computed_at")
@@ -83,7 +82,7 @@ def compute(spans: int, segment_rows: int, master: str | None, targets: int = 20
                 con.register("_lake", result.reader.read_all())
             con.execute("INSERT INTO spans SELECT * FROM _lake")
             con.unregister("_lake")
-            now = _dt.datetime.now(_dt.timezone.utc)
+            now = _dt.datetime.now(_dt.UTC)
             t0 = time.perf_counter()
             single = compute_windows(DuckDBEngine(con), lake.name, now)
             duck_s = time.perf_counter() - t0

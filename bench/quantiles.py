@@ -29,9 +29,8 @@ import pyarrow as pa
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from spangen import SpanStream  # noqa: E402
-
-from meritlens.analytics.engine import SAMPLE_ROW_COLUMNS, SAMPLE_VALUES, SCOPE_ALL, WindowBook  # noqa: E402
+from meritlens.analytics.engine import SAMPLE_ROW_COLUMNS, SAMPLE_VALUES, SCOPE_ALL, WindowBook
+from spangen import SpanStream
 
 REPORTED = ("p50", "p90", "p95", "p99", "min", "max")
 _EXACT = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99, "min": 0.0, "max": 1.0}
@@ -65,7 +64,7 @@ def window_rows(sets: dict[str, dict[str, np.ndarray]], delta: int) -> tuple[dic
             part = {metric: values[start:start + delta] for metric, values in columns.items()}
             book.apply_delta(None, sample_rows(target, part, start))
     seconds = time.perf_counter() - t
-    now = _dt.datetime.now(_dt.timezone.utc)
+    now = _dt.datetime.now(_dt.UTC)
     rows = {}
     for target, columns in sets.items():
         for window in book.windows((target, SCOPE_ALL), "bench", now):
@@ -84,7 +83,7 @@ def run(samples: int, delta: int, max_error: float, seed: int = 0) -> tuple[list
     for (target, metric), window in sorted(rows.items()):
         values = sets[target][metric]
         values = values[~np.isnan(values)]
-        exact = dict(zip(REPORTED, np.quantile(values, [_EXACT[q] for q in REPORTED]).tolist()))
+        exact = dict(zip(REPORTED, np.quantile(values, [_EXACT[q] for q in REPORTED]).tolist(), strict=True))
         reported = {q: getattr(window, q) for q in REPORTED}
         errors = {q: abs(reported[q] - exact[q]) / abs(exact[q]) if reported[q] is not None else float("inf")
                   for q in REPORTED}

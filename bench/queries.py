@@ -26,11 +26,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _history import load  # noqa: E402
-from spangen import SpanStream  # noqa: E402
-
-from meritlens.analytics.engine import SPAN_WINDOW_METRICS  # noqa: E402
-from meritlens.collector.windows import LocalStore  # noqa: E402
+from _history import load
+from meritlens.analytics.engine import SPAN_WINDOW_METRICS
+from meritlens.collector.windows import LocalStore
+from spangen import SpanStream
 
 TYPED = "select sum(input_tokens) from spans"
 JSON = "select sum((attributes->>'gen_ai.request.max_tokens')::BIGINT) from spans"

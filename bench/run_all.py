@@ -16,14 +16,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-import ingest  # noqa: E402
-import knee  # noqa: E402
-import lake  # noqa: E402
-import quantiles  # noqa: E402
-import queries  # noqa: E402
-import retention  # noqa: E402
-import sustained  # noqa: E402
-import windows  # noqa: E402
+import ingest
+import knee
+import lake
+import quantiles
+import queries
+import retention
+import sustained
+import windows
 
 
 def main() -> None:
@@ -74,7 +74,10 @@ def main() -> None:
 
     headers = ("benchmark", "measured", "detail")
     widths = [max(len(str(row[i])) for row in rows + [headers]) for i in range(3)]
-    line = lambda row: "| " + " | ".join(str(v).ljust(w) for v, w in zip(row, widths)) + " |"  # noqa: E731
+
+    def line(row) -> str:
+        return "| " + " | ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)) + " |"
+
     print(line(headers))
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for row in rows:

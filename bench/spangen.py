@@ -42,7 +42,6 @@ import pyarrow as pa
 
 import _wire as w
 from _tally import TALLY_FIELDS, Tally, tally_rows, target_names
-
 from meritlens.collector.process import _otlp
 from meritlens.collector.process._normalize import normalize
 from meritlens.instrumentation import conventions as c
@@ -90,7 +89,7 @@ _LLM_ERRORS = ("RateLimitError", "APITimeoutError", "InternalServerError")
 _TOOL_ERRORS = ("TimeoutError", "ToolError", "PermissionError")
 _LOREM = ("the report lists three options and the second one fits the stated budget best while the first "
           "needs approval from the data owner before any export can start so the plan moves in two steps ") * 4
-_PRICED_AT = _dt.datetime.fromtimestamp(BASE_NS / 1e9, _dt.timezone.utc)
+_PRICED_AT = _dt.datetime.fromtimestamp(BASE_NS / 1e9, _dt.UTC)
 _MAX_TOKENS = (1024, 2048, 4096, 8192)
 """``gen_ai.request.max_tokens`` of target t: the (t % 4)th."""
 _OUTPUT_LATENCY_CORRELATION = 0.7

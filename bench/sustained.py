@@ -42,7 +42,7 @@ import httpx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _collector import WINDOWED_CALLS_SQL, Collector, Sampler, Senders, check_stored, cpu_seconds, mib, resident_mib  # noqa: E402
+from _collector import WINDOWED_CALLS_SQL, Collector, Sampler, Senders, check_stored, cpu_seconds, mib, resident_mib
 
 LAG_LIMIT_S = 5.0
 FLAT_LIMIT = 1.1

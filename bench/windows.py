@@ -29,12 +29,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _collector import check_stored  # noqa: E402
-from _history import load  # noqa: E402
-from _tally import Tally  # noqa: E402
-from spangen import SpanStream, rows  # noqa: E402
+from _collector import check_stored
+from _history import load
+from _tally import Tally
+from meritlens.collector.windows import LocalStore
+from spangen import SpanStream, rows
 
-from meritlens.collector.windows import LocalStore  # noqa: E402
 
 def measure(stored: int, batch: int, repeats: int, targets: int, seed: int = 0) -> dict:
     with tempfile.TemporaryDirectory(prefix="meritlens-bench-") as tmp:
@@ -48,7 +48,7 @@ def measure(stored: int, batch: int, repeats: int, targets: int, seed: int = 0) 
             requests = [stream.next_request(batch) for _ in range(repeats)]
             tables = [rows(r) for r in requests]
             appends, refreshes = [], []
-            for request, table in zip(requests, tables):
+            for request, table in zip(requests, tables, strict=True):
                 t = time.perf_counter()
                 result = store.append(table)
                 t1 = time.perf_counter()
@@ -66,7 +66,7 @@ def measure(stored: int, batch: int, repeats: int, targets: int, seed: int = 0) 
     for request in requests:
         new += request.tally
     touched = new.total("tasks") + new.total("continued_tasks")
-    times = [a + r for a, r in zip(appends, refreshes)]
+    times = [a + r for a, r in zip(appends, refreshes, strict=True)]
     return {"stored": stored, "load_s": load_s, "times": times, "append_times": appends, "refresh_times": refreshes,
             "median_s": statistics.median(times), "mean_s": statistics.mean(times),
             "append_median_s": statistics.median(appends), "append_mean_s": statistics.mean(appends),

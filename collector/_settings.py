@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import datetime as _dt
 import ipaddress
 import os
 import re
 from dataclasses import dataclass, field, fields
 
-from meritlens.analytics.engine import DEFAULT_RELATIVE_ERROR, scale_for
+from meritlens.analytics.engine import DEFAULT_RELATIVE_ERROR, parse_duration, scale_for
+from meritlens.collector.alerts._config import AlertConfig
 
 ENV_URL = "MERITLENS_URL"
 """The collector the commands go through when given no --db (the commands' side only)."""
@@ -67,7 +67,7 @@ class MemoryBudget:
     key_filter: int
 
     @classmethod
-    def of(cls, limit: int) -> "MemoryBudget":
+    def of(cls, limit: int) -> MemoryBudget:
         spike, in_flight = limit // MEMORY_SPIKE_DIVISOR, limit // MEMORY_IN_FLIGHT_DIVISOR
         rest = max(0, limit - spike - in_flight - PROCESS_MEMORY_BYTES)
         return cls(limit=limit, spike=spike, process=PROCESS_MEMORY_BYTES, in_flight=in_flight,
@@ -90,7 +90,7 @@ class MemoryBudget:
         return self.limit - self.spike
 
     def limiter(self, spike: int | None = None,
-                check_interval_s: float = DEFAULT_MEMORY_CHECK_INTERVAL_S) -> "MemoryLimiterConfig":
+                check_interval_s: float = DEFAULT_MEMORY_CHECK_INTERVAL_S) -> MemoryLimiterConfig:
         """The limiter's settings: this budget's spike headroom, or a larger one."""
         return MemoryLimiterConfig(self.limit, spike or self.spike, check_interval_s)
 
@@ -125,6 +125,9 @@ DEFAULT_WINDOW_MEMORY_BYTES = _DEFAULT_BUDGET.window_state
 """Window processor state kept in memory; beyond it, least recently written targets are rebuilt on demand."""
 DEFAULT_WINDOW_LAG_ROWS = 50_000
 """Committed span rows that may wait for the window processor; appends wait beyond it (bounds memory)."""
+SHUTDOWN_WINDOW_ROWS = 20_000
+"""At a graceful stop, a backlog of at most this many committed span rows is windowed before the state is
+saved (about a second's pass); a larger one is left to the next start, which follows it from the spans."""
 DEFAULT_WINDOW_GATHER_S = 1.0
 """How long the window thread lets committed batches gather before a pass (a waiting query ends it early)."""
 ROW_GROUP_ROWS = 16_384
@@ -219,18 +222,6 @@ def parse_bytes(raw: str | int, name: str = "size") -> int:
         raise SettingsError(f"{name}={raw!r} is not a byte count (e.g. 1048576, 512KiB, 20MiB, 1GiB)")
     unit = (match.group(2) or "").lower()[:1]
     return int(match.group(1)) * _SIZE_FACTORS[unit]
-
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d|w)?\s*$")
-_SECONDS = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def parse_duration(text: str) -> _dt.timedelta:
-    """``90m``, ``24h``, ``7d``, ``2w`` (a bare number: seconds) as a duration; ValueError names what was wrong."""
-    match = _DURATION.match(text)
-    if not match or float(match.group(1)) <= 0:
-        raise ValueError(f"{text!r} is not a duration such as 30s, 30m, 24h, 7d or 2w")
-    return _dt.timedelta(seconds=float(match.group(1)) * _SECONDS[match.group(2) or "s"])
 
 
 def _mib(n: int) -> str:
@@ -419,9 +410,22 @@ class ServerSettings:
     collector_id: str | None = setting("--collector-id", None, "This collector's name on the lake, unique among "
                                        "its collectors.", shown="the host name")
     """This collector's name on the lake (its segments' prefix); default: the host name."""
+    alert_webhook_url: str | None = setting(
+        "--alert-webhook-url", None, "POST each alert event (fired, resolved) of the profiles' rules here as JSON, "
+        "at least once, retried with backoff (docs/alerts.md).")
+    alert_webhook_secret_file: str | None = setting(
+        "--alert-webhook-secret-file", None, "File whose contents are the HMAC-SHA256 key signing each alert "
+        "delivery (header X-Meritlens-Signature).")
+    alert_interval_s: float = setting(
+        "--alert-interval", AlertConfig.interval_s, "Seconds between evaluations of the alert rules when no "
+        "window changes (no-data rules, a new range).", kind="float")
+    alert_retry_s: float = setting(
+        "--alert-retry", AlertConfig.retry_s, "Seconds before a failed alert delivery is tried again; doubled after "
+        "each failure, up to 10 minutes.", kind="float")
 
     profiles: tuple[str, ...] = ()
-    """Task profiles (TOML files, or directories of them) the dashboard checks readiness against."""
+    """Task profiles (TOML files, or directories of them): the dashboard checks readiness against them,
+    and the collector evaluates their alert rules."""
 
     @classmethod
     def declared(cls) -> dict[str, Setting]:
@@ -429,7 +433,7 @@ class ServerSettings:
         return {f.name: f.metadata["setting"] for f in fields(cls) if "setting" in f.metadata}
 
     @classmethod
-    def from_env(cls, environ=None, **given) -> "ServerSettings":
+    def from_env(cls, environ=None, **given) -> ServerSettings:
         """Settings from the ``given`` values, else from their `MERITLENS_*` variables (empty: unset),
         else their defaults. Raises SettingsError naming a variable that holds no such value."""
         environ = os.environ if environ is None else environ
@@ -452,10 +456,14 @@ class ServerSettings:
             return None
         return resolve_token(self.token, self.token_file)
 
-    def memory_budget(self) -> "MemoryBudget":
+    def alert_config(self) -> AlertConfig:
+        return AlertConfig(self.alert_webhook_url, self.alert_webhook_secret_file, self.alert_interval_s,
+                           self.alert_retry_s)
+
+    def memory_budget(self) -> MemoryBudget:
         return MemoryBudget.of(self.memory_limit)
 
-    def memory_limiter(self) -> "MemoryLimiterConfig":
+    def memory_limiter(self) -> MemoryLimiterConfig:
         return self.memory_budget().limiter(self.memory_spike)
 
     def db_memory_floor(self) -> int:
@@ -505,6 +513,10 @@ class ServerSettings:
             raise SettingsError(f"{SETTINGS['memory_spike'].env} must be at least an eighth of the memory limit"
                                 f" ({_mib(self.memory_budget().spike)}), got {_mib(self.memory_spike)}")
         self.memory_limiter().validate()
+        try:
+            self.alert_config().validate()
+        except ValueError as exc:
+            raise SettingsError(str(exc)) from None
         try:
             scale_for(self.quantile_error)
         except ValueError as exc:

@@ -16,8 +16,8 @@ TARGET = "refund-bot/answer"
 
 def main() -> None:
     configure(service_name="refund-bot")
-    client = instrument(anthropic.Anthropic(api_key="offline", http_client=httpx2.Client(transport=anthropic_transport())),
-                        target=TARGET)
+    http_client = httpx2.Client(transport=anthropic_transport())
+    client = instrument(anthropic.Anthropic(api_key="offline", http_client=http_client), target=TARGET)
     for number in range(4):
         with task(task_id=f"refund-{number}", target=TARGET):
             message = client.messages.create(model="claude-3-5-haiku-20241022", max_tokens=200,

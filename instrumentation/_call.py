@@ -11,8 +11,8 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from meritlens.instrumentation import conventions as c
-from meritlens.instrumentation._state import config, report_internal_error, tracer
 from meritlens.instrumentation._reading import Reading, read_response
+from meritlens.instrumentation._state import config, report_internal_error, tracer
 from meritlens.instrumentation._usage import CHAT, get, openai_usage_counts
 from meritlens.instrumentation.pricing import _price_now
 

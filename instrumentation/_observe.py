@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import AsyncIterator, Iterator
-from typing import Any, Callable, TypeVar, overload
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, TypeVar, overload
 
 from meritlens.instrumentation import conventions as c
 from meritlens.instrumentation._call import CallRecorder
+from meritlens.instrumentation._reading import Reading, StreamReader, read_response
 from meritlens.instrumentation._state import Scope, check_role, current_scope, report_internal_error, scope_attributes
 from meritlens.instrumentation._streams import StreamObservation, observe_sdk_stream
-from meritlens.instrumentation._reading import Reading, StreamReader, read_response
 from meritlens.instrumentation._usage import FAMILY_PROVIDER, family_of
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -13,7 +13,7 @@ from typing import Any
 log = logging.getLogger("meritlens.instrumentation.pricing")
 
 _PER_MILLION = 1_000_000.0
-_UTC = _dt.timezone.utc
+_UTC = _dt.UTC
 
 # GenAI semantic-convention provider names -> genai-prices provider ids, where they differ.
 _GENAI_PRICES_PROVIDER = {

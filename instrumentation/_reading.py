@@ -22,7 +22,6 @@ from meritlens.instrumentation._usage import (
     normalize_usage,
 )
 
-
 # --- reading a complete response ---------------------------------------------------------------------------
 
 

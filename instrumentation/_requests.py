@@ -16,6 +16,7 @@ from opentelemetry import trace
 from meritlens.instrumentation import conventions as c
 from meritlens.instrumentation._call import CallRecorder, finish_chat_completion
 from meritlens.instrumentation._foreign import mark_enclosing_duplicates
+from meritlens.instrumentation._reading import Reading, StreamReader, read_response
 from meritlens.instrumentation._state import (
     config,
     current_call,
@@ -29,7 +30,6 @@ from meritlens.instrumentation._streams import (
     observe_sdk_chat_stream,
     observe_sdk_stream,
 )
-from meritlens.instrumentation._reading import Reading, StreamReader, read_response
 from meritlens.instrumentation._usage import CHAT, COMPLETION, EMBEDDINGS, MESSAGES, PROVIDER_OPENAI, RESPONSES
 
 RETRY_METHOD = "_sleep_for_retry"

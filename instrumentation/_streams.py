@@ -9,8 +9,8 @@ from typing import Any
 
 from meritlens.instrumentation import conventions as c
 from meritlens.instrumentation._call import CallRecorder, usage_attributes
-from meritlens.instrumentation._state import report_internal_error
 from meritlens.instrumentation._reading import StreamReader, add_tool_deltas, tool_names_and_ids
+from meritlens.instrumentation._state import report_internal_error
 from meritlens.instrumentation._usage import PROVIDER_OPENAI, normalize_usage, openai_usage_counts
 
 _perf_counter_ns = time.perf_counter_ns  # a module global: read on the first chunk of every stream

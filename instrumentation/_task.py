@@ -6,8 +6,9 @@ import functools
 import inspect
 import math
 import uuid
+from collections.abc import Callable
 from numbers import Real
-from typing import Any, Callable, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -16,8 +17,8 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from meritlens.instrumentation import conventions as c
 from meritlens.instrumentation._state import (
-    check_role,
     Scope,
+    check_role,
     current_scope,
     report_internal_error,
     scope_attributes,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 
 def lazy_exports(package: str, exports: dict[str, tuple[str, ...]], *, submodules: tuple[str, ...] = (),

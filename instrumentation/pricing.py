@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 PRICE_FILE_ENV = "MERITLENS_PRICE_FILE"
 """Environment variable naming a user price file, read on first use when configure() named none."""
 
-_UTC = _dt.timezone.utc
+_UTC = _dt.UTC
 
 class PriceFileError(ValueError):
     """The user price file cannot be read or has an invalid entry."""

@@ -54,11 +54,11 @@ def screenshot(url: str, path: Path, profile: Path, *, size: tuple[int, int] = (
 
 # --- a parsed DOM ---------------------------------------------------------------------------------
 class Node:
-    def __init__(self, tag: str, attrs: dict[str, str], parent: "Node | None"):
+    def __init__(self, tag: str, attrs: dict[str, str], parent: Node | None):
         self.tag = tag
         self.attrs = attrs
         self.parent = parent
-        self.children: list["Node | str"] = []
+        self.children: list[Node | str] = []
 
     @property
     def text(self) -> str:
@@ -70,7 +70,7 @@ class Node:
             if isinstance(child, Node):
                 yield from child.iter()
 
-    def find_all(self, tag: str | None = None, **attrs) -> list["Node"]:
+    def find_all(self, tag: str | None = None, **attrs) -> list[Node]:
         """Descendants with this tag (any if None) whose attributes equal ``attrs``
         (underscores in names stand for dashes; ``class_`` matches one class)."""
         out = []
@@ -81,7 +81,7 @@ class Node:
                 out.append(node)
         return out
 
-    def find(self, tag: str | None = None, **attrs) -> "Node":
+    def find(self, tag: str | None = None, **attrs) -> Node:
         found = self.find_all(tag, **attrs)
         assert found, f"no <{tag or '*'}> with {attrs}"
         return found[0]
@@ -152,7 +152,7 @@ class DevToolsPage:
         self._next_id = 0
         self._proc: subprocess.Popen | None = None
 
-    def __enter__(self) -> "DevToolsPage":
+    def __enter__(self) -> DevToolsPage:
         self._proc = subprocess.Popen(self._args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         endpoint = None
         deadline = time.monotonic() + 30

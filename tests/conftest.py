@@ -5,13 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from meritlens.collector._paths import TRACES_PATH
 from tests.cli_runner import MERITLENS, run_cli, run_sql
-from tests.collector.collector_proc import free_port
 from tests.collector.collector_proc import CollectorProcess as _ServerProcess
+from tests.collector.collector_proc import free_port
 
 __all__ = ["MERITLENS", "CollectorProcess", "free_port", "run_cli", "run_sql"]
+
+# No time limit on a generated example: the machine is shared, and a test asserts no wall-clock time.
+settings.register_profile("meritlens", deadline=None)
+settings.load_profile("meritlens")
 
 
 class CollectorProcess(_ServerProcess):

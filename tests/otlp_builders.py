@@ -1,13 +1,30 @@
-"""Building OTLP trace requests for tests (protobuf messages and OTLP/JSON documents)."""
+"""Building OTLP trace requests for tests (protobuf messages and OTLP/JSON documents), and spans
+made by the OpenTelemetry SDK for its real exporters to send."""
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Tracer
+
+
+def sdk_spans(write: Callable[[Tracer], None], resource: Resource | None = None) -> tuple[ReadableSpan, ...]:
+    """The spans ``write`` makes with a tracer of a real SDK provider, finished and kept in memory."""
+    kept = InMemorySpanExporter()
+    provider = TracerProvider() if resource is None else TracerProvider(resource=resource)
+    provider.add_span_processor(SimpleSpanProcessor(kept))
+    write(provider.get_tracer("tests"))
+    provider.shutdown()
+    return kept.get_finished_spans()
 
 
 def any_value(value) -> AnyValue:

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import inspect
 
+from meritlens.analytics.engine import WINDOW_COLUMN_NAMES
 from meritlens.collector.store._store import SpanStore
 from meritlens.collector.windows import _state
 from meritlens.collector.windows._processor import WindowProcessor
 
 _STORE_OPTIONS = set(inspect.signature(SpanStore.__init__).parameters) - {"self", "path"}
 _WINDOW_OPTIONS = set(inspect.signature(WindowProcessor.__init__).parameters) - {"self", "store"}
+
+WINDOW_ROW_COLUMNS = tuple(c for c in WINDOW_COLUMN_NAMES if c != "computed_at")
+"""A window row but the time it was computed: the same for the same spans, however they arrived."""
 
 
 class StoreUnderTest:
@@ -43,7 +47,7 @@ class StoreUnderTest:
         self.store._db.con.close()
         self.store._stager.close(remove=False)
 
-    def follow_in_thread(self, gather_s: float = 0.0) -> "StoreUnderTest":
+    def follow_in_thread(self, gather_s: float = 0.0) -> StoreUnderTest:
         self.windows._gather_s = gather_s
         self.windows.start()
         return self
@@ -56,6 +60,11 @@ class StoreUnderTest:
     def con(self):
         """The window processor's connection (reads and writes the window tables)."""
         return self.windows.con
+
+    def window_rows(self) -> list[tuple]:
+        """Every stored window row (`WINDOW_ROW_COLUMNS`), in one order."""
+        columns = ", ".join(WINDOW_ROW_COLUMNS)
+        return self.store.query(f"select {columns} from windows order by target_id, scope, metric").rows
 
     def stored_watermark(self):
         return _state.stored_watermark(self.windows.con)

@@ -16,12 +16,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
 
-import spangen  # noqa: E402
-from _tally import Tally  # noqa: E402
-
-from meritlens.analytics._schema import SPANS_DDL  # noqa: E402
-from meritlens.collector.windows import DuckDBEngine, compute_windows  # noqa: E402
-from meritlens.instrumentation import conventions as c  # noqa: E402
+import spangen
+from _tally import Tally
+from meritlens.analytics._schema import SPANS_DDL
+from meritlens.collector.windows import DuckDBEngine, compute_windows
+from meritlens.instrumentation import conventions as c
 
 
 def _spans(requests):
@@ -101,7 +100,7 @@ def test_the_tally_is_what_the_windows_count_wherever_the_requests_stop(batch):
     con.execute(SPANS_DDL)
     con.register("_new", pa.concat_tables(tables))
     con.execute("INSERT INTO spans BY NAME SELECT *, now() AS received_at FROM _new")
-    windows = compute_windows(DuckDBEngine(con), "test", _dt.datetime.now(_dt.timezone.utc))
+    windows = compute_windows(DuckDBEngine(con), "test", _dt.datetime.now(_dt.UTC))
     held = {(w.target_id, w.metric): w for w in windows if w.scope == "all"}
     for metric, column, field in (("end_to_end_latency", "sample_count", "tasks"),
                                   ("retry_rate", "sample_count", "llm_calls"),

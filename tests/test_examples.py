@@ -37,8 +37,8 @@ def test_every_example_imports_only_what_make_run_installs():
                   if isinstance(node, ast.ImportFrom) and node.module and node.level == 0}
         for name in sorted(names - set(sys.stdlib_module_names) - own - {"__future__"}):
             providers = {canonicalize_name(d) for d in distributions.get(name, [])}
-            assert providers & installed, f"{path.relative_to(ROOT)} imports {name} ({providers or 'not installed'}), " \
-                                          "which `make run` does not install"
+            assert providers & installed, (f"{path.relative_to(ROOT)} imports {name} "
+                                           f"({providers or 'not installed'}), which `make run` does not install")
 
 
 def _run_example(name: str, collector, *args: str) -> subprocess.CompletedProcess:
@@ -90,7 +90,8 @@ def test_openai_app_with_tools_and_streaming(collector):
     assert windows["agent_steps"]["value"] == 2.0
     tools = collector.sql("select count(*) n from spans where name = 'execute_tool lookup_order' and kind = 1")
     assert tools == [{"n": 3}]
-    requested = collector.sql("select sum(tool_calls) n from spans where target_id = 'order-bot/agent' and operation = 'chat'")
+    requested = collector.sql("select sum(tool_calls) n from spans"
+                              " where target_id = 'order-bot/agent' and operation = 'chat'")
     assert requested == [{"n": 3}]
     streamed = collector.sql("select count(*) n from spans where target_id = 'order-bot/agent' and ttft_s is not null")
     assert streamed == [{"n": 3}]

@@ -39,13 +39,14 @@ def test_the_built_wheel_imports_every_module_in_a_fresh_venv(tmp_path):
     dist = tmp_path / "dist"
     source = tmp_path / "source"  # build from a copy so the checkout gets no build/ or egg-info
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".venv", ".git", "__pycache__", "*.duckdb*", "build"))
-    built = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(source)],
-                           capture_output=True, text=True)
+    built = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist),
+                            str(source)], capture_output=True, text=True)
     assert built.returncode == 0, built.stdout + built.stderr
     wheels = list(dist.glob("meritlens-*.whl"))
     assert len(wheels) == 1
     with zipfile.ZipFile(wheels[0]) as wheel:  # the dashboard's page ships inside the package
-        assert {f"meritlens/collector/serve/static/{n}" for n in ("index.html", "app.js", "dashboard.css")} <= set(wheel.namelist())
+        page = {f"meritlens/collector/serve/static/{n}" for n in ("index.html", "app.js", "dashboard.css")}
+        assert page <= set(wheel.namelist())
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"

@@ -21,7 +21,8 @@ def test_missing_chromium_fails_in_one_line_naming_the_package(tmp_path):
                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert ran.returncode == 1, ran.stdout + ran.stderr
     failure = [line for line in ran.stdout.splitlines() if "missing prerequisite" in line]
-    assert failure and "apt-get install --no-install-recommends chromium" in failure[0] and "no-chromium" in failure[0], ran.stdout
+    assert failure, ran.stdout
+    assert "apt-get install --no-install-recommends chromium" in failure[0] and "no-chromium" in failure[0], ran.stdout
     assert "Traceback" not in ran.stdout and "def require_chromium" not in ran.stdout, ran.stdout
 
 
@@ -36,7 +37,9 @@ def test_missing_java_fails_the_spark_tests_in_one_line_naming_the_package(tmp_p
                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert ran.returncode == 1, ran.stdout + ran.stderr
     failure = [line for line in ran.stdout.splitlines() if "missing prerequisite" in line]
-    assert failure and "apt-get install --no-install-recommends openjdk-17-jre-headless" in failure[0] and "no-java" in failure[0], ran.stdout
+    assert failure, ran.stdout
+    assert "apt-get install --no-install-recommends openjdk-17-jre-headless" in failure[0], ran.stdout
+    assert "no-java" in failure[0], ran.stdout
     assert "Traceback" not in ran.stdout, ran.stdout
 
 

@@ -57,8 +57,8 @@ def readme_blocks(text: str) -> list[Block]:
             else:
                 prose.append(line)
         elif fence and fence.group(2).strip() == "":
-            blocks.append(Block(info, "\n".join(l[len(indent):] if l.startswith(indent) else l for l in current),
-                                start, "\n".join(prose)))
+            body = "\n".join(row[len(indent):] if row.startswith(indent) else row for row in current)
+            blocks.append(Block(info, body, start, "\n".join(prose)))
             current, prose = None, []
         else:
             current.append(line)
@@ -89,7 +89,7 @@ def test_every_block_is_either_run_or_visibly_marked():
         if block.runs or "not-run" in block.info.split():
             continue
         if block.language == "":
-            commands = [l for l in block.text.splitlines() if _COMMAND_LIKE.match(l)]
+            commands = [text for text in block.text.splitlines() if _COMMAND_LIKE.match(text)]
             assert not commands, (f"{where}: a command in a plain block ({commands[0].strip()!r}); fence it as ```sh "
                                   "(run by tests/test_readme.py) or ```sh not-run")
         else:

@@ -13,8 +13,8 @@ import logging
 import os
 import ssl
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import httpx
 
@@ -96,7 +96,7 @@ class CollectorClient:
     def close(self) -> None:
         self._client.close()
 
-    def __enter__(self) -> "CollectorClient":
+    def __enter__(self) -> CollectorClient:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -134,6 +134,14 @@ class CollectorClient:
             return json.loads(reply)
         except ValueError:
             raise QueryError(f"the collector at {self.url} answered {path} with no JSON") from None
+
+    def get_json(self, path: str) -> dict:
+        """GET ``path``: its JSON reply."""
+        with self.get_stream(path) as (_, body):
+            try:
+                return json.loads(body.read())
+            except ValueError:
+                raise QueryError(f"the collector at {self.url} answered {path} with no JSON") from None
 
     @contextmanager
     def get_stream(self, path: str, params: dict | None = None) -> Iterator[tuple[httpx.Headers, io.BufferedReader]]:

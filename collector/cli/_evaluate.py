@@ -66,9 +66,11 @@ def evaluate(target, scope, metric_list, connection, run_dir, schema, step_thres
         EvaluationError,
         MetricOptions,
         default_run_dir,
-        evaluate as run_evaluation,
         is_fake_model,
         load_registry,
+    )
+    from meritlens.analytics.engine import (
+        evaluate as run_evaluation,
     )
     from meritlens.collector.cli._evaluation import open_evaluation_store
     from meritlens.collector.store._results import json_default
@@ -127,9 +129,10 @@ def evaluate(target, scope, metric_list, connection, run_dir, schema, step_thres
                 table.add_row(outcome.metric, "failed", "", "", outcome.error or "")
             elif outcome.status == "not_applicable":
                 table.add_row(outcome.metric, "not_applicable", "", "", outcome.reason or "does not apply")
-            for measurement, window in zip(outcome.measurements, outcome.windows):
-                table.add_row(window.metric, window.state, format_value(window.value, window.unit),
-                              str(window.sample_count), measurement.summary)
+            else:  # measured: one window per measurement
+                for measurement, window in zip(outcome.measurements, outcome.windows, strict=True):
+                    table.add_row(window.metric, window.state, format_value(window.value, window.unit),
+                                  str(window.sample_count), measurement.summary)
         Console(width=160).print(table)
         click.echo(f"run directory: {directory}")
         if judge is not None:

@@ -17,10 +17,10 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
 
 from meritlens.analytics.engine import SCOPE_ALL, EvaluationError, JudgeCall, QueryPage, Window, window_to_json
-from meritlens.collector.process._normalize import normalize
+from meritlens.collector._paths import SQL_PATH, TRACES_PATH, WINDOWS_PATH
 from meritlens.collector.cli._client import CollectorClient, CollectorRefused, QueryError
 from meritlens.collector.cli._resolve import Source, open_file_or_explain
-from meritlens.collector._paths import SQL_PATH, TRACES_PATH, WINDOWS_PATH
+from meritlens.collector.process._normalize import normalize
 from meritlens.collector.windows._local import LocalStore
 from meritlens.instrumentation import conventions as c
 
@@ -75,7 +75,8 @@ def judge_calls_request(calls: list[JudgeCall]) -> ExportTraceServiceRequest:
             span.events.add(
                 name=c.GEN_AI_EVALUATION_RESULT_EVENT,
                 time_unix_nano=call.end_unix_nano,
-                attributes=[_kv(c.GEN_AI_EVALUATION_NAME, call.metric), _kv(c.GEN_AI_EVALUATION_SCORE_VALUE, call.score)],
+                attributes=[_kv(c.GEN_AI_EVALUATION_NAME, call.metric),
+                            _kv(c.GEN_AI_EVALUATION_SCORE_VALUE, call.score)],
             )
         spans.append(span)
     resource_spans = ResourceSpans(scope_spans=[ScopeSpans(spans=spans)])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import functools
-from typing import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from meritlens.analytics.engine import (
     ExperimentError,
@@ -22,10 +22,10 @@ from meritlens.analytics.engine import (
     start_arm,
     validate_manifest,
 )
+from meritlens.collector._paths import EXPERIMENTS_PATH
 from meritlens.collector.cli._client import CollectorClient, CollectorRefused, QueryError
 from meritlens.collector.cli._query import opened_store, query_store, query_url
 from meritlens.collector.cli._resolve import ResolveError, Source, resolve
-from meritlens.collector._paths import EXPERIMENTS_PATH
 from meritlens.collector.store._results import QueryResult
 
 

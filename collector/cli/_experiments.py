@@ -5,7 +5,6 @@ collector/cli/_experiment_io.py (storing manifests); these commands parse option
 
 from __future__ import annotations
 
-
 import click
 
 from meritlens.collector.cli._exit import answer
@@ -278,7 +277,8 @@ def compare(experiment_id, baseline, profile_path, seed, resamples, connection, 
     95% interval, tolerance, constraint, and a verdict only on enough evidence."""
     import json
 
-    from meritlens.analytics.engine import compare as run_compare, format_comparison
+    from meritlens.analytics.engine import compare as run_compare
+    from meritlens.analytics.engine import format_comparison
     from meritlens.collector.store._results import json_default
 
     result = _decide(experiment_id, profile_path, connection, lambda manifest, profile, query: run_compare(
@@ -314,7 +314,8 @@ def frontier(experiment_id, x_metric, y_metric, z_metric, profile_path, seed, re
     whom."""
     import json
 
-    from meritlens.analytics.engine import PLOT_SUFFIXES, format_frontier, frontier as run_frontier
+    from meritlens.analytics.engine import PLOT_SUFFIXES, format_frontier
+    from meritlens.analytics.engine import frontier as run_frontier
     from meritlens.collector.store._results import json_default
 
     if plot_path is not None and not plot_path.lower().endswith(PLOT_SUFFIXES):

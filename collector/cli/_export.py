@@ -19,11 +19,11 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from meritlens.collector.serve._dashboard import EXPORT_TABLES
+from meritlens.collector._paths import API_ARROW_PATH, ARROW_ROW_COUNT_HEADER, ARROW_STREAM_MEDIA_TYPE
 from meritlens.collector.cli._client import CollectorClient, CollectorRefused, QueryError
 from meritlens.collector.cli._query import opened_store
 from meritlens.collector.cli._resolve import Source
-from meritlens.collector._paths import API_ARROW_PATH, ARROW_ROW_COUNT_HEADER, ARROW_STREAM_MEDIA_TYPE
+from meritlens.collector.serve._dashboard import EXPORT_TABLES
 from meritlens.collector.store._store import SpanStore
 
 COMPRESSIONS = ("snappy", "zstd", "gzip", "none")
@@ -139,7 +139,8 @@ def _write_parquet(reader: pa.RecordBatchReader, path: str, compression: str, on
     partial = path + ".partial"
     rows = 0
     try:
-        with pq.ParquetWriter(partial, reader.schema, compression=None if compression == "none" else compression) as writer:
+        codec = None if compression == "none" else compression
+        with pq.ParquetWriter(partial, reader.schema, compression=codec) as writer:
             for batch in reader:
                 if batch.num_rows:
                     writer.write_batch(batch)

@@ -27,17 +27,16 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from meritlens.collector.cli._import_files import ROWS_PER_REQUEST, Chunk, FileProblem, read_file, _span_count, _split
+from meritlens.collector._paths import TRACES_PATH
 from meritlens.collector.cli._client import CollectorClient, CollectorRefused, QueryError
+from meritlens.collector.cli._import_files import ROWS_PER_REQUEST, Chunk, FileProblem, _span_count, _split, read_file
 from meritlens.collector.cli._resolve import Source, open_file_or_explain
 from meritlens.collector.process import _otlp
 from meritlens.collector.process._normalize import normalize
 from meritlens.collector.process._options import NormalizeOptions
-from meritlens.collector._paths import TRACES_PATH
 from meritlens.collector.store._store import SpanStore
 from meritlens.collector.windows._delta import touched_keys
 from meritlens.collector.windows._processor import WindowProcessor
-
 
 _MAX_BUFFERED_ROWS = 50_000
 _MAX_REQUEST_BYTES = 4 * 1024 * 1024
@@ -218,8 +217,8 @@ def open_destination(source: Source,
     store = SpanStore(source.db)
     open_file_or_explain(source.db, store.start, ImportFailed)
     if options is None:
-        from meritlens.collector.serve._server import normalize_options
         from meritlens.collector._settings import ServerSettings
+        from meritlens.collector.serve._server import normalize_options
 
         options = normalize_options(ServerSettings.from_env())
     return StoreDestination(store, options)

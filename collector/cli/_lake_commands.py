@@ -75,7 +75,8 @@ def _spark_output_quiet(debug: bool):
 @click.option("--full", is_flag=True, help="Recompute from every segment, not from the last run's state.")
 @setting_option("quantile_error",
                 help=env_help("Bound on the relative error of the quantiles of windows of more than 1,000 samples, as "
-                              "the collectors'", SETTINGS["quantile_error"].env, SETTINGS["quantile_error"].default_text))
+                              "the collectors'", SETTINGS["quantile_error"].env,
+                              SETTINGS["quantile_error"].default_text))
 @click.pass_context
 def lake_windows(ctx: click.Context, lake: str, master: str, driver_host: str | None, conf: tuple[str, ...],
                  full: bool, quantile_error: float) -> None:

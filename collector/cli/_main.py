@@ -49,7 +49,7 @@ def main() -> None:
     except SystemExit as exc:
         # Only a negative answer may end a command with 1; any other way out of it is 0 or an error.
         sys.exit(EXIT_OK if exc.code in (None, EXIT_OK) else EXIT_ERROR)
-    except Exception as exc:  # noqa: BLE001 - one line unless --debug
+    except Exception as exc:  # one line unless --debug
         if debug:
             traceback.print_exc()
             sys.exit(EXIT_ERROR)

@@ -6,7 +6,6 @@ import functools
 from dataclasses import dataclass
 
 import click
-
 from click.core import ParameterSource
 
 from meritlens.collector._settings import DEFAULT_URL, ENV_TLS_CA, ENV_URL, SETTINGS, Setting, SettingsError

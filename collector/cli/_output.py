@@ -8,7 +8,7 @@ import io
 import json
 import re
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -68,7 +68,7 @@ def render(result: QueryResult, fmt: str, out=None, *, shown: Sequence[str] | No
     """``result`` as a table (only the ``shown`` columns, when given), CSV or JSON (every column)."""
     out = out or sys.stdout
     if fmt == "json":
-        rows = [dict(zip(result.columns, row)) for row in result.rows]
+        rows = [dict(zip(result.columns, row, strict=True)) for row in result.rows]
         out.write(json.dumps(rows, default=json_default, indent=2) + "\n")
     elif fmt == "csv":
         buffer = io.StringIO()
@@ -89,7 +89,7 @@ def print_table(columns: list[str], rows: list[tuple], out=None, title: str | No
     Each number is shown with its unit, read from the whole row (``shown`` may leave `unit` out)."""
     out = out or sys.stdout
     shown = list(shown or columns)
-    records = [dict(zip(columns, row)) for row in rows]
+    records = [dict(zip(columns, row, strict=True)) for row in rows]
     cells = [[_cell(c, record[c], record) for c in shown] for record in records]
     table = Table(show_lines=False, title=title)
     widths = []

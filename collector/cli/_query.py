@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import duckdb
 
-from meritlens.collector._settings import staging_path
 from meritlens.collector._paths import SQL_PATH
+from meritlens.collector._settings import staging_path
 from meritlens.collector.cli._client import CollectorClient, QueryError
 from meritlens.collector.cli._resolve import ResolveError, Source, open_file_or_explain, resolve
 from meritlens.collector.store._archive import bind_recorded_archive

@@ -97,14 +97,13 @@ def _range(since: str | None, between: tuple[str, str] | None, target, scope, me
     import datetime as _dt
 
     from meritlens.collector.cli._query import QueryError
-    from meritlens.collector._settings import parse_duration
-    from meritlens.collector.cli._ranges import parse_time, range_result, to_us
+    from meritlens.collector.cli._ranges import parse_duration, parse_time, range_result, to_us
 
     if since is not None and between:
         raise click.UsageError("give --since or --between, not both")
     try:
         if since is not None:
-            since_us, until_us = to_us(_dt.datetime.now(_dt.timezone.utc) - parse_duration(since)), None
+            since_us, until_us = to_us(_dt.datetime.now(_dt.UTC) - parse_duration(since)), None
         else:
             start, end = (parse_time(t) for t in between)
             if end <= start:

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import TypeVar
 
+from meritlens.collector._paths import HEALTH_PATH
 from meritlens.collector._settings import (
     DEFAULT_DB,
     DEFAULT_URL,
@@ -28,7 +30,6 @@ from meritlens.collector._settings import (
     address_file,
     resolve_token,
 )
-from meritlens.collector._paths import HEALTH_PATH
 
 __all__ = ["ResolveError", "Source", "collector_url_beside", "describe_lock_holder", "is_lock_conflict",
            "open_file_or_explain", "resolve"]
@@ -86,7 +87,8 @@ def open_file_or_explain(path: str, open_file: Callable[[], T], error: type[Exce
         return open_file()
     except duckdb.Error as exc:
         if is_lock_conflict(exc):
-            raise error(f"{path} is held by {describe_lock_holder(exc)}; give --url of the collector that holds it") from None
+            raise error(f"{path} is held by {describe_lock_holder(exc)}; "
+                        "give --url of the collector that holds it") from None
         raise error(f"cannot open {path}: {str(exc).splitlines()[0]}") from None
 
 

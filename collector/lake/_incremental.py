@@ -77,7 +77,7 @@ def load_run(lake: Lake, version: str | None, scale: int) -> SavedRun | None:
     book = WindowBook(scale)
     try:
         for target, scope, start, width, state in zip(*(table.column(name).to_pylist()
-                                                         for name in _STATE_SCHEMA.names)):
+                                                         for name in _STATE_SCHEMA.names), strict=True):
             book.import_key((target, scope) if start is None else (target, scope, start, width), state)
     except ValueError as exc:
         log.warning("the saved window state cannot be restored (%s): every window is recomputed", exc)

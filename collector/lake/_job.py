@@ -99,7 +99,7 @@ def compute_lake_windows(spark, lake: Lake, *, computed_at: _dt.datetime | None 
     work = unique_stem("_work-")
     engine = SparkEngine(spark, [_file_uri(lake, f) for f in files], lake.uri(WINDOWS_DIR, work),
                          scratch_local=None if lake.remote else lake.path(WINDOWS_DIR, work))
-    computed_at = computed_at or _dt.datetime.now(_dt.timezone.utc)
+    computed_at = computed_at or _dt.datetime.now(_dt.UTC)
     saved = None if full else load_run(lake, current_version(lake), scale)
     if saved is not None and not saved.segments <= set(names):
         log.info("segments the last run consumed are gone: every window is recomputed")
@@ -113,7 +113,8 @@ def compute_lake_windows(spark, lake: Lake, *, computed_at: _dt.datetime | None 
     finally:
         if not lake.remote:
             shutil.rmtree(lake.path(WINDOWS_DIR, work), ignore_errors=True)
-    windows = [w for key in sorted(k for k in book.keys if len(k) == 2) for w in book.windows(key, lake.name, computed_at)]
+    cumulative = sorted(k for k in book.keys if len(k) == 2)
+    windows = [w for key in cumulative for w in book.windows(key, lake.name, computed_at)]
     by_time = bucket_rows(book, [k for k in book.keys if len(k) > 2], lake.name, computed_at)
     version = publish_windows(lake, windows, computed_at, lambda name: save_run(lake, name, book, names, cutoffs),
                               by_time)
@@ -134,8 +135,8 @@ def _follow(engine, saved: SavedRun, names: list[str], cutoffs: BucketCutoffs) -
     recompute: set = set()
     if cutoffs != saved.cutoffs:  # time passed: hours merge into days, days into weeks
         recompute |= compact(book, [k for k in book.keys if len(k) > 2], cutoffs)[2]
-    old = [uri for name, uri in zip(names, engine.files) if name in saved.segments]
-    new = [uri for name, uri in zip(names, engine.files) if name not in saved.segments]
+    old = [uri for name, uri in zip(names, engine.files, strict=True) if name in saved.segments]
+    new = [uri for name, uri in zip(names, engine.files, strict=True) if name not in saved.segments]
     if new:
         removed, added = engine.delta_samples(old, new)
         removed, added = (removed if removed.num_rows else None), (added if added.num_rows else None)
@@ -166,7 +167,7 @@ def run_windows_job(lake_path: str, master: str | None = None, *, driver_host: s
     if not lake.exists():
         raise FileNotFoundError(f"no span lake at {lake_path} (no {SPANS_DIR}/ directory)")
     if not lake.files(SPANS_DIR):  # nothing to compute: no Spark application is started for it
-        computed_at = _dt.datetime.now(_dt.timezone.utc)
+        computed_at = _dt.datetime.now(_dt.UTC)
         return JobResult(0, 0, 0, publish_windows(lake, [], computed_at), computed_at, 0.0)  # no state: none to follow
     os.environ.setdefault("PYSPARK_PYTHON", _python())
     spark = spark_session(master, driver_host=driver_host, conf=conf)

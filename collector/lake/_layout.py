@@ -16,8 +16,8 @@ from __future__ import annotations
 import os
 import secrets
 import time
-from functools import lru_cache
-from typing import Iterable
+from collections.abc import Iterable
+from functools import cache
 
 import duckdb
 import pyarrow as pa
@@ -37,7 +37,7 @@ _TMP_SUFFIX = ".tmp"
 """A file being written is hidden (a leading dot) and ends so: no reader lists it."""
 
 
-@lru_cache(maxsize=None)
+@cache
 def _schema_of(ddl: str, table: str) -> pa.Schema:
     """The Arrow schema DuckDB gives a table created by ``ddl``: the lake's files have exactly it."""
     con = duckdb.connect()

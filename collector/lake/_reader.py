@@ -28,22 +28,33 @@ from meritlens.analytics.engine import (
     SPANS_DDL,
     SPANS_TABLE,
     STORE_DDL,
+    WINDOW_BUCKET_STATE_DDL,
+    WINDOW_BUCKET_STATE_TABLE,
     WINDOWS_BY_TIME_DDL,
     WINDOWS_BY_TIME_TABLE,
     WINDOWS_DDL,
     WINDOWS_TABLE,
-    WINDOW_BUCKET_STATE_DDL,
-    WINDOW_BUCKET_STATE_TABLE,
-)
-from meritlens.collector.lake._layout import (
-    COVERAGE_DIR, SPANS_DIR, Lake, coverage_schema, spans_schema, unique_stem, windows_by_time_schema, windows_schema,
 )
 from meritlens.collector.lake._incremental import run_state_schema, state_file
+from meritlens.collector.lake._layout import (
+    COVERAGE_DIR,
+    SPANS_DIR,
+    Lake,
+    coverage_schema,
+    spans_schema,
+    unique_stem,
+    windows_by_time_schema,
+    windows_schema,
+)
 from meritlens.collector.lake._versions import current_by_time_file, current_version, current_windows_file
 from meritlens.collector.store._archive import HOT_SPANS
 from meritlens.collector.store._results import QueryResult
 from meritlens.collector.store._sqlguard import (
-    LOCKED_DOWN, ArrowQuery, check_read_only, lock_configuration, run_read_only,
+    LOCKED_DOWN,
+    ArrowQuery,
+    check_read_only,
+    lock_configuration,
+    run_read_only,
 )
 
 _OWN_TABLES = (SPANS_DDL, WINDOWS_DDL, WINDOWS_BY_TIME_DDL, WINDOW_BUCKET_STATE_DDL, COVERAGE_DDL)
@@ -146,10 +157,10 @@ class LakeReader:
         """A readiness check as a file of its own under ``coverage/`` (the `coverage` view shows the latest)."""
         from meritlens.analytics.engine import coverage_row
 
-        row = dict(zip(COVERAGE_COLUMN_NAMES, coverage_row(report)))
+        row = dict(zip(COVERAGE_COLUMN_NAMES, coverage_row(report), strict=True))
         checked = row["checked_at"]
         if isinstance(checked, _dt.datetime) and checked.tzinfo is None:
-            row["checked_at"] = checked.replace(tzinfo=_dt.timezone.utc)
+            row["checked_at"] = checked.replace(tzinfo=_dt.UTC)
         table = pa.Table.from_pylist([row], schema=coverage_schema())
         self.lake.publish_parquet(COVERAGE_DIR, unique_stem() + ".parquet", table)
 

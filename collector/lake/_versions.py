@@ -7,12 +7,12 @@ kept (a reader may still be reading it); older ones are removed.
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Callable
+from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from meritlens.analytics.engine import WINDOWS_BY_TIME_COLUMN_NAMES, WINDOW_COLUMN_NAMES
+from meritlens.analytics.engine import WINDOW_COLUMN_NAMES, WINDOWS_BY_TIME_COLUMN_NAMES
 from meritlens.collector.lake._layout import (
     BY_TIME_DIR,
     CURRENT,

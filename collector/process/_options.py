@@ -6,8 +6,8 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from meritlens.collector._settings import DEFAULT_TARGET_FALLBACK
 
@@ -62,9 +62,9 @@ def price_span(price: PriceFunction, values: dict, end_unix_nano: int) -> float 
             values.get("provider"), model, values["input_tokens"], values["output_tokens"],
             values.get("cache_read_tokens") or 0, values.get("cache_creation_tokens") or 0,
             values.get("reasoning_tokens") or 0,
-            at=_dt.datetime.fromtimestamp(end_unix_nano / 1e9, _dt.timezone.utc),
+            at=_dt.datetime.fromtimestamp(end_unix_nano / 1e9, _dt.UTC),
         )
-    except Exception:  # noqa: BLE001 - a price lookup failure leaves the cost unknown
+    except Exception:  # a price lookup failure leaves the cost unknown
         return None
     return cost if cost is not None and math.isfinite(cost) and cost >= 0 else None
 

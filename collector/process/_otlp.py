@@ -37,10 +37,10 @@ class DecodedRequest:
     """Spans refused during decoding, by (resource, scope, span) position, with the reason."""
     body: bytes | None = None
     """The protobuf bytes the request was parsed from (None for OTLP/JSON): `lean_view` reuses them."""
-    lean: "LeanRequest | None" = None
+    lean: LeanRequest | None = None
     """The request's `lean_view`, when it was made while decoding."""
 
-    def lean_view(self) -> "LeanRequest":
+    def lean_view(self) -> LeanRequest:
         return self.lean if self.lean is not None else lean_view(self.request, self.body)
 
 

@@ -66,12 +66,13 @@ def scan_normalize(lean, body: bytes, options: NormalizeOptions, checks) -> Span
          checks is not None and checks.resource_problem(ri) is not None)
         for ri, ctx in enumerate(contexts)
     ]
-    scopes = [[_otlp.full_scope(ss.scope).name or None for ss in lean_rs.scope_spans] for lean_rs in lean.resource_spans]
+    scopes = [[_otlp.full_scope(ss.scope).name or None for ss in lean_rs.scope_spans]
+              for lean_rs in lean.resource_spans]
     scanned = _spanscan.scan(body, _scan_plan(options, checks), resources, scopes)
     if scanned is None:  # a body shape the scanner leaves to the Python walk (protobuf groups)
         return walk_normalize(lean, None, options, checks)
     columns, rows, python_spans, finish = scanned
-    arrays = [_array(name, rows, buffers) for name, buffers in zip(_ROW_LAYOUT, columns)]
+    arrays = [_array(name, rows, buffers) for name, buffers in zip(_ROW_LAYOUT, columns, strict=True)]
     batch = SpanBatch(arrays=arrays)
     if finish:
         _finish_rows(arrays, finish, options)
@@ -113,8 +114,9 @@ def _python_rows(batch: SpanBatch, lean, python_spans, checks, contexts, scopes,
             batch.refused.append(result)
             refused_rows.add(row)
         else:
-            for column, value in zip(columns, result):
+            for column, value in zip(columns, result, strict=True):
                 column[row] = value
     if refused_rows:
         columns = [[value for i, value in enumerate(column) if i not in refused_rows] for column in columns]
-    batch.arrays = [pa.array(column, type=_ARROW_TYPES[name]) for name, column in zip(_ROW_LAYOUT, columns)]
+    batch.arrays = [pa.array(column, type=_ARROW_TYPES[name])
+                    for name, column in zip(_ROW_LAYOUT, columns, strict=True)]

@@ -199,10 +199,11 @@ class SpanBatch:
     def to_arrow(self) -> pa.Table:
         """The rows as an Arrow table in the `spans` row schema (every column but received_at)."""
         if self.arrays is not None:
-            arrays = dict(zip(_ROW_LAYOUT, self.arrays))
+            arrays = dict(zip(_ROW_LAYOUT, self.arrays, strict=True))
         else:
-            values = zip(*self.rows) if self.rows else ((),) * len(_ROW_LAYOUT)
-            arrays = {name: pa.array(column, type=_ARROW_TYPES[name]) for name, column in zip(_ROW_LAYOUT, values)}
+            values = zip(*self.rows, strict=True) if self.rows else ((),) * len(_ROW_LAYOUT)
+            arrays = {name: pa.array(column, type=_ARROW_TYPES[name])
+                      for name, column in zip(_ROW_LAYOUT, values, strict=True)}
         start, end = arrays["start_unix_nano"], arrays["end_unix_nano"]
         # Times are checked to lie in 1..2**63-1 ns, so integer division is floor division.
         arrays["start_time"] = pc.divide(start, 1000).cast(_TS)
@@ -376,8 +377,8 @@ def _resource_context(lean_rs) -> _ResourceContext:
     resource_values: dict = {}
     _promote(lean_rs.resource.attributes, resource_values, {})
     service_name = resource.get(c.SERVICE_NAME) if isinstance(resource.get(c.SERVICE_NAME), str) else None
-    return _ResourceContext(service_name, _dumps(resource),
-                            [(column, resource_values[column]) for column in _FROM_RESOURCE if column in resource_values])
+    from_resource = [(column, resource_values[column]) for column in _FROM_RESOURCE if column in resource_values]
+    return _ResourceContext(service_name, _dumps(resource), from_resource)
 
 
 def walk_normalize(lean, refusals, options: NormalizeOptions, checks) -> SpanBatch:

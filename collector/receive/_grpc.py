@@ -51,7 +51,7 @@ class TraceServiceReceiver(trace_service_pb2_grpc.TraceServiceServicer):
         self._max_message_bytes = max_message_bytes
         self._active = 0  # calls in Export; the event loop is the only thread that changes it
 
-    async def Export(self, requests, context: grpc.aio.ServicerContext):  # noqa: N802 - gRPC method name
+    async def Export(self, requests, context: grpc.aio.ServicerContext):  # gRPC method name
         """One OTLP export: ``requests`` yields the call's single serialized message."""
         metadata = dict(context.invocation_metadata() or ())
         if not self._token.accepts(metadata.get(AUTHORIZATION)):

@@ -11,11 +11,11 @@ import aiohttp
 from aiohttp import web
 from google.rpc import code_pb2
 
+from meritlens.collector._paths import DASHBOARD_PATH, STATIC_PATH_PREFIX, TRACES_PATH
 from meritlens.collector.process import _otlp
 from meritlens.collector.receive._auth import AUTHORIZATION, BearerToken
 from meritlens.collector.receive._ingest import Ingest, IngestError, Reservation, bad_request, overloaded, too_large
 from meritlens.collector.receive._refusals import RefusalLog
-from meritlens.collector._paths import DASHBOARD_PATH, STATIC_PATH_PREFIX, TRACES_PATH
 
 log = logging.getLogger("meritlens.collector.http")
 
@@ -132,7 +132,7 @@ def _reason(response: web.StreamResponse) -> str:
 
         try:
             return status_pb2.Status.FromString(bytes(body)).message or response.reason
-        except Exception:  # noqa: BLE001 - only for the log line
+        except Exception:  # only for the log line
             return response.reason or ""
     try:
         parsed = json.loads(body)
@@ -177,7 +177,7 @@ class HttpReceiver:
         self._draining = True
         try:
             await asyncio.wait_for(self._idle.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("%d requests still in progress after %gs; closing them", self._active, timeout)
             return False
         return True

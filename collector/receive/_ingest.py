@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from google.rpc import code_pb2
 
+from meritlens.collector._settings import RETRY_AFTER_SECONDS, request_memory_bytes
 from meritlens.collector.process import _otlp
 from meritlens.collector.process._normalize import normalize
 from meritlens.collector.process._options import NormalizeOptions
@@ -31,7 +32,6 @@ from meritlens.collector.process._walk import SpanBatch
 from meritlens.collector.receive._memory import MemoryLimiter
 from meritlens.collector.receive._pipeline import IngestPipeline, Overloaded
 from meritlens.collector.receive._report import NO_HEALTH, IngestHealth, refusal_reason
-from meritlens.collector._settings import RETRY_AFTER_SECONDS, request_memory_bytes
 
 _DECODE_THREAD = "meritlens-decode"
 
@@ -128,7 +128,7 @@ class Reservation:
             self._budget.give_back(self.held)
             self.held = 0
 
-    def __enter__(self) -> "Reservation":
+    def __enter__(self) -> Reservation:
         return self
 
     def __exit__(self, *exc) -> None:

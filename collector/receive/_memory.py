@@ -17,7 +17,7 @@ import gc
 import logging
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from meritlens.collector._settings import MemoryLimiterConfig
 

@@ -141,7 +141,7 @@ class IngestPipeline:
             self._store.stage(table)
             with self._bytes_lock:
                 self._staged_bytes += table.nbytes
-        except BaseException as exc:  # noqa: BLE001 - every waiter must hear about it
+        except BaseException as exc:  # every waiter must hear about it
             log.exception("writing a batch of %d requests failed", len(group))
             for p in group:
                 p.loop.call_soon_threadsafe(_set_exception, p.future, exc)
@@ -156,7 +156,7 @@ class IngestPipeline:
         taken = self._staged_bytes
         try:
             self._store.move_staged()
-        except Exception:  # noqa: BLE001 - they stay staged (durable); the store retries a second later
+        except Exception:  # they stay staged (durable); the store retries a second later
             log.exception("storing the staged spans in DuckDB failed; they stay in the staging log")
             return
         with self._bytes_lock:

@@ -16,8 +16,8 @@ from meritlens.analytics.engine import (
     ERROR_SPAN,
     SCOPE_ALL,
     SPANS_TABLE,
-    TASKS_VIEW,
     TASK_KEY,
+    TASKS_VIEW,
     WINDOWS_TABLE,
     flagged_spans_sql,
     sql_string,
@@ -77,7 +77,7 @@ def _parse_time(raw: str, name: str) -> _dt.datetime:
         value = _dt.datetime.fromisoformat(raw.strip().replace("Z", "+00:00"))
     except ValueError:
         raise BadParameter(f"{name} must be an ISO 8601 time such as 2026-01-31T12:00:00Z, got {raw!r}") from None
-    return value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)
+    return value if value.tzinfo else value.replace(tzinfo=_dt.UTC)
 
 
 def time_range(query, now: _dt.datetime | None = None) -> TimeRange:
@@ -95,7 +95,7 @@ def time_range(query, now: _dt.datetime | None = None) -> TimeRange:
     width = RANGES[name]
     if width is None:
         return TimeRange(name, None, None)
-    now = now or _dt.datetime.now(_dt.timezone.utc)
+    now = now or _dt.datetime.now(_dt.UTC)
     return TimeRange(name, now - width, now)
 
 

@@ -28,7 +28,8 @@ class Health:
             "meritlens_spans_refused", "Spans the collector refused, by reason: invalid (refused one by one in "
             "partial_success), too_many_spans, overloaded, bad_request, internal.", ["reason"], registry=self.registry)
         self._accepted = Counter(
-            "meritlens_spans_accepted", "Spans acknowledged as durable (new or already stored).", registry=self.registry)
+            "meritlens_spans_accepted", "Spans acknowledged as durable (new or already stored).",
+            registry=self.registry)
         self._write_seconds = Histogram(
             "meritlens_span_write_duration_seconds", "Time to make one coalesced group of export batches durable.",
             buckets=_WRITE_BUCKETS, registry=self.registry)

@@ -44,7 +44,7 @@ class ProfileReadiness:
         self._profiles = profiles
 
     @classmethod
-    def load(cls, store: SpanQueries, paths) -> "ProfileReadiness":
+    def load(cls, store: SpanQueries, paths) -> ProfileReadiness:
         return cls(store, load_profiles(paths))
 
     @property

@@ -36,7 +36,7 @@ class RangeWindowsEndpoint:
         loop = asyncio.get_running_loop()
         fresh = await loop.run_in_executor(None, self._processor.freshness)
         ranged = await loop.run_in_executor(None, self._processor.range_windows, since, until, target, scope)
-        windows = ranged.windows(self._db_name, _dt.datetime.now(_dt.timezone.utc))
+        windows = ranged.windows(self._db_name, _dt.datetime.now(_dt.UTC))
         payload = {"columns": list(WINDOW_COLUMN_NAMES),
                    "rows": [[getattr(w, c) for c in WINDOW_COLUMN_NAMES] for w in windows],
                    "start_us": ranged.start_us, "end_us": ranged.end_us, "buckets": ranged.buckets,

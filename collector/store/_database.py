@@ -3,6 +3,7 @@ the one migration files of earlier versions need."""
 
 from __future__ import annotations
 
+import datetime as _dt
 import logging
 from dataclasses import dataclass
 
@@ -12,11 +13,11 @@ from meritlens.analytics.engine import (
     ADDED_WINDOW_COLUMNS,
     SPANS_TABLE,
     STORE_DDL,
-    WINDOWS_TABLE,
     WINDOW_COLUMNS,
     WINDOW_STATE_COLUMN_NAMES,
     WINDOW_STATE_TABLE,
     WINDOW_WATERMARK_TABLE,
+    WINDOWS_TABLE,
     sql_string,
 )
 from meritlens.collector.store._sqlguard import LOCKED_DOWN, lock_configuration
@@ -179,6 +180,15 @@ def checkpoint_now(cursor: duckdb.DuckDBPyConnection) -> None:
         cursor.execute("CHECKPOINT")
     except duckdb.Error as exc:
         log.debug("checkpoint skipped: %s", exc)
+
+
+def utc_now() -> _dt.datetime:
+    return _dt.datetime.now(_dt.UTC)
+
+
+def now_us() -> int:
+    """µs since the epoch: the unit of every time the collector keeps."""
+    return int(utc_now().timestamp() * 1_000_000)
 
 
 def timestamp_sql(us: int) -> str:

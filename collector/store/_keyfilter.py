@@ -33,7 +33,7 @@ class KeyFilter:
     def clear(self) -> None:
         self._words = np.zeros(self._words.shape, dtype=np.uint64)  # calloc: untouched pages cost no memory
 
-    def merge(self, other: "KeyFilter") -> None:
+    def merge(self, other: KeyFilter) -> None:
         """Add every key of ``other`` (a filter of the same size and probes)."""
         self._words |= other._words
 

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from meritlens.analytics.engine import SPANS_TABLE, SPAN_COLUMN_NAMES
+from meritlens.analytics.engine import SPAN_COLUMN_NAMES, SPANS_TABLE
 from meritlens.collector.store._database import timestamp_sql
 
 

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import duckdb
 
@@ -171,7 +172,7 @@ class ArrowQuery:
             pass
         cursor.close()
 
-    def __enter__(self) -> "ArrowQuery":
+    def __enter__(self) -> ArrowQuery:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -12,7 +12,7 @@ import logging
 import os
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import pyarrow as pa
 
@@ -111,7 +111,7 @@ class Stager:
         """Move everything staged; False (logged) when that fails: the log keeps it for the next start."""
         try:
             self.move(store)
-        except Exception:  # noqa: BLE001 - the staging log keeps them; the next start stores them
+        except Exception:  # the staging log keeps them; the next start stores them
             log.exception("the staged spans waiting %s could not be moved at shutdown; %s keeps them for the"
                           " next start", self._place, self.path)
             return False

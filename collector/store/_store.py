@@ -15,14 +15,16 @@ import contextlib
 import logging
 import os
 import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, ContextManager
+from typing import TYPE_CHECKING
 
 import duckdb
 import numpy as np
 import pyarrow as pa
 
-from meritlens.analytics.engine import SPANS_TABLE, WINDOWS_TABLE, WINDOW_COLUMN_NAMES, WINDOW_INPUT_COLUMNS
+from meritlens.analytics.engine import SPANS_TABLE, WINDOW_COLUMN_NAMES, WINDOW_INPUT_COLUMNS, WINDOWS_TABLE
 from meritlens.collector._settings import (
     DEFAULT_CHECKPOINT_WAL_BYTES,
     DEFAULT_SPAN_INDEX_BYTES,
@@ -121,7 +123,7 @@ class SpanStore:
         self._bound: list[duckdb.DuckDBPyConnection] = []
         """Connections whose views `spans` follow every move (the span writer's, the window processor's)."""
         self._move_lock = threading.Lock()
-        self.move_guard: ContextManager = contextlib.nullcontext()
+        self.move_guard: AbstractContextManager = contextlib.nullcontext()
         """Held while a move commits (the window processor's lock: no pass reads spans meanwhile)."""
         self.moved = 0
         """Spans moved out of DuckDB since start."""
@@ -251,7 +253,8 @@ class SpanStore:
                 keys = key_hashes(table)
                 self._locator.add(row_key_hashes(keys), after_us + 1, until_us, gated=keys.column("s").to_numpy())
         reader = self._db.con.sql(
-            f"SELECT trace_id, span_id, task_id, epoch_us(received_at) AS us FROM {SPANS_TABLE}").to_arrow_reader(50_000)
+            f"SELECT trace_id, span_id, task_id, epoch_us(received_at) AS us FROM {SPANS_TABLE}"
+        ).to_arrow_reader(50_000)
         for batch in reader:
             us = batch.column(3).to_numpy()
             keys = key_hashes(pa.Table.from_batches([batch]))

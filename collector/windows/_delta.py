@@ -146,7 +146,7 @@ def touched_keys(table: pa.Table) -> set[tuple[str, str]]:
     keys = {(target, SCOPE_ALL) for target in pc.unique(app.column("target_id")).to_pylist()}
     assessed = app.filter(pc.is_valid(app.column("assessment_id")))
     pairs = assessed.group_by(["target_id", "assessment_id"]).aggregate([])
-    keys |= set(zip(pairs.column("target_id").to_pylist(), pairs.column("assessment_id").to_pylist()))
+    keys |= set(zip(pairs.column("target_id").to_pylist(), pairs.column("assessment_id").to_pylist(), strict=True))
     return keys
 
 

@@ -6,13 +6,15 @@ definitions of `meritlens.analytics`); an engine may compute them however it lik
 cluster) as long as the rows are those. Then the samples go into a `WindowBook` (the mergeable
 aggregates of `meritlens.analytics._accumulate`), which gives the rows: exact sums, distributions
 that are a function of the samples alone (exact while few, a fixed-scale histogram beyond) and
-order-free evidence digests, so the rows are the same whatever the order and batching of the spans. The incremental processor (`_processor`) applies sample deltas to the same book.
+order-free evidence digests, so the rows are the same whatever the order and batching of the spans.
+The incremental processor (`_processor`) applies sample deltas to the same book.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Iterable, Iterator, Protocol
+from collections.abc import Iterable, Iterator
+from typing import Protocol
 from urllib.parse import quote
 
 import duckdb
@@ -65,7 +67,7 @@ def compute_windows(engine: WindowEngine, db_name: str, computed_at: _dt.datetim
     store in the evidence URIs; ``scale``: the histograms' (`scale_for` of the quantiles' error)."""
     book = WindowBook(scale)
     keys = fill_book(book, engine.samples())
-    now = computed_at or _dt.datetime.now(_dt.timezone.utc)
+    now = computed_at or _dt.datetime.now(_dt.UTC)
     return [w for key in sorted(keys) for w in book.windows(key, db_name, now)]
 
 

@@ -15,7 +15,7 @@ class LocalStore:
     windows: WindowProcessor
 
     @classmethod
-    def open(cls, path: str, **store_options) -> "LocalStore":
+    def open(cls, path: str, **store_options) -> LocalStore:
         """Start a store on ``path`` (raises duckdb.Error when another process holds it)."""
         store = SpanStore(path, **store_options)
         store.start()

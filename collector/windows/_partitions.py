@@ -68,9 +68,9 @@ class TracePartitions:
         temporary table sorted by partition, so that `source_of(p)` reads only partition ``p``'s
         rows (DuckDB's zone maps skip the others) instead of scanning ``source`` again: the stored
         spans are read once, not once per partition. The sort spills to DuckDB's temporary
-        directory beyond its memory limit (~150-400 bytes a span). Fewer partitions keep reading ``source``, and so does a copy that fails (a full
-        disk, `max_temp_directory_size`): slower, without temporary disk. Inside a transaction the
-        failure aborted, it is raised."""
+        directory beyond its memory limit (~150-400 bytes a span). Fewer partitions keep reading
+        ``source``, and so does a copy that fails (a full disk, `max_temp_directory_size`): slower,
+        without temporary disk. Inside a transaction the failure aborted, it is raised."""
         if self.count < MIN_PARTITIONS_TO_ORDER:
             return
         selected = ", ".join(f"s.{column}" for column in columns)
@@ -125,7 +125,8 @@ def partition_spans(con: duckdb.DuckDBPyConnection, source: str, rows_per_partit
     one partition. Creates temporary tables on ``con``; close the result to drop them."""
     if rows_per_partition < 1:
         raise ValueError(f"rows_per_partition must be at least 1, not {rows_per_partition}")
-    rows = con.execute(f"SELECT count(*) + count(assessment_id) FROM {source} WHERE {APPLICATION_SPANS}").fetchall()[0][0]
+    rows = con.execute(
+        f"SELECT count(*) + count(assessment_id) FROM {source} WHERE {APPLICATION_SPANS}").fetchall()[0][0]
     count = max(1, math.ceil(rows / rows_per_partition))
     parts = TracePartitions(con, source, count, rows)
     if count == 1:

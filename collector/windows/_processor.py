@@ -16,11 +16,11 @@ read is rebuilt.
 
 from __future__ import annotations
 
-import datetime as _dt
 import logging
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
+from typing import TypeVar
 
 import pyarrow as pa
 
@@ -53,7 +53,7 @@ from meritlens.collector._settings import (
     REBUILD_POOL_BYTES_PER_ROW,
 )
 from meritlens.collector.store._archive import RecomputeRefused
-from meritlens.collector.store._database import timestamp_sql, transaction
+from meritlens.collector.store._database import now_us, timestamp_sql, transaction, utc_now
 from meritlens.collector.store._keyfilter import GrowingKeyFilter
 from meritlens.collector.store._keyhash import key_hashes
 from meritlens.collector.store._rows import concat, trace_task_hashes
@@ -66,6 +66,7 @@ from meritlens.collector.windows._queue import CommitQueue
 from meritlens.collector.windows._rebuild import SpanRebuild
 
 log = logging.getLogger("meritlens.collector.windows")
+T = TypeVar("T")
 
 STATE_SAVE_INTERVAL_S = 10.0
 """How often changed window state is saved with its watermark: a crash costs the next start the
@@ -89,7 +90,7 @@ class WindowProcessor:
                  quantile_error: float = DEFAULT_RELATIVE_ERROR, state_save_s: float = STATE_SAVE_INTERVAL_S,
                  clock: Callable[[], int] | None = None):
         self.store = store
-        self._clock = clock or _now_us
+        self._clock = clock or now_us
         """µs since the epoch: what decides when time buckets merge (a test's own clock)."""
         if rebuild_rows_per_partition is None:
             pool = store.memory_limit_bytes or DEFAULT_DB_MEMORY_BYTES
@@ -118,6 +119,9 @@ class WindowProcessor:
         self._saved_us: int | None = None
         """The watermark of the state saved last by this processor."""
         self._warned_budget = False
+        self.on_windows: Callable[[set[tuple]], None] | None = None
+        """Called after a pass with the keys whose windows changed, (target, scope) and time buckets
+        (`BUCKET_KEY_COLUMNS`): the alert rules' evaluation."""
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         # a started store: the windows start from what it holds, and follow every later commit
@@ -157,7 +161,7 @@ class WindowProcessor:
             return
         try:
             self.stop(catch_up)
-        except Exception:  # noqa: BLE001 - the spans are stored; the next start follows them
+        except Exception:  # the spans are stored; the next start follows them
             log.exception("updating the windows at shutdown failed")
         else:
             self.save_state()
@@ -180,7 +184,7 @@ class WindowProcessor:
                     self.update_windows()
                 self.save_state_if_due()
                 self.compact_if_due()
-            except Exception:  # noqa: BLE001 - keep following; the next pass retries
+            except Exception:  # keep following; the next pass retries
                 log.exception("updating the windows failed")
                 self._stop.wait(1.0)
 
@@ -220,7 +224,8 @@ class WindowProcessor:
         """Let committed batches gather for up to ``timeout``: return sooner when a query waits for
         the windows, when half the lag budget is queued, or at shutdown."""
         q = self.queue
-        q.wait(lambda: q.readers_waiting or q.closing or self.store.readers_waiting or 2 * q.rows >= q.lag_rows, timeout)
+        q.wait(lambda: q.readers_waiting or q.closing or self.store.readers_waiting or 2 * q.rows >= q.lag_rows,
+               timeout)
 
     def window_lag(self) -> tuple[int, int]:
         """(batches, rows) committed that the windows do not include yet."""
@@ -262,7 +267,7 @@ class WindowProcessor:
             if followed and self.complete:
                 try:
                     self.follow(concat([b.table for b in followed]), until_us, concat([b.keys for b in followed]))
-                except Exception:  # noqa: BLE001 - the spans are stored; the saved state follows them again
+                except Exception:  # the spans are stored; the saved state follows them again
                     log.exception("updating the windows failed; they follow the stored spans from the saved state")
                     self._recover()
                     return 0
@@ -287,6 +292,8 @@ class WindowProcessor:
                 self._recompute(recompute | recompute_by_time, until_us)
             self.cache.touched(changed | changed_by_time)
             self.store_windows(changed | changed_by_time)
+            if self.on_windows is not None:
+                self.on_windows(changed | changed_by_time)
         self.delta.seen.add(trace_task_hashes(hashes))
         self.windowed_us = max(self.windowed_us, until_us)
         if not self._fit_memory():
@@ -317,7 +324,7 @@ class WindowProcessor:
                 self.follow(conform(rows), hi)
                 replayed += rows.num_rows
                 self.stats["caught_up_spans"] += rows.num_rows
-        except Exception:  # noqa: BLE001 - the spans are stored; a full recomputation covers them
+        except Exception:  # the spans are stored; a full recomputation covers them
             log.exception("following the stored spans failed; recomputing every window")
             self.replay_until_us = None
             self.refresh_all_windows()
@@ -348,7 +355,7 @@ class WindowProcessor:
         self.complete = False
         try:
             _state.delete_state(self.con)
-        except Exception:  # noqa: BLE001 - a stale watermark digest makes the next start recompute
+        except Exception:  # a stale watermark digest makes the next start recompute
             log.exception("removing the saved window state failed")
 
     # --- recomputing from the spans -----------------------------------------------------------
@@ -441,10 +448,11 @@ class WindowProcessor:
         with ``replace_by_time``, the rows by time of no other key are kept."""
         if not keys and not replace_by_time:
             return
-        now = _now()
+        now = utc_now()
         cumulative = sorted(k for k in keys if len(k) == 2)
         rows = [w for key in cumulative for w in self.book.windows(key, self.store.db_name, now)]
-        by_time = bucket_rows(self.book, [k for k in keys if len(k) == len(BUCKET_KEY_COLUMNS)], self.store.db_name, now)
+        by_time_keys = [k for k in keys if len(k) == len(BUCKET_KEY_COLUMNS)]
+        by_time = bucket_rows(self.book, by_time_keys, self.store.db_name, now)
         with self.store.write_lock, transaction(self.con):
             if rows:
                 _state.write_window_rows(self.con, rows)
@@ -499,17 +507,23 @@ class WindowProcessor:
             log.info("windows by time: %d buckets merged into %d longer ones", len(moved), len(groups))
             return True
 
-    def range_windows(self, since_us: int | None, until_us: int | None, target: str | None = None,
-                      scope: str | None = None) -> RangeWindows:
-        """The windows of a time range from the buckets that overlap it: those held in memory (the
-        freshest) and the saved ones."""
+    def read_buckets(self, since_us: int | None, until_us: int | None, read: Callable[[WindowBook], T],
+                     target: str | None = None, scope: str | None = None) -> T:
+        """``read(book)`` over the bucket states that overlap a time range: those held in memory (the
+        freshest) and the saved ones. It runs under the lock (the states are shared, not copied) and
+        must only read them: merges (`WindowBook.merged`) copy nothing back."""
         with self.lock:
             book = WindowBook(self.book.scale)
             for key in keys_in([k for k in self.book.keys if len(k) == len(BUCKET_KEY_COLUMNS)], since_us, until_us):
                 if (target is None or key[0] == target) and (scope is None or key[1] == scope):
-                    book.take_key(self.book, key)  # read only: the merge copies nothing back
+                    book.take_key(self.book, key)
             _state.load_range(self.con, since_us, until_us, target, scope, book)
-        return merge_range(book, since_us, until_us)
+            return read(book)
+
+    def range_windows(self, since_us: int | None, until_us: int | None, target: str | None = None,
+                      scope: str | None = None) -> RangeWindows:
+        """The windows of a time range: each (target, scope)'s merge of the buckets that overlap it."""
+        return self.read_buckets(since_us, until_us, lambda book: merge_range(book, since_us, until_us), target, scope)
 
     def save_state_if_due(self) -> bool:
         if self.cache.dirty and time.monotonic() - self.state_saved_at >= self._state_save_s:
@@ -532,14 +546,6 @@ class WindowProcessor:
                 self.state_saved_at = time.monotonic()
                 log.debug("window state of %d keys saved in %.2f s", saved, self.state_saved_at - started)
                 return True
-            except Exception:  # noqa: BLE001 - the spans are stored; a start follows them from the state saved before
+            except Exception:  # the spans are stored; a start follows them from the state saved before
                 log.exception("saving the window state failed")
                 return False
-
-
-def _now() -> _dt.datetime:
-    return _dt.datetime.now(_dt.timezone.utc)
-
-
-def _now_us() -> int:
-    return int(_now().timestamp() * 1_000_000)

@@ -5,7 +5,7 @@ thread (until there is something to do)."""
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from meritlens.collector.store._store import CommittedBatch
 

@@ -3,8 +3,8 @@ bulk load, and in the rare cases a delta cannot be followed (`WindowProcessor._r
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import duckdb
 import pyarrow as pa
@@ -60,7 +60,7 @@ class SpanRebuild:
         finally:
             try:
                 con.execute(f"DROP TABLE IF EXISTS {_REBUILD_TRACES}")
-            except Exception:  # noqa: BLE001 - an aborted transaction: its rollback drops it
+            except Exception:  # an aborted transaction: its rollback drops it
                 pass
 
     def _few_rows_of(self, targets: set[str], committed: str) -> bool:

@@ -20,8 +20,8 @@ Parquet next to the lake; the driver streams them back in Arrow batches (`sample
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from functools import lru_cache
-from typing import Iterator
 
 import duckdb
 import pyarrow as pa
@@ -169,7 +169,8 @@ class SparkEngine:
 
     def spans(self, files: list[str] | None = None):
         """The spans of the files, each (trace_id, span_id) once: the first received copy."""
-        from pyspark.sql import Window, functions as F
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
 
         # the schema given, not inferred: no footer of the many small segments is read to plan the job
         raw = self.spark.read.schema(window_input_ddl()).parquet(*(self.files if files is None else files))
@@ -182,7 +183,8 @@ class SparkEngine:
         yield from self._computed(self.spans(), "all")
 
     def _computed(self, spans, name: str) -> Iterator[pa.Table]:
-        """The sample rows of ``spans`` (a DataFrame of span rows, each once), through Parquet in the scratch directory."""
+        """The sample rows of ``spans`` (a DataFrame of span rows, each once), through Parquet in the scratch
+        directory."""
         view = f"lake_{name}"
         spans.createOrReplaceTempView(view)
         self.spark.sql(spark_sample_sql(view)).write.mode("overwrite").parquet(f"{self.scratch}/{name}")

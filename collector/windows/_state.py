@@ -19,17 +19,17 @@ from meritlens.analytics.engine import (
     BUCKET_KEY_COLUMNS,
     EVIDENCE_MEDIA_TYPE,
     SPANS_TABLE,
-    WINDOWS_BY_TIME_COLUMN_NAMES,
-    WINDOWS_BY_TIME_TABLE,
-    WINDOWS_TABLE,
     WINDOW_BUCKET_CUTOFFS_TABLE,
     WINDOW_BUCKET_STATE_TABLE,
-    WINDOW_COLUMNS,
     WINDOW_COLUMN_NAMES,
+    WINDOW_COLUMNS,
     WINDOW_KEY_COLUMNS,
     WINDOW_STATE_TABLE,
     WINDOW_WATERMARK_COLUMN_NAMES,
     WINDOW_WATERMARK_TABLE,
+    WINDOWS_BY_TIME_COLUMN_NAMES,
+    WINDOWS_BY_TIME_TABLE,
+    WINDOWS_TABLE,
     BucketCutoffs,
     WindowBook,
 )
@@ -173,7 +173,7 @@ def save_state(con: duckdb.DuckDBPyConnection, states: dict[tuple, bytes], windo
                                 f" SELECT {', '.join(columns)}, state FROM _states")
                 finally:
                     con.unregister("_states")
-        write_watermark(con, windowed_us, digest, _dt.datetime.now(_dt.timezone.utc))
+        write_watermark(con, windowed_us, digest, _dt.datetime.now(_dt.UTC))
         con.execute(f"INSERT OR REPLACE INTO {WINDOW_BUCKET_CUTOFFS_TABLE} VALUES (?, ?, ?, ?)",
                     [SPANS_TABLE, cutoffs.hours_from, cutoffs.days_from, cutoffs.weeks_from])
 
@@ -233,10 +233,12 @@ _UPDATE_WINDOWS = (
 _UPSERT_WINDOWS = (f"INSERT OR REPLACE INTO {WINDOWS_TABLE} ({', '.join(WINDOW_COLUMN_NAMES)})"
                    f" SELECT {', '.join('n.' + c for c in WINDOW_COLUMN_NAMES)} FROM _windows n"
                    f" LEFT JOIN {WINDOWS_TABLE} w ON {_SAME_WINDOW} WHERE NOT ({_KEEPS_STORED_ROW})")
-_WATERMARK_KEY, *_WATERMARK_FIELDS = WINDOW_WATERMARK_COLUMN_NAMES  # (store, windowed_us, definitions_digest, written_at)
+# (store, windowed_us, definitions_digest, written_at)
+_WATERMARK_KEY, *_WATERMARK_FIELDS = WINDOW_WATERMARK_COLUMN_NAMES
 _UPDATE_WATERMARK = (f"UPDATE {WINDOW_WATERMARK_TABLE} SET {', '.join(f'{c} = ?' for c in _WATERMARK_FIELDS)}"
                      f" WHERE {_WATERMARK_KEY} = ?")
-_UPSERT_WATERMARK = (f"INSERT OR REPLACE INTO {WINDOW_WATERMARK_TABLE} ({', '.join(_WATERMARK_FIELDS)}, {_WATERMARK_KEY})"
+_UPSERT_WATERMARK = (f"INSERT OR REPLACE INTO {WINDOW_WATERMARK_TABLE}"
+                     f" ({', '.join(_WATERMARK_FIELDS)}, {_WATERMARK_KEY})"
                      f" VALUES ({', '.join('?' for _ in WINDOW_WATERMARK_COLUMN_NAMES)})")
 
 

@@ -25,8 +25,9 @@ ASSESSMENT = "baseline-2026-11"
 @observe(target=TARGET)
 def answer(ticket: int) -> dict:
     time.sleep(random.uniform(0.01, 0.05))
-    return {"id": f"chatcmpl-{ticket}", "object": "chat.completion", "model": "gpt-4o-mini-2024-07-18", "choices": [{"index": 0, "finish_reason": "stop",
-            "message": {"role": "assistant", "content": f"resolution for ticket {ticket}"}}],
+    return {"id": f"chatcmpl-{ticket}", "object": "chat.completion", "model": "gpt-4o-mini-2024-07-18",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": f"resolution for ticket {ticket}"}}],
             "usage": {"prompt_tokens": 300 + ticket, "completion_tokens": 40, "total_tokens": 340 + ticket}}
 
 

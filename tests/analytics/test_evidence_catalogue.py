@@ -8,8 +8,8 @@ import pytest
 
 from meritlens.analytics import CATALOGUE, METRIC_IDS, METRICS, Aggregation, MetricGroup, get_metric
 from meritlens.analytics._catalogue import MetricKind, SampleUnit, Source
-from meritlens.analytics._docs import BEGIN, END, catalogue_block
 from meritlens.analytics._definitions import PLUGIN_ONLY_METRICS, SPAN_WINDOW_METRICS, WINDOW_DEFINITIONS
+from meritlens.analytics._docs import BEGIN, END, catalogue_block
 from tests.store_under_test import StoreUnderTest
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "evidence.md"
@@ -91,7 +91,7 @@ def test_catalogue_view_matches_the_catalogue(tmp_path):
     finally:
         store.shutdown()
     assert [row[0] for row in result.rows] == list(METRIC_IDS)
-    for row, spec in zip(result.rows, CATALOGUE):
+    for row, spec in zip(result.rows, CATALOGUE, strict=True):
         assert row[1:8] == (spec.unit, spec.direction.value, spec.ratio, spec.reliability,
                             spec.default_aggregation.value, [a.value for a in spec.allowed_aggregations],
                             spec.sample_unit.value)

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from meritlens.analytics import METRICS, SPAN_WINDOW_METRICS, Window
 from meritlens.analytics._schema import WINDOW_COLUMN_NAMES
-from tests.store_under_test import StoreUnderTest
 from meritlens.instrumentation import conventions as c
-from tests.analytics.evidence_helpers import S, T0, Ids, Span, store_spans
+from tests.analytics.evidence_helpers import T0, Ids, S, Span, store_spans
+from tests.store_under_test import StoreUnderTest
 
 _targets = itertools.count()
 
@@ -101,7 +101,7 @@ def store(tmp_path_factory):
     store.shutdown()
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=50, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(tasks=st.lists(task_strategy, min_size=1, max_size=4), split=st.integers(min_value=0, max_value=4))
 def test_rule_missing_is_never_zero(store, tasks, split):
     target = f"target-{next(_targets)}"
@@ -128,4 +128,4 @@ def test_rule_missing_is_never_zero(store, tasks, split):
         f"quality_score, time_to_first_useful_output_s FROM tasks WHERE target_id = '{target}'"
     )
     for row in tasks_view.rows:
-        assert all(v is None or v != 0 for v in row), dict(zip(tasks_view.columns, row))
+        assert all(v is None or v != 0 for v in row), dict(zip(tasks_view.columns, row, strict=True))

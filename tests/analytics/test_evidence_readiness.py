@@ -184,7 +184,7 @@ def test_usage_errors_exit_2(served, tmp_path):
 
 
 # --- the report model -----------------------------------------------------------------------------
-NOW = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
 
 
 def test_report_ready_is_derived_from_the_sets():
@@ -211,8 +211,9 @@ def test_report_with_a_contradicting_ready_cannot_be_constructed():
 
 
 # --- on a file, and with a plugin's windows ---------------------------------------------------------
-PLUGIN_ROW = """INSERT OR REPLACE INTO windows VALUES ('{target}', '{metric}', 'all', 'rate', {value}, 'ratio', 20, 'measured',
-  20, {value}, 0, 1, 0, 1, 1, 1, now(), now(), 'file:///evals/{metric}.json', 'application/json', 'abc123', now(), 0.3, 0.0)"""
+PLUGIN_ROW = """INSERT OR REPLACE INTO windows VALUES ('{target}', '{metric}', 'all', 'rate', {value}, 'ratio', 20,
+  'measured', 20, {value}, 0, 1, 0, 1, 1, 1, now(), now(), 'file:///evals/{metric}.json', 'application/json', 'abc123',
+  now(), 0.3, 0.0)"""
 
 
 def test_plugin_windows_count_and_survive_the_processor(tmp_path):

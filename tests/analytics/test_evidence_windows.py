@@ -15,9 +15,9 @@ from meritlens.analytics._catalogue import REPEATED_RUN_AGGREGATIONS
 from meritlens.analytics._windows import list_windows_sql
 from meritlens.collector.cli._query import run_query
 from tests.analytics.evidence_helpers import (
-    S,
     CallSpec,
     Ids,
+    S,
     TaskSpec,
     expected_windows,
     meritlens,
@@ -55,10 +55,10 @@ def collector(tmp_path_factory, dataset):
 def windows_json(db, *args) -> list[dict]:
     """`meritlens windows --format json ARGS`, run in-process through the same query path as the CLI
     (the collector holds the file, so the query goes through its SQL endpoint)."""
-    options = dict(zip(args[::2], args[1::2]))
+    options = dict(zip(args[::2], args[1::2], strict=True))
     result = run_query(list_windows_sql(target=options.get("--target"), scope=options.get("--scope"),
                                         metric=options.get("--metric")), db=str(db))
-    return json.loads(json.dumps([dict(zip(result.columns, row)) for row in result.rows], default=str))
+    return json.loads(json.dumps([dict(zip(result.columns, row, strict=True)) for row in result.rows], default=str))
 
 
 def test_windows_command_prints_the_same_rows(collector):
@@ -114,8 +114,8 @@ def test_every_span_metric_has_the_window_the_spans_imply(collector, dataset, sc
         if want.end_times:
             first = dt.datetime.fromisoformat(got["first_span_time"])
             last = dt.datetime.fromisoformat(got["last_span_time"])
-            assert first == dt.datetime.fromtimestamp(min(want.end_times) // 1000 / 1e6, dt.timezone.utc)
-            assert last == dt.datetime.fromtimestamp(max(want.end_times) // 1000 / 1e6, dt.timezone.utc)
+            assert first == dt.datetime.fromtimestamp(min(want.end_times) // 1000 / 1e6, dt.UTC)
+            assert last == dt.datetime.fromtimestamp(max(want.end_times) // 1000 / 1e6, dt.UTC)
     for metric in METRICS:
         if metric not in SPAN_WINDOW_METRICS:
             assert rows[metric]["state"] == "not_configured" and rows[metric]["value"] is None
@@ -210,7 +210,7 @@ def test_rule_windows_replace_never_add(collector, dataset):
     post_spans(url, spans)
     after = windows_json(db, "--target", BOT)
     assert len(after) == len(before)
-    for old, new in zip(before, after):
+    for old, new in zip(before, after, strict=True):
         for key, value in old.items():
             if key == "computed_at":
                 continue
@@ -285,8 +285,8 @@ def test_rule_assessment_windows_lie_inside_the_assessment_execution(collector, 
     tasks, _ = dataset
     for scope in ("baseline-1", "challenger-1"):
         own = in_scope(tasks, BOT, scope)
-        start = dt.datetime.fromtimestamp(min(t.start_ns for t in own) / 1e9, dt.timezone.utc)
-        end = dt.datetime.fromtimestamp(max(t.end_ns for t in own) / 1e9, dt.timezone.utc)
+        start = dt.datetime.fromtimestamp(min(t.start_ns for t in own) / 1e9, dt.UTC)
+        end = dt.datetime.fromtimestamp(max(t.end_ns for t in own) / 1e9, dt.UTC)
         for window in windows_json(db, "--target", BOT, "--scope", scope):
             if window["first_span_time"] is None:
                 continue

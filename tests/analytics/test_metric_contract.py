@@ -46,7 +46,8 @@ def test_a_builtin_that_does_not_apply_returns_nothing_and_logs_one_info_line(na
     with caplog.at_level(logging.INFO, logger="meritlens.analytics"):
         result = metric.compute(_bare_scope(), run_dir=tmp_path, options=MetricOptions(), judge=None)
     assert result == []
-    lines = [r for r in caplog.records if r.levelno == logging.INFO and r.getMessage().startswith(f"{name} does not apply")]
+    lines = [r for r in caplog.records
+             if r.levelno == logging.INFO and r.getMessage().startswith(f"{name} does not apply")]
     assert len(lines) == 1, [r.getMessage() for r in caplog.records]
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 

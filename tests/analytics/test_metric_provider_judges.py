@@ -25,7 +25,8 @@ class _ProviderStandIn(BaseHTTPRequestHandler):
         type(self).seen.append({"path": self.path, "body": body, "auth": self.headers.get("Authorization"),
                                 "api_key": self.headers.get("x-api-key")})
         if type(self).fail_with:
-            reply, status = {"error": {"type": "invalid_request_error", "message": "model not found"}}, type(self).fail_with
+            reply = {"error": {"type": "invalid_request_error", "message": "model not found"}}
+            status = type(self).fail_with
         elif self.path.endswith("/chat/completions"):
             reply, status = {
                 "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": body["model"],
@@ -69,7 +70,8 @@ def test_openai_judge_sends_the_pinned_model_and_reads_score_and_usage(provider)
     assert [s["body"]["model"] for s in handler.seen] == ["gpt-4o-mini-2024-07-18"] * 2
     assert handler.seen[0]["auth"] == "Bearer sk-test"
     assert "A" in handler.seen[0]["body"]["messages"][0]["content"]
-    assert (session.calls[0].input_tokens, session.calls[0].output_tokens, session.calls[0].provider) == (42, 9, "openai")
+    call = session.calls[0]
+    assert (call.input_tokens, call.output_tokens, call.provider) == (42, 9, "openai")
 
 
 def test_anthropic_judge(provider):

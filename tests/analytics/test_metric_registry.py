@@ -6,12 +6,12 @@ from __future__ import annotations
 import logging
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-from meritlens.analytics import BUILTIN_METRICS, ENTRY_POINT_GROUP, load_registry
+from meritlens.analytics import BUILTIN_METRICS, load_registry
 from meritlens.analytics._builtin_metrics import TaskQuality
+from tests.plugin_site import make_distribution
 
 PLUGIN_MODULE = '''
 from meritlens.analytics import Metric
@@ -44,17 +44,6 @@ class NotAMetric:
 class FirstDuplicate(GoodMetric):
     name = "duplicate"
 '''
-
-
-def make_distribution(site: Path, dist: str, module: str, source: str, entry_points: dict[str, str]) -> None:
-    """A minimal installed distribution: a module and a .dist-info with METADATA and entry_points.txt."""
-    site.mkdir(parents=True, exist_ok=True)
-    (site / f"{module}.py").write_text(source)
-    info = site / f"{dist}-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
-    lines = "\n".join(f"{name} = {value}" for name, value in entry_points.items())
-    (info / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\n{lines}\n")
 
 
 @pytest.fixture
@@ -119,7 +108,8 @@ def test_unknown_and_refused_names_are_explained(plugin_sites):
         registry.resolve(["task_qualty"])
     with pytest.raises(KeyError, match="installed but was refused: failed to import"):
         registry.resolve(["broken"])
-    assert [cls.name for cls in registry.resolve(["span_count", "consistency", "span_count"])] == ["span_count", "consistency"]
+    resolved = registry.resolve(["span_count", "consistency", "span_count"])
+    assert [cls.name for cls in resolved] == ["span_count", "consistency"]
 
 
 def test_without_plugins_only_builtins():

@@ -10,7 +10,8 @@ from meritlens.analytics._builtin_metrics import ToolOutcomeRow, ToolUsePerforma
 
 
 def test_round_trip_with_malformed_rows(tmp_path, caplog):
-    rows = [ToolOutcomeRow(tool="search", outcome="ok", calls=3), ToolOutcomeRow(tool="calc", outcome="Timeout", calls=1)]
+    rows = [ToolOutcomeRow(tool="search", outcome="ok", calls=3),
+            ToolOutcomeRow(tool="calc", outcome="Timeout", calls=1)]
     path = write_sidecar(tmp_path, "tool_use_performance", rows)
     assert path == tmp_path / "tool_use_performance.jsonl"
     with path.open("a") as fh:

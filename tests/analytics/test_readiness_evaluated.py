@@ -9,7 +9,7 @@ from meritlens.analytics._schema import WINDOW_COLUMN_NAMES
 from meritlens.analytics._windows import EVALUATED_SUFFIX
 from tests.store_under_test import StoreUnderTest
 
-NOW = _dt.datetime(2026, 11, 30, tzinfo=_dt.timezone.utc)
+NOW = _dt.datetime(2026, 11, 30, tzinfo=_dt.UTC)
 PROFILE = profile_from_dict({
     "target": "bot",
     "metrics": {"task_quality": {

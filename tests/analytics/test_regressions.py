@@ -60,8 +60,10 @@ def _coverage(metric, draw, truth, seed, **options) -> tuple[float, float]:
 @pytest.mark.parametrize("p_recent, p_baseline, sizes", [(0.1, 0.1, (300, 500)), (0.03, 0.05, (200, 400)),
                                                          (0.8, 0.7, (60, 90))])
 def test_rate_intervals_cover_near_their_level(p_recent, p_baseline, sizes):
-    coverage, _ = _coverage("task_success", lambda g: (g.binomial(1, p_recent, sizes[0]), g.binomial(1, p_baseline, sizes[1])),
-                            p_recent - p_baseline, seed=sizes[0])
+    def draw(g):
+        return g.binomial(1, p_recent, sizes[0]), g.binomial(1, p_baseline, sizes[1])
+
+    coverage, _ = _coverage("task_success", draw, p_recent - p_baseline, seed=sizes[0])
     assert 0.925 <= coverage <= 0.975, coverage
 
 
@@ -95,11 +97,13 @@ def test_histogram_states_widen_quantile_intervals_by_no_more_than_their_buckets
     q = np.quantile(baseline, 0.95)
     assert abs(hist.baseline - q) <= error * q
     assert hist.difference.high - hist.difference.low < 4 * q  # bounded on both sides
-    exactish = compare(state_of("end_to_end_latency", recent, scale=12), state_of("end_to_end_latency", baseline, scale=12))
+    exactish = compare(state_of("end_to_end_latency", recent, scale=12),
+                       state_of("end_to_end_latency", baseline, scale=12))
     assert hist.difference.low <= exactish.difference.low + 1e-9
     assert hist.difference.high >= exactish.difference.high - 1e-9
     slack = 4 * error * q
-    assert hist.difference.low >= exactish.difference.low - slack and hist.difference.high <= exactish.difference.high + slack
+    assert hist.difference.low >= exactish.difference.low - slack
+    assert hist.difference.high <= exactish.difference.high + slack
 
 
 def test_verdicts_follow_the_metrics_direction_on_injected_changes():
@@ -112,17 +116,21 @@ def test_verdicts_follow_the_metrics_direction_on_injected_changes():
     faster = compare(state_of("end_to_end_latency", rng.lognormal(0, 0.5, 800) * 0.7),
                      state_of("end_to_end_latency", base_latency))
     assert faster.verdict is Change.BETTER
-    same = compare(state_of("end_to_end_latency", rng.lognormal(0, 0.5, 800)), state_of("end_to_end_latency", base_latency))
+    same = compare(state_of("end_to_end_latency", rng.lognormal(0, 0.5, 800)),
+                   state_of("end_to_end_latency", base_latency))
     assert same.verdict is Change.NO_CHANGE
     # success rate: higher is better, so a drop is worse
-    drop = compare(state_of("task_success", rng.binomial(1, 0.80, 1500)), state_of("task_success", rng.binomial(1, 0.9, 3000)))
+    drop = compare(state_of("task_success", rng.binomial(1, 0.80, 1500)),
+                   state_of("task_success", rng.binomial(1, 0.9, 3000)))
     assert drop.verdict is Change.WORSE and drop.method is Method.NEWCOMBE and drop.statistic == "rate"
     assert drop.difference.low < -0.1 < drop.difference.high
     # retries: lower is better, so more retries are worse
-    more = compare(state_of("retry_rate", rng.binomial(1, 0.2, 1500)), state_of("retry_rate", rng.binomial(1, 0.1, 1500)))
+    more = compare(state_of("retry_rate", rng.binomial(1, 0.2, 1500)),
+                   state_of("retry_rate", rng.binomial(1, 0.1, 1500)))
     assert more.verdict is Change.WORSE
     # a sum metric is compared per sample: the mean cost per task
-    cost = compare(state_of("total_task_cost", rng.gamma(2, 0.01, 500)), state_of("total_task_cost", rng.gamma(2, 0.01, 500)))
+    cost = compare(state_of("total_task_cost", rng.gamma(2, 0.01, 500)),
+                   state_of("total_task_cost", rng.gamma(2, 0.01, 500)))
     assert cost.statistic == "mean" and cost.method is Method.WELCH and cost.verdict is Change.NO_CHANGE
     # a tolerance: a small significant increase is no change that counts
     small = compare(state_of("end_to_end_latency", base_latency * 1.02), state_of("end_to_end_latency", base_latency),
@@ -132,12 +140,12 @@ def test_verdicts_follow_the_metrics_direction_on_injected_changes():
 
 def test_too_few_samples_and_unsupported_values_say_so():
     rng = np.random.default_rng(5)
-    few = compare(state_of("end_to_end_latency", rng.lognormal(0, 1, 20) * 5), state_of("end_to_end_latency", rng.lognormal(0, 1, 500)),
-                  min_samples=30)
+    few = compare(state_of("end_to_end_latency", rng.lognormal(0, 1, 20) * 5),
+                  state_of("end_to_end_latency", rng.lognormal(0, 1, 500)), min_samples=30)
     assert few.verdict is Change.NOT_ENOUGH_SAMPLES and "recent" in few.reason and few.difference is None
     # 40 samples cannot bound a p99 from above at 95%: no "no change" from an unbounded interval
-    unbounded = compare(state_of("end_to_end_latency", rng.lognormal(0, 1, 40)), state_of("end_to_end_latency", rng.lognormal(0, 1, 40)),
-                        quantile=0.99)
+    unbounded = compare(state_of("end_to_end_latency", rng.lognormal(0, 1, 40)),
+                        state_of("end_to_end_latency", rng.lognormal(0, 1, 40)), quantile=0.99)
     assert unbounded.verdict is Change.NOT_ENOUGH_SAMPLES and unbounded.difference.high == math.inf
     ratio = compare(state_of("throughput", np.ones(50)), state_of("throughput", np.ones(50)))
     assert ratio.verdict is Change.UNSUPPORTED and ratio.difference is None
@@ -153,7 +161,8 @@ def test_bonferroni_keeps_the_family_wise_error_within_the_level():
     families, size = 100, 20
     adjusted = unadjusted = 0
     for _ in range(families):
-        pairs = {i: (state_of("task_success", rng.binomial(1, 0.3, 300)), state_of("task_success", rng.binomial(1, 0.3, 300)))
+        pairs = {i: (state_of("task_success", rng.binomial(1, 0.3, 300)),
+                     state_of("task_success", rng.binomial(1, 0.3, 300)))
                  for i in range(size)}
         results = compare_all(pairs, confidence=0.95)
         assert {r.family_size for r in results.values()} == {size}
@@ -167,8 +176,10 @@ def test_bonferroni_keeps_the_family_wise_error_within_the_level():
 
 def test_the_family_counts_only_the_comparisons_made():
     rng = np.random.default_rng(2)
-    pairs = {"ok": (state_of("task_success", rng.binomial(1, 0.5, 100)), state_of("task_success", rng.binomial(1, 0.5, 100))),
-             "few": (state_of("task_success", rng.binomial(1, 0.5, 5)), state_of("task_success", rng.binomial(1, 0.5, 100))),
+    pairs = {"ok": (state_of("task_success", rng.binomial(1, 0.5, 100)),
+                    state_of("task_success", rng.binomial(1, 0.5, 100))),
+             "few": (state_of("task_success", rng.binomial(1, 0.5, 5)),
+                     state_of("task_success", rng.binomial(1, 0.5, 100))),
              "ratio": (state_of("throughput", np.ones(50)), state_of("throughput", np.ones(50)))}
     results = compare_all(pairs, min_samples={"task_success": 30})
     assert results["ok"].family_size == 1 and results["few"].verdict is Change.NOT_ENOUGH_SAMPLES

@@ -93,7 +93,7 @@ def test_quantile_bounds_hold_at_every_sample_count_at_once():
     missed = 0
     for _ in range(400):
         x = rng.lognormal(0, 1, counts[-1])
-        for n, (low, high) in zip(counts, ranks):
+        for n, (low, high) in zip(counts, ranks, strict=True):
             ordered = np.sort(x[:n])
             if (low is not None and ordered[low] > true_q) or (high is not None and ordered[high] < true_q):
                 missed += 1
@@ -107,7 +107,8 @@ def test_quantile_bounds_hold_at_every_sample_count_at_once():
 
 def test_mean_bounds_invert_the_tests():
     rng = np.random.default_rng(4)
-    for x, floor, ceiling in [(rng.lognormal(0, 1, 400), 0.0, None), (rng.binomial(1, 0.2, 300).astype(float), 0.0, 1.0),
+    for x, floor, ceiling in [(rng.lognormal(0, 1, 400), 0.0, None),
+                              (rng.binomial(1, 0.2, 300).astype(float), 0.0, 1.0),
                               (rng.uniform(0, 1, 50), 0.0, 1.0)]:
         n, total, squares = x.size, exact_sum(x), exact_square_sum(x)
         low, high, asymptotic = mean_bounds(n, total, squares, 0.01, floor, ceiling)
@@ -123,7 +124,8 @@ def test_mean_bounds_invert_the_tests():
             variance = x.var(ddof=1)
             assert high == pytest.approx(x.mean() + float(asymptotic_radius(n, variance, 0.01)), rel=1e-9)
     # a threshold at the floor: any sample above it is proof
-    assert mean_above(3, exact_sum(np.array([0.0, 0.0, 0.5])), exact_square_sum(np.array([0.0, 0.0, 0.5])), 0.0, 0.0, 0.01)
+    half = np.array([0.0, 0.0, 0.5])
+    assert mean_above(3, exact_sum(half), exact_square_sum(half), 0.0, 0.0, 0.01)
     assert not mean_above(2, 0, 0, 0.0, 0.0, 0.01)
 
 

@@ -11,7 +11,8 @@ import pytest
 from meritlens.analytics._sql import bind
 
 STATEMENT = "SELECT ? AS text, ? AS n, ? AS x, ? AS at, ? AS missing, ? AS names, '?' AS mark, 1 AS \"why?\""
-VALUES = ["it's a '?'", 7, 0.25, _dt.datetime(2026, 1, 2, 3, 4, 5, 600_000, tzinfo=_dt.timezone(_dt.timedelta(hours=2))),
+VALUES = ["it's a '?'", 7, 0.25,
+          _dt.datetime(2026, 1, 2, 3, 4, 5, 600_000, tzinfo=_dt.timezone(_dt.timedelta(hours=2))),
           None, ["a", "b'c"]]
 
 

@@ -26,8 +26,8 @@ from meritlens.analytics._distribution import (
     sample_stddev,
     sample_variance,
 )
-from meritlens.analytics._scale import relative_error_of, scale_for
 from meritlens.analytics._samples import SAMPLE_ROW_COLUMNS, SAMPLE_VALUES
+from meritlens.analytics._scale import relative_error_of, scale_for
 
 _QS = (0.0, 0.01, 0.25, 0.5, 0.9, 0.95, 0.99, 0.999, 1.0)
 
@@ -58,7 +58,7 @@ def test_every_reported_quantile_is_within_the_stated_relative_error(kind, n, er
     assert not distribution.exact and distribution.relative_error == bound
     got = distribution.quantiles(_QS)
     expected = np.quantile(values, _QS)  # numpy's default: linear interpolation, as the windows'
-    for q, g, e in zip(_QS, got, expected):
+    for q, g, e in zip(_QS, got, expected, strict=True):
         assert abs(g - e) <= bound * abs(e) * (1 + 1e-9), (q, g, e)
 
 
@@ -80,7 +80,7 @@ def test_removing_samples_leaves_the_state_of_the_samples_left():
     assert both.remove(values[:20_000])
     rest.add(values[20_000:])
     assert both.export()[0] == rest.export()[0]
-    assert all((a == b).all() for a, b in zip(both.export()[1], rest.export()[1]))
+    assert all((a == b).all() for a, b in zip(both.export()[1], rest.export()[1], strict=True))
 
 
 def test_a_histogram_falling_back_to_the_exact_range_asks_to_be_recomputed():
@@ -117,7 +117,7 @@ def test_buckets_follow_opentelemetrys_exponential_histogram_mapping():
                                                       (10 << scale) - 1]
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25)
 @given(seed=st.integers(0, 10**6), cuts=st.integers(1, 12))
 def test_the_state_is_a_function_of_the_samples_whatever_the_order_and_batching(seed, cuts):
     """Adds and removals in random order and batches: the same exported state as adding only the
@@ -146,10 +146,12 @@ def _sample_rows(values: np.ndarray, target: str = "bot") -> pa.Table:
     columns["end_to_end_latency"] = pa.array(values)
     ints = np.arange(n, dtype=np.int64)
     columns.update(target_id=pa.array([target] * n), scope=pa.array(["all"] * n),
-                   first_end_us=pa.array(1_700_000_000_000_000 + ints), last_end_us=pa.array(1_700_000_000_000_000 + ints),
+                   first_end_us=pa.array(1_700_000_000_000_000 + ints),
+                   last_end_us=pa.array(1_700_000_000_000_000 + ints),
                    start_ns=pa.array(ints * 1000), end_ns=pa.array(ints * 1000 + 5), success=pa.nulls(n, pa.bool_()),
                    span_count=pa.array(np.ones(n, dtype=np.int64)),
-                   key_high=pa.array((ints * 7919).astype(np.uint64)), key_low=pa.array((ints * 104729).astype(np.uint64)))
+                   key_high=pa.array((ints * 7919).astype(np.uint64)),
+                   key_low=pa.array((ints * 104729).astype(np.uint64)))
     return pa.table({name: columns[name] for name in SAMPLE_ROW_COLUMNS})
 
 
@@ -202,7 +204,7 @@ def test_the_quantile_error_setting_is_checked_in_one_line():
     assert relative_error_of(scale_for(0.01)) <= 0.01 < relative_error_of(scale_for(0.01) - 1)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(seed=st.integers(0, 10**6), lowest=st.booleans(), growing=st.booleans())
 def test_a_windows_first_and_last_times_follow_deltas_or_say_they_cannot(seed, lowest, growing):
     """The few best times a window keeps give its first (or last) time after any delta, or say the
@@ -230,7 +232,7 @@ def test_a_windows_first_and_last_times_follow_deltas_or_say_they_cannot(seed, l
         assert all(v > max(extreme.kept) for v in adjusted if v not in extreme.kept)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(seed=st.integers(0, 10**6), parts=st.integers(1, 6))
 def test_merged_states_of_parts_are_the_state_of_all_their_samples(seed, parts):
     """Windows over a longer time are merges of shorter ones' states (hours into days): the merge of
@@ -242,7 +244,7 @@ def test_merged_states_of_parts_are_the_state_of_all_their_samples(seed, parts):
     whole.apply_delta(None, rows)
     cuts = sorted(rng.choice(np.arange(1, n), size=parts - 1, replace=False).tolist()) if parts > 1 else []
     keys = []
-    for i, (start, end) in enumerate(zip([0, *cuts], [*cuts, n])):
+    for i, (start, end) in enumerate(zip([0, *cuts], [*cuts, n], strict=True)):
         part = rows.slice(start, end - start).set_column(1, "scope", pa.array([f"part-{i}"] * (end - start)))
         pieces.apply_delta(None, part)
         keys.append(("bot", f"part-{i}"))

@@ -93,7 +93,7 @@ class CollectorProcess:
         verify = ssl.create_default_context(cafile=self.ca_file) if self.ca_file else True
         return httpx.Client(base_url=self.url, headers=self.headers(), verify=verify, **kwargs)
 
-    def start(self, timeout: float = 30.0) -> "CollectorProcess":
+    def start(self, timeout: float = 30.0) -> CollectorProcess:
         command = [
             MERITLENS, "serve", "--db", str(self.db),
             "--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port), *self.args,
@@ -160,7 +160,7 @@ class CollectorProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-            raise RuntimeError(f"collector did not stop within {timeout}s after SIGTERM:\n{self.log()}")
+            raise RuntimeError(f"collector did not stop within {timeout}s after SIGTERM:\n{self.log()}") from None
         self.proc = None
         return code
 
@@ -194,7 +194,7 @@ class CollectorProcess:
         response.raise_for_status()
         return response.json()
 
-    def __enter__(self) -> "CollectorProcess":
+    def __enter__(self) -> CollectorProcess:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -247,9 +247,9 @@ def make_request(batch: int, count: int, *, targets: int = 3, tokens: bool = Tru
 def assert_same_windows(actual: list[tuple], expected: list[tuple]) -> None:
     """Window rows equal; floating-point values up to summation order (DuckDB aggregates in parallel)."""
     assert len(actual) == len(expected), (len(actual), len(expected))
-    for got, want in zip(actual, expected):
+    for got, want in zip(actual, expected, strict=True):
         assert len(got) == len(want)
-        for a, b in zip(got, want):
+        for a, b in zip(got, want, strict=True):
             if isinstance(a, float) and isinstance(b, float):
                 assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12), (got, want)
             else:

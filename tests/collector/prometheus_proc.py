@@ -39,7 +39,7 @@ class PrometheusProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def __enter__(self) -> "PrometheusProcess":
+    def __enter__(self) -> PrometheusProcess:
         command = [require_prometheus(), f"--config.file={self.config_path}",
                    f"--storage.tsdb.path={self.workdir / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}",
                    "--storage.tsdb.retention.time=1h", "--log.level=warn"]

@@ -121,7 +121,7 @@ class ArmDesign:
 CASES = [f"ticket-{i:03d}" for i in range(30)]
 REPETITIONS = 2
 SHUFFLE_SEED = 11
-T0 = dt.datetime(2025, 3, 3, 9, 0, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2025, 3, 3, 9, 0, tzinfo=dt.UTC)
 
 ARMS = (
     ArmDesign("base", "exp-base", "gpt-4o", "gpt-4o-2024-08-06", 0.010, 0.0, 0.0, 2.0),

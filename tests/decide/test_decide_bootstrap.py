@@ -28,7 +28,7 @@ def test_weighted_statistics_equal_the_statistics_of_the_expanded_samples():
     clusters = [rng.lognormal(size=rng.integers(1, 5)) for _ in range(12)]
     arm = ArmSamples(clusters, [v > 1 for v in clusters])
     weights = rng.multinomial(12, np.full(12, 1 / 12), size=200).astype(float)
-    for row, w in zip(range(200), weights):
+    for row, w in enumerate(weights):
         expanded = np.repeat(arm.flat, w[arm.owner].astype(int))
         successes = np.repeat(arm.flat > 1, w[arm.owner].astype(int))
         assert arm.evaluate(Statistic.P95, weights[row:row + 1])[0] == pytest.approx(np.quantile(expanded, 0.95))

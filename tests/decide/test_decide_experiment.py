@@ -10,6 +10,8 @@ import json
 import numpy as np
 import pytest
 
+from meritlens.analytics import Arm, ExperimentManifest, load_experiment, recompute_interval
+from meritlens.collector import finish_arm, reader, save_experiment
 from tests.decide.decide_support import (
     ARMS,
     CASES,
@@ -23,8 +25,6 @@ from tests.decide.decide_support import (
     running_collector,
     send_with_sdk,
 )
-from meritlens.analytics import Arm, ExperimentManifest, load_experiment, recompute_interval
-from meritlens.collector import finish_arm, reader, save_experiment
 
 EXPERIMENT = "bakeoff"
 
@@ -275,7 +275,8 @@ def test_arms_whose_spans_break_the_manifest_are_refused(experiment):
     send_with_sdk(url, leaky_tasks + arm_tasks(swapped, 11, order))
     # `experiment finish`'s negative answer (exit 1): the arm is finished, and its spans break the manifest
     finished = meritlens("experiment", "finish", "audit", "leaky", "--db", db, "--at", arm_window(10)[1].isoformat())
-    assert finished.returncode == 1 and "REFUSED" in finished.stdout + finished.stderr, finished.stdout + finished.stderr
+    said = finished.stdout + finished.stderr
+    assert finished.returncode == 1 and "REFUSED" in said, said
     finish_arm("audit", "swapped", db=db, url=url, at=arm_window(11)[1])
 
     result = meritlens("compare", "--experiment", "audit", "--db", db, "--format", "json")

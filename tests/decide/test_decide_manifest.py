@@ -7,9 +7,7 @@ import hashlib
 
 import pytest
 
-from meritlens.analytics._catalogue import Direction
-from meritlens.analytics._rules import MetricRule, Verdict, constraint_met, judge
-from meritlens.analytics._catalogue import Aggregation
+from meritlens.analytics._catalogue import Aggregation, Direction
 from meritlens.analytics._manifest import (
     Arm,
     ExperimentError,
@@ -18,8 +16,9 @@ from meritlens.analytics._manifest import (
     shuffled_case_order,
     validate_manifest,
 )
+from meritlens.analytics._rules import MetricRule, Verdict, constraint_met, judge
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 T = dt.datetime(2025, 5, 1, 12, 0, tzinfo=UTC)
 PROFILE = {
     "target": "bot",

@@ -15,8 +15,8 @@ from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_contex
 
 from meritlens.analytics import Arm, ExperimentManifest
 from meritlens.analytics._arm_samples import load_arm_data
-from meritlens.analytics._rules import default_rule, statistic_for
 from meritlens.analytics._definitions import SPAN_WINDOW_METRICS
+from meritlens.analytics._rules import default_rule, statistic_for
 from meritlens.analytics._windows import Window
 from meritlens.collector import reader
 from meritlens.instrumentation import conventions as c

@@ -9,6 +9,7 @@ import urllib.request
 
 import pytest
 
+from meritlens.analytics._manifest import Arm, ExperimentManifest
 from tests.collector.collector_proc import CollectorProcess as TokenCollector
 from tests.conftest import free_port
 from tests.decide.decide_support import (
@@ -21,7 +22,6 @@ from tests.decide.decide_support import (
     running_collector,
     send_with_sdk,
 )
-from meritlens.analytics._manifest import Arm, ExperimentManifest
 
 CASES = [f"ticket-{i:03d}" for i in range(30)]
 

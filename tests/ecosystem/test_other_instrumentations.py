@@ -57,7 +57,8 @@ def test_windows_from_other_instrumentations(collector, ours, which, target):
     assert windows["input_tokens"]["value"] == 100 * CALLS and windows["input_tokens"]["sample_count"] == CALLS
     assert windows["output_tokens"]["value"] == 20 * CALLS
     for metric in ("input_tokens", "output_tokens"):
-        assert (windows[metric]["value"], windows[metric]["sample_count"]) == (ours[metric]["value"], ours[metric]["sample_count"])
+        theirs_and_ours = [(w[metric]["value"], w[metric]["sample_count"]) for w in (windows, ours)]
+        assert theirs_and_ours[0] == theirs_and_ours[1]
     assert (ours["end_to_end_latency"]["sample_count"], ours["end_to_end_latency"]["state"]) == (CALLS, "measured")
     # Cost: priced by the collector from the same price source as the instrumentation.
     cost, our_cost = windows["total_task_cost"], ours["total_task_cost"]

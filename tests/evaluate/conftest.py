@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from evaluate_support import PLUGIN_SOURCE, RunningCollector
+from tests.evaluate.evaluate_support import PLUGIN_SOURCE, RunningCollector
+from tests.plugin_site import make_distribution
 
 
 @pytest.fixture
@@ -27,16 +28,9 @@ def collector_factory():
 def plugin_site(tmp_path) -> Path:
     """Throwaway installed distributions declaring `span_count` and a broken metric; put it on PYTHONPATH."""
     site = tmp_path / "plugin_site"
-    site.mkdir()
-    (site / "span_count_metric.py").write_text(PLUGIN_SOURCE)
-    info = site / "span_count_metric-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: span-count-metric\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[meritlens.metrics]\nspan_count = span_count_metric:SpanCountMetric\n")
+    make_distribution(site, "span_count_metric", "span_count_metric", PLUGIN_SOURCE,
+                      {"span_count": "span_count_metric:SpanCountMetric"})
     # A second distribution whose metric cannot be imported: it is skipped, the others run.
-    (site / "broken_metric.py").write_text("import a_module_that_is_not_installed\n")
-    broken = site / "broken_metric-0.1.dist-info"
-    broken.mkdir()
-    (broken / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-metric\nVersion: 0.1\n")
-    (broken / "entry_points.txt").write_text("[meritlens.metrics]\nbroken_metric = broken_metric:Broken\n")
+    make_distribution(site, "broken_metric", "broken_metric", "import a_module_that_is_not_installed\n",
+                      {"broken_metric": "broken_metric:Broken"})
     return site

@@ -10,11 +10,11 @@ import httpx
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from meritlens.collector.process._normalize import normalize
-from tests.store_under_test import StoreUnderTest
 from meritlens.instrumentation import conventions as c
 from tests.conftest import CollectorProcess
 from tests.conftest import run_cli as _run_cli
 from tests.otlp_builders import make_request, make_span
+from tests.store_under_test import StoreUnderTest
 
 TARGET = "shop-bot/answer"
 BASE_NS = 1_750_000_000_000_000_000
@@ -40,7 +40,8 @@ def scenario_spans() -> list[Span]:
     chat = {c.GEN_AI_OPERATION_NAME: "chat", c.GEN_AI_USAGE_INPUT_TOKENS: 100, c.GEN_AI_USAGE_OUTPUT_TOKENS: 20}
     tool = {c.GEN_AI_OPERATION_NAME: c.OP_EXECUTE_TOOL, c.GEN_AI_TOOL_NAME: "search"}
     return [
-        span(1, **{c.TASK_ID: "t1", c.CASE_ID: "c1", **arm, **chat, **output('{"answer": "a"}'), c.OUTCOME_SUCCESS: True}),
+        span(1, **{c.TASK_ID: "t1", c.CASE_ID: "c1", **arm, **chat, **output('{"answer": "a"}'),
+                   c.OUTCOME_SUCCESS: True}),
         span(2, trace=1, **{c.TASK_ID: "t1", **arm, **tool}),
         span(3, **{c.TASK_ID: "t2", c.CASE_ID: "c1", **arm, **chat, **output('{"answer": "a"}'), c.RETRIES: 1,
                    c.OUTCOME_SUCCESS: True}),
@@ -89,7 +90,7 @@ class RunningCollector(CollectorProcess):
         reply = httpx.post(self.url + "/api/sql", json={"sql": query}, timeout=30)
         assert reply.status_code == 200, reply.text
         body = reply.json()
-        return [dict(zip(body["columns"], row)) for row in body["rows"]]
+        return [dict(zip(body["columns"], row, strict=True)) for row in body["rows"]]
 
 
 PLUGIN_SOURCE = '''

@@ -9,13 +9,14 @@ import json
 import httpx
 import pytest
 
-from evaluate_support import TARGET, RunningCollector, run_cli, scenario_spans, span
 from meritlens.analytics._evaluate import window_metric_name as W
 from meritlens.instrumentation import conventions as c
+from tests.evaluate.evaluate_support import TARGET, RunningCollector, run_cli, scenario_spans, span
 
 
 def evaluated(collector, metric: str) -> dict | None:
-    rows = collector.sql(f"SELECT * FROM windows WHERE target_id = '{TARGET}' AND scope = 'all' AND metric = '{metric}'")
+    rows = collector.sql(f"SELECT * FROM windows WHERE target_id = '{TARGET}' AND scope = 'all'"
+                         f" AND metric = '{metric}'")
     return rows[0] if rows else None
 
 
@@ -26,7 +27,8 @@ def test_evaluate_goes_through_the_collector_and_reruns_merge(tmp_path, collecto
     run_dir = tmp_path / "run"
 
     first = run_cli("evaluate", "--db", str(db), "--target", TARGET, "--run-dir", str(run_dir),
-                    "--metrics", "tool_use_performance,consistency,task_quality", "--judge", "fake", "--judge-replicas", "1")
+                    "--metrics", "tool_use_performance,consistency,task_quality", "--judge", "fake",
+                    "--judge-replicas", "1")
     assert first.returncode == 0, first.stderr
     tool = evaluated(collector, W("tool_use_performance"))
     consistency = evaluated(collector, W("consistency"))
@@ -73,7 +75,7 @@ def _window(**overrides) -> dict:
         "target_id": TARGET, "metric": "preference_fit", "scope": "all", "aggregation": "mean", "value": 0.8,
         "unit": "score", "sample_count": 3, "state": "measured", "evidence_uri": "meritlens://x/spans",
         "evidence_media_type": "application/vnd.meritlens.span-set", "evidence_digest": "a" * 64,
-        "computed_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+        "computed_at": dt.datetime.now(dt.UTC).isoformat(),
     }
     window.update(overrides)
     return window

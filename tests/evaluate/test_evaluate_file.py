@@ -9,9 +9,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from evaluate_support import TARGET, run_cli, scenario_spans, span, store_spans
 from meritlens.analytics._evaluate import window_metric_name as W
 from meritlens.instrumentation import conventions as c
+from tests.evaluate.evaluate_support import TARGET, run_cli, scenario_spans, span, store_spans
 
 
 def windows(db: Path) -> dict[str, dict]:
@@ -19,7 +19,7 @@ def windows(db: Path) -> dict[str, dict]:
     try:
         cursor = con.execute("SELECT * FROM windows WHERE target_id = ? AND scope = 'all'", [TARGET])
         columns = [d[0] for d in cursor.description]
-        return {row[1]: dict(zip(columns, row)) for row in cursor.fetchall()}
+        return {row[1]: dict(zip(columns, row, strict=True)) for row in cursor.fetchall()}
     finally:
         con.close()
 
@@ -63,7 +63,8 @@ def test_evaluate_stores_windows_then_a_rerun_replaces_only_what_it_ran(db, tmp_
     assert stored["input_tokens"]["value"] == 400
     report = json.loads((run_dir / "evaluation.json").read_text())
     assert report["metrics"]["long_horizon_performance"]["status"] == "not_applicable"
-    assert report["metrics"]["long_horizon_performance"]["reason"] == "no task recorded agent steps (meritlens.agent.step)"
+    reported = report["metrics"]["long_horizon_performance"]
+    assert reported["reason"] == "no task recorded agent steps (meritlens.agent.step)"
     assert report["metrics"]["tool_use_performance"]["measurements"][0]["per_key"] == {"search": 0.5}
 
     # More evidence arrives; re-running one metric replaces its window and keeps the others.
@@ -92,7 +93,8 @@ def test_a_metric_that_raises_is_recorded_failed_and_the_others_still_run(db, tm
     assert ok.returncode == 0, ok.stderr
     assert "metric plugin broken_metric = broken_metric:Broken skipped: failed to import" in ok.stderr
     before = windows(db)[W("span_count")]
-    assert (before["state"], before["value"], before["unit"], before["aggregation"]) == ("measured", 6.0, "spans", "single_value")
+    shown = (before["state"], before["value"], before["unit"], before["aggregation"])
+    assert shown == ("measured", 6.0, "spans", "single_value")
 
     failed = run_cli("evaluate", "--db", str(db), "--target", TARGET, "--run-dir", str(run_dir),
                      "--metrics", "span_count,recovery_ability", env={**env, "MERITLENS_TEST_EXPLODE": "1"})
@@ -100,7 +102,8 @@ def test_a_metric_that_raises_is_recorded_failed_and_the_others_still_run(db, tm
     assert "Traceback" in failed.stderr and "the span counter exploded" in failed.stderr
     stored = windows(db)
     assert stored[W("span_count")] == before  # a failure is not evidence: the earlier window stays
-    assert (stored[W("recovery_ability")]["state"], stored[W("recovery_ability")]["value"]) == ("insufficient_evidence", 1.0)
+    recovery = stored[W("recovery_ability")]
+    assert (recovery["state"], recovery["value"]) == ("insufficient_evidence", 1.0)
     report = json.loads((run_dir / "evaluation.json").read_text())
     assert report["metrics"]["span_count"]["status"] == "failed"
     assert "the span counter exploded" in report["metrics"]["span_count"]["error"]

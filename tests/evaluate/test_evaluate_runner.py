@@ -6,11 +6,12 @@ import logging
 
 import pytest
 
-from evaluate_support import TARGET, scenario_spans, store_spans
 from meritlens.analytics import Measurement, Metric, evaluate
 from meritlens.analytics._builtin_metrics import ToolUsePerformance
-from meritlens.analytics._evaluate import QueryPage, load_evidence, window_metric_name as W
+from meritlens.analytics._evaluate import QueryPage, load_evidence
+from meritlens.analytics._evaluate import window_metric_name as W
 from meritlens.collector.cli._evaluation import FileEvaluationStore
+from tests.evaluate.evaluate_support import TARGET, scenario_spans, store_spans
 
 
 @pytest.fixture
@@ -134,5 +135,6 @@ def test_a_window_the_processor_owns_is_never_overwritten(store, tmp_path):
     assert before  # the processor's window exists
     result = evaluate(store, target_id=TARGET, scope="all", metrics=[Latency], run_dir=tmp_path / "run")
     assert [w.metric for w in result.windows] == ["end_to_end_latency.evaluated"]
-    assert store.query(f"SELECT * FROM windows WHERE metric = 'end_to_end_latency' AND target_id = '{TARGET}'").rows == before
+    latency = f"SELECT * FROM windows WHERE metric = 'end_to_end_latency' AND target_id = '{TARGET}'"
+    assert store.query(latency).rows == before
     assert stored_windows(store)["end_to_end_latency.evaluated"] == ("measured", 42.0)

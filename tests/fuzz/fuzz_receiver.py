@@ -1,6 +1,6 @@
 """Long fuzz run against the real collector: mutated OTLP protobuf, JSON and gzip bodies.
 
-    .venv/bin/python tests/fuzz/fuzz_receiver.py --bodies 100000 --seed 1
+    .venv/bin/python -m tests.fuzz.fuzz_receiver --bodies 100000 --seed 1
 
 Starts `meritlens serve` on a temporary file, sends the bodies from several threads and checks each
 answer like the pytest fuzz test does (no 5xx, a parseable response or google.rpc.Status), then checks
@@ -18,10 +18,8 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: `tests` is a package
-
-from tests.collector.collector_proc import CollectorProcess  # noqa: E402
-from tests.collector.otlp_mutations import case, check_response  # noqa: E402
+from tests.collector.collector_proc import CollectorProcess
+from tests.collector.otlp_mutations import case, check_response
 
 
 def main() -> int:
@@ -51,7 +49,7 @@ def main() -> int:
                 try:
                     response = client.post("/v1/traces", content=body, headers=headers)
                     label = check_response(response.status_code, response.headers, response.content)
-                except Exception as exc:  # noqa: BLE001 - every failure is reported with its body
+                except Exception as exc:  # every failure is reported with its body
                     label = "FAIL"
                     with lock:
                         failures.append(f"{type(exc).__name__}: {exc} | headers={headers} body={body[:200]!r}")

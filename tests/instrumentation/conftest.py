@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor

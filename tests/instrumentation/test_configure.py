@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import meritlens.instrumentation as ml
 from meritlens.instrumentation import _config
 from meritlens.instrumentation import conventions as c
-from llm_fakes import attrs, chat_completion
+from tests.instrumentation.llm_fakes import attrs, chat_completion
 
 
 @ml.observe(target="t/configure")

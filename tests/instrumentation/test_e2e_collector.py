@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 import meritlens.instrumentation as ml
 from meritlens.instrumentation import conventions as c
-from llm_fakes import (
+from tests.instrumentation.llm_fakes import (
     RETRY_NOW,
     Script,
     anthropic_client,

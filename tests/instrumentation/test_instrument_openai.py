@@ -14,7 +14,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 import meritlens.instrumentation as ml
 from meritlens.instrumentation import conventions as c
-from llm_fakes import (
+from tests.instrumentation.llm_fakes import (
     RETRY_NOW,
     Script,
     async_openai_client,

@@ -17,7 +17,7 @@ import meritlens.instrumentation as ml
 from meritlens.instrumentation import _instrumentor
 from meritlens.instrumentation import conventions as c
 from meritlens.instrumentation._instrumentor import MeritlensInstrumentor, agent_target
-from llm_fakes import (
+from tests.instrumentation.llm_fakes import (
     Script,
     anthropic_client,
     anthropic_message,

@@ -13,7 +13,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 import meritlens.instrumentation as ml
 from meritlens.instrumentation import conventions as c
-from llm_fakes import (
+from tests.instrumentation.llm_fakes import (
     Script,
     anthropic_client,
     anthropic_events,
@@ -116,8 +116,7 @@ def test_generator_function_of_dict_chunks(spans):
     def stream_answer(model):
         received = yield from chat_chunks(usage=(12, 3), cached_tokens=4)[:2]
         assert received is None
-        for chunk in chat_chunks(usage=(12, 3), cached_tokens=4)[2:]:
-            yield chunk
+        yield from chat_chunks(usage=(12, 3), cached_tokens=4)[2:]
         return "done"
 
     assert inspect.isgeneratorfunction(stream_answer)
@@ -339,7 +338,7 @@ def test_invalid_role_is_refused():
 
 
 def test_async_function_returning_an_async_sdk_stream(spans):
-    from llm_fakes import async_openai_client
+    from tests.instrumentation.llm_fakes import async_openai_client
 
     client = async_openai_client(Script(chat_stream_handler()))
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from meritlens.instrumentation import TokenUsage, normalize_usage, price_call, pricing
-from llm_fakes import expected_cost
+from tests.instrumentation.llm_fakes import expected_cost
 
 counts = st.integers(min_value=0, max_value=2_000_000)
 
@@ -156,7 +156,6 @@ def test_pricing_module_depends_on_nothing_but_the_stdlib_and_genai_prices():
     # The collector reuses price_call for spans of other instrumentations: no OpenTelemetry in this module.
     import ast
     import sys
-
     from pathlib import Path
 
     imported, files = set(), [Path(pricing.__file__)]
@@ -210,8 +209,8 @@ def test_user_prices_add_and_override_models(price_file):
     pricing.set_price_file(price_file)
     assert price_call("openai", "gpt-4o-mini", 1_000_000, 1_000_000) == pytest.approx(30.0)  # overridden
     assert price_call("azure.ai.openai", "gpt-4o-mini", 1_000_000, 0) != pytest.approx(10.0)  # provider-specific
-    early = dt.datetime(2025, 3, 1, tzinfo=dt.timezone.utc)
-    late = dt.datetime(2025, 7, 1, tzinfo=dt.timezone.utc)
+    early = dt.datetime(2025, 3, 1, tzinfo=dt.UTC)
+    late = dt.datetime(2025, 7, 1, tzinfo=dt.UTC)
     # added model, any provider; the entry in force on the call's date applies
     assert price_call(
         "vllm", "ACME-LLM", 1_000_000, 0, cache_read_tokens=400_000, cache_creation_tokens=100_000, at=early

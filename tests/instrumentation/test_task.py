@@ -10,7 +10,14 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 import meritlens.instrumentation as ml
 from meritlens.instrumentation import conventions as c
-from llm_fakes import Script, attrs, chat_completion, json_response, openai_client
+from tests.instrumentation.llm_fakes import (
+    Script,
+    async_openai_client,
+    attrs,
+    chat_completion,
+    json_response,
+    openai_client,
+)
 
 
 def _task_span(spans):
@@ -112,7 +119,7 @@ def test_task_failure_marks_span_and_propagates(spans):
 
 
 def test_async_tasks_are_isolated(spans):
-    client = ml.instrument(__import__("llm_fakes").async_openai_client(Script(json_response(chat_completion()))))
+    client = ml.instrument(async_openai_client(Script(json_response(chat_completion()))))
 
     async def one(task_id):
         async with ml.task(task_id):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from meritlens.analytics import Aggregation, Measurement, Metric
 
-
 LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
 
 

@@ -36,7 +36,8 @@ def test_share_of_outputs_that_parse_and_validate(compute, schema_file, tmp_path
     assert m.sample_count == 4
     assert dict(m.per_case) == {"c1": 1.0, "c2": 0.0}
     assert dict(m.per_key) == {"parse_failure": 0.25, "schema_violation": 0.25}
-    rows = [OutputCheckRow.model_validate_json(line) for line in (tmp_path / f"{m.metric_name}.jsonl").read_text().splitlines()]
+    sidecar = (tmp_path / f"{m.metric_name}.jsonl").read_text()
+    rows = [OutputCheckRow.model_validate_json(line) for line in sidecar.splitlines()]
     failures = {r.task: (r.failure, r.detail) for r in rows if not r.valid}
     assert failures["t3"][0] == "schema" and "answer" in failures["t3"][1]
     assert failures["t4"][0] == "parse"
@@ -50,7 +51,8 @@ def test_a_task_schema_attribute_wins_over_the_option(compute, schema_file):
 
 
 def test_tasks_without_output_are_left_out_not_counted_as_failures(compute, schema_file):
-    [m] = compute(StructuredOutputReliability, [task("t1", '{"answer": "a"}'), task("t2", None)], {"schema": schema_file})
+    tasks = [task("t1", '{"answer": "a"}'), task("t2", None)]
+    [m] = compute(StructuredOutputReliability, tasks, {"schema": schema_file})
     assert m.value == 1.0
     assert m.sample_count == 1
 

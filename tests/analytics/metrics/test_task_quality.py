@@ -19,7 +19,8 @@ def test_recorded_quality_scores_from_the_typed_column_and_evaluation_events(com
             c.GEN_AI_EVALUATION_NAME: "task_quality", c.GEN_AI_EVALUATION_SCORE_VALUE: 0.6}}]),
         make_span(task_id="t2", case_id="c2", attributes={
             c.GEN_AI_EVALUATION_NAME: "task_quality", c.GEN_AI_EVALUATION_SCORE_VALUE: 0.0}),
-        make_span(task_id="t3", attributes={c.GEN_AI_EVALUATION_NAME: "relevance", c.GEN_AI_EVALUATION_SCORE_VALUE: 0.9}),
+        make_span(task_id="t3", attributes={
+            c.GEN_AI_EVALUATION_NAME: "relevance", c.GEN_AI_EVALUATION_SCORE_VALUE: 0.9}),
     ]
     judge = FakeJudge()
     [m] = compute(TaskQuality, spans, judge=session(judge))
@@ -28,7 +29,8 @@ def test_recorded_quality_scores_from_the_typed_column_and_evaluation_events(com
     assert m.sample_count == 2
     assert dict(m.per_case) == pytest.approx({"c1": 0.7, "c2": 0.0})
     assert judge.prompts == []  # recorded scores present: the judge is not asked
-    rows = [TaskScoreRow.model_validate_json(l) for l in (tmp_path / "task_quality.jsonl").read_text().splitlines()]
+    sidecar = (tmp_path / "task_quality.jsonl").read_text()
+    rows = [TaskScoreRow.model_validate_json(line) for line in sidecar.splitlines()]
     assert {r.source for r in rows} == {"recorded"} and len(rows) == 3
 
 
@@ -36,7 +38,8 @@ def test_out_of_range_and_non_numeric_scores_are_left_out_not_clamped(compute, c
     spans = [
         make_span(task_id="t1", quality_score=7.0),
         make_span(task_id="t2", quality_score=0.5),
-        make_span(task_id="t3", attributes={c.GEN_AI_EVALUATION_NAME: "task_quality", c.GEN_AI_EVALUATION_SCORE_VALUE: "high"}),
+        make_span(task_id="t3", attributes={
+            c.GEN_AI_EVALUATION_NAME: "task_quality", c.GEN_AI_EVALUATION_SCORE_VALUE: "high"}),
     ]
     [m] = compute(TaskQuality, spans)
     assert m.value == 0.5 and m.sample_count == 1
@@ -60,7 +63,7 @@ def test_judge_path_averages_replicas_and_records_the_pinned_model(compute, tmp_
     assert [call.score for call in s.calls] == [0.2, 0.4, 0.9, None, 1.0, 0.5]
     assert s.calls[3].error.startswith("malformed judge reply")
     assert {call.model for call in s.calls} == {"fake-judge-model-2025-06-01"}
-    rows = [json.loads(l) for l in (tmp_path / "task_quality.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (tmp_path / "task_quality.jsonl").read_text().splitlines()]
     assert len(rows) == 6 and all(r["judge_model"] == "fake-judge-model-2025-06-01" for r in rows)
 
 

@@ -101,7 +101,8 @@ def test_a_file_the_collector_cannot_open_is_one_line_and_nothing_says_stopped(t
     missing_dir = tmp_path / "nowhere" / "x.duckdb"
     not_duckdb = tmp_path / "notes.duckdb"
     not_duckdb.write_text("these are notes, not a database\n" * 100)
-    for db, cause in ((missing_dir, f"the directory {tmp_path / 'nowhere'} does not exist"), (not_duckdb, "notes.duckdb")):
+    for db, cause in ((missing_dir, f"the directory {tmp_path / 'nowhere'} does not exist"),
+                      (not_duckdb, "notes.duckdb")):
         result = run_cli("serve", "--db", str(db), "--http-port", "0", "--grpc-port", "0", check=False, timeout=60)
         lines = (result.stdout + result.stderr).strip().splitlines()
         assert result.returncode == 2 and len(lines) == 1, lines

@@ -67,7 +67,7 @@ def _rows(db, sql: str) -> list[dict]:
     with duckdb.connect(str(db), read_only=True) as con:
         cursor = con.execute(sql)
         names = [d[0] for d in cursor.description]
-        return [{k: float(f"{v:.12g}") if isinstance(v, float) else v for k, v in zip(names, row)}
+        return [{k: float(f"{v:.12g}") if isinstance(v, float) else v for k, v in zip(names, row, strict=True)}
                 for row in cursor.fetchall()]
 
 
@@ -125,10 +125,10 @@ def test_export_through_the_running_collector_is_readable_by_duckdb_and_pyarrow(
 
     con = duckdb.connect()  # a plain DuckDB, as a user would open the files
     assert con.execute(f"select count(*) from read_parquet('{out}/spans.parquet')").fetchone()[0] == 3007
-    assert con.execute(f"select sum(input_tokens) from '{out}/spans.parquet' where target_id = 'bot'").fetchone()[0] == \
-        collector.sql("select sum(input_tokens) s from spans where target_id = 'bot'")[0]["s"]
-    value = con.execute(f"select value from '{out}/windows.parquet' where target_id = 'bot' and metric = 'input_tokens' "
-                    "and scope = 'all'").fetchone()[0]
+    exported = con.execute(f"select sum(input_tokens) from '{out}/spans.parquet' where target_id = 'bot'").fetchone()[0]
+    assert exported == collector.sql("select sum(input_tokens) s from spans where target_id = 'bot'")[0]["s"]
+    value = con.execute(f"select value from '{out}/windows.parquet' where target_id = 'bot' "
+                        "and metric = 'input_tokens' and scope = 'all'").fetchone()[0]
     stored = collector.sql("select value from windows where target_id = 'bot' and metric = 'input_tokens' "
                            "and scope = 'all'")[0]["value"]
     assert value == stored
@@ -194,7 +194,8 @@ def test_import_reads_every_otlp_file_format(tmp_path, through_collector):
         assert json.loads(proc.stdout)[0]["format"] == "otlp-protobuf-stream+gzip"
         rows = run_sql("select count(*) n, sum(input_tokens) t from spans", db=db)
         assert rows == [{"n": 20, "t": 200}]
-        window = run_sql("select value, sample_count from windows where metric = 'input_tokens' and scope = 'all'", db=db)
+        window = run_sql("select value, sample_count from windows where metric = 'input_tokens' and scope = 'all'",
+                         db=db)
         assert window == [{"value": 200.0, "sample_count": 15}]  # tasks: one per trace
     finally:
         if collector is not None:
@@ -273,7 +274,8 @@ def test_every_command_has_help_and_the_common_options():
     commands = run_cli("--help").stdout
     for name in ("serve", "sql", "import", "export"):
         assert name in commands
-    for name, options in (("sql", ("--db", "--url", "--format")), ("import", ("--db", "--url", "--format", "--progress")),
+    for name, options in (("sql", ("--db", "--url", "--format")),
+                          ("import", ("--db", "--url", "--format", "--progress")),
                           ("export", ("--parquet", "--db", "--url", "--format", "--table", "--compression"))):
         text = run_cli(name, "--help").stdout
         for option in options:
@@ -297,7 +299,8 @@ def test_a_large_request_goes_to_the_collector_in_parts(collector, tmp_path):
     request.resource_spans.extend(make_request(spans[2500:], resource={"service.name": "b"}).resource_spans)
     big.write_bytes(gzip.compress(request.SerializeToString()))
     proc = run_cli("import", str(big), "--db", str(collector.db), "--format", "json")
-    assert [(r["format"], r["spans"], r["refused"]) for r in json.loads(proc.stdout)] == [("otlp-protobuf+gzip", 5000, 0)]
+    imported = [(r["format"], r["spans"], r["refused"]) for r in json.loads(proc.stdout)]
+    assert imported == [("otlp-protobuf+gzip", 5000, 0)]
     assert collector.sql("select service_name, count(*) n from spans group by all order by all") == [
         {"service_name": "a", "n": 2500}, {"service_name": "b", "n": 2500}]
 

@@ -13,8 +13,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from meritlens.collector.cli._group import cli
 from meritlens.analytics._format import format_value
+from meritlens.collector.cli._group import cli
 from meritlens.collector.cli._output import render
 from meritlens.collector.store._results import QueryResult
 

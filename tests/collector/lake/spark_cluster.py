@@ -45,10 +45,10 @@ class SparkCluster:
                                            stderr=subprocess.STDOUT, env=env, start_new_session=True))
         log.close()
 
-    def start(self, timeout: float = 120.0) -> "SparkCluster":
+    def start(self, timeout: float = 120.0) -> SparkCluster:
         return self.launch().wait_ready(timeout)
 
-    def launch(self) -> "SparkCluster":
+    def launch(self) -> SparkCluster:
         """Start the daemons without waiting for them (`wait_ready`)."""
         require_java()
         self._launch("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
@@ -60,7 +60,7 @@ class SparkCluster:
                          "--work-dir", str(self.work / f"worker{i}"))
         return self
 
-    def wait_ready(self, timeout: float = 120.0) -> "SparkCluster":
+    def wait_ready(self, timeout: float = 120.0) -> SparkCluster:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for proc in self.procs:

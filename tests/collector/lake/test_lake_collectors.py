@@ -7,8 +7,8 @@ import threading
 
 import pyarrow.parquet as pq
 
-from tests.conftest import run_cli
 from tests.collector.lake.lake_helpers import lake_collector, lake_sql, post, span_keys, varied_spans
+from tests.conftest import run_cli
 
 
 def test_a_killed_collector_loses_no_acknowledged_span(tmp_path):

@@ -22,9 +22,9 @@ from meritlens.analytics._scale import DEFAULT_RELATIVE_ERROR, relative_error_of
 from meritlens.instrumentation import conventions as c
 from tests.analytics.evidence_helpers import S, Span, continuous_calls
 from tests.analytics.test_evidence_readiness import write_profile
-from tests.conftest import CollectorProcess, run_cli
 from tests.collector.lake.lake_helpers import lake_collector, lake_sql, post, varied_spans
 from tests.collector.lake.spark_cluster import LOOPBACK_ENV, SparkCluster
+from tests.conftest import CollectorProcess, run_cli
 
 _COMPARED = ("target_id", "scope", "metric", "aggregation", "value", "unit", "sample_count", "state", "count", "mean",
              "stddev", "min", "max", "p50", "p90", "p95", "p99", "quantile_error", "first_span_time", "last_span_time",
@@ -151,7 +151,7 @@ def test_spark_windows_of_three_collectors_equal_one_node(tmp_path, cluster):
     assert {r["quantile_error"] for r in on_lake if r["target_id"] == "bulk-bot" and r["count"]} == {
         relative_error_of(scale_for(DEFAULT_RELATIVE_ERROR))}
     assert sum(r["state"] == "measured" for r in on_lake) > 40
-    for lake_row, node_row in zip(on_lake, on_node):
+    for lake_row, node_row in zip(on_lake, on_node, strict=True):
         assert lake_row == node_row
     # windows by time: the same buckets and rows (evidence URIs name each store)
     by_time = ("select * exclude (computed_at, evidence_uri) from windows_by_time"

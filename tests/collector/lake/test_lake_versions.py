@@ -11,8 +11,8 @@ from meritlens.analytics._schema import SPANS_DDL
 from meritlens.collector.lake import Lake, LakeReader, current_windows_file, publish_windows
 from meritlens.collector.windows import DuckDBEngine, compute_windows
 from tests.analytics.evidence_helpers import span_rows
-from tests.conftest import run_cli
 from tests.collector.lake.lake_helpers import lake_collector, lake_sql, varied_spans
+from tests.conftest import run_cli
 
 
 def _windows_of(seeds: range) -> list:
@@ -21,14 +21,14 @@ def _windows_of(seeds: range) -> list:
     rows = span_rows([s for spans in varied_spans(seeds) for s in spans])
     con.register("_rows", rows)
     con.execute("INSERT INTO spans SELECT *, now() FROM _rows")
-    return compute_windows(DuckDBEngine(con), "lake", dt.datetime.now(dt.timezone.utc))
+    return compute_windows(DuckDBEngine(con), "lake", dt.datetime.now(dt.UTC))
 
 
 def test_each_version_replaces_the_last_whole(tmp_path):
     lake = Lake(str(tmp_path / "lake"))
     first, second, third = _windows_of(range(1, 4)), _windows_of(range(10, 20)), _windows_of(range(30, 32))
     assert len({len(first), len(second), len(third)}) == 3
-    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     names = [publish_windows(lake, windows, t0 + dt.timedelta(minutes=i))
              for i, windows in enumerate((first, second))]
     reader = LakeReader(lake)
@@ -75,7 +75,7 @@ def test_a_runs_state_is_taken_up_only_by_the_same_definitions(tmp_path):
     assert load_run(lake, "windows-x.parquet", book.scale + 1) is None  # another quantile error setting
     saved = load_run(lake, "windows-x.parquet", book.scale)
     assert saved.segments == {"c0-1.parquet", "c1-2.parquet"} and saved.cutoffs == cutoffs
-    when = dt.datetime.now(dt.timezone.utc)
+    when = dt.datetime.now(dt.UTC)
     assert [saved.book.windows(k, "lake", when) for k in sorted(keys)] == [book.windows(k, "lake", when)
                                                                             for k in sorted(keys)]
     manifest = tmp_path / "lake" / "state" / "windows-x.json"

@@ -16,10 +16,9 @@ from google.protobuf import json_format
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from meritlens.collector.receive import _ingest
-from meritlens.collector.process import _walk
-from meritlens.collector.process import _otlp
+from meritlens.collector.process import _otlp, _walk
 from meritlens.collector.process._options import NormalizeOptions
+from meritlens.collector.receive import _ingest
 from meritlens.instrumentation import conventions as c
 from tests.otlp_builders import make_request, make_span, wire_field
 
@@ -206,7 +205,8 @@ def _lean_body(place: str) -> bytes:
     elif place == "attribute of a refused span":
         ss.spans[1].attributes.append(BAD_KEY_VALUE)
     elif place == "event attribute":
-        ss.spans[0].events.add(name="e", time_unix_nano=ss.spans[0].start_time_unix_nano).attributes.append(BAD_KEY_VALUE)
+        event = ss.spans[0].events.add(name="e", time_unix_nano=ss.spans[0].start_time_unix_nano)
+        event.attributes.append(BAD_KEY_VALUE)
     elif place == "link attribute":
         ss.spans[0].links.add(trace_id=os.urandom(16), span_id=os.urandom(8)).attributes.append(BAD_KEY_VALUE)
     elif place == "resource attribute":

@@ -18,9 +18,8 @@ from hypothesis import strategies as st
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from meritlens.collector.process import _normalize, _scan, _walk
+from meritlens.collector.process import _normalize, _otlp, _scan, _walk
 from meritlens.collector.process._native import native as spanscan
-from meritlens.collector.process import _otlp
 from meritlens.collector.process._options import NormalizeOptions
 from meritlens.collector.process._walk import FIRST_CHUNK_EVENTS, PROMOTED
 from meritlens.instrumentation import conventions as c
@@ -72,7 +71,8 @@ def assert_same(body: bytes, limits: _otlp.SpanLimits = WIDE, options: Normalize
 def test_the_native_scanner_is_built_and_takes_ordinary_spans():
     """`pip install` builds the extension; an ordinary request leaves no span to the Python walk."""
     assert spanscan is not None, "collector/process/_spanscan.c was not built (pip install -e .)"
-    spans = [make_span({c.TARGET_ID: "t", c.GEN_AI_REQUEST_MODEL: "m", c.GEN_AI_USAGE_INPUT_TOKENS: 3}) for _ in range(5)]
+    attributes = {c.TARGET_ID: "t", c.GEN_AI_REQUEST_MODEL: "m", c.GEN_AI_USAGE_INPUT_TOKENS: 3}
+    spans = [make_span(attributes) for _ in range(5)]
     body = make_request(spans).SerializeToString()
     lean = _otlp.LeanRequest.FromString(body)
     checks = _otlp.SpanChecks(lean, WIDE, len(body))
@@ -188,19 +188,21 @@ def _body_with_span_extra(extra: bytes, attributes: dict | None = None) -> bytes
 
 
 WIRE_SHAPES = {
-    "status split over two occurrences": wire_field(15, wire_tag(3, 0) + wire_varint(2)) + wire_field(15, wire_field(2, b"late")),
+    "status split over two occurrences": (
+        wire_field(15, wire_tag(3, 0) + wire_varint(2)) + wire_field(15, wire_field(2, b"late"))),
     "name given twice": wire_field(5, b"second name"),
     "unknown varint, fixed32, fixed64 and bytes fields": (
-        wire_tag(40, 0) + wire_varint(7) + wire_tag(41, 5) + b"\x01\x02\x03\x04" + wire_tag(42, 1) + b"\x00" * 8 + wire_field(43, b"xyz")),
+        wire_tag(40, 0) + wire_varint(7) + wire_tag(41, 5) + b"\x01\x02\x03\x04" + wire_tag(42, 1) + b"\x00" * 8
+        + wire_field(43, b"xyz")),
     "kind as a fixed64 (wrong wire type: an unknown field)": wire_tag(6, 1) + b"\x03" + b"\x00" * 7,
     "start time as a varint (wrong wire type)": wire_tag(7, 0) + wire_varint(5),
     "kind as an overlong varint": wire_tag(6, 0) + b"\x83\x80\x80\x00",
     "negative kind": wire_tag(6, 0) + wire_varint(2**64 - 1),
     "kind over 32 bits": wire_tag(6, 0) + wire_varint(2**32 + 2),
     "a group": wire_tag(44, 3) + wire_tag(1, 0) + wire_varint(1) + wire_tag(44, 4),
-    "an event with extra fields and its name twice": wire_field(11, wire_tag(1, 1) + (_START + 9).to_bytes(8, "little")
-                                                               + wire_field(2, b"a") + wire_tag(9, 0) + wire_varint(1)
-                                                               + wire_field(2, FIRST_CHUNK_EVENTS.__iter__().__next__().encode())),
+    "an event with extra fields and its name twice": wire_field(
+        11, wire_tag(1, 1) + (_START + 9).to_bytes(8, "little") + wire_field(2, b"a") + wire_tag(9, 0) + wire_varint(1)
+        + wire_field(2, next(iter(FIRST_CHUNK_EVENTS)).encode())),
     "a span id given twice": wire_field(2, bytes(range(40, 48))),
     "an empty trace id given last": wire_field(1, b""),
     "end time over int64": wire_tag(8, 1) + (2**63).to_bytes(8, "little"),
@@ -291,7 +293,7 @@ def test_the_scanner_survives_bodies_protobuf_refuses(seed, data):
         return  # an attribute or a text that is not valid protobuf
     if scanned is not None:
         columns, rows, python_spans, finish = scanned
-        arrays = [_scan._array(name, rows, buffers) for name, buffers in zip(_walk._ROW_LAYOUT, columns)]
+        arrays = [_scan._array(name, rows, buffers) for name, buffers in zip(_walk._ROW_LAYOUT, columns, strict=True)]
         for array in arrays:
             array.validate(full=True)
         assert all(0 <= row < rows for row, *_ in python_spans + finish)
@@ -314,7 +316,7 @@ def test_the_scanner_leaves_spans_it_cannot_read_to_the_python_walk(where, repla
         _otlp.LeanRequest.FromString(body)
     columns, rows, python_spans, finish = _scan_unchecked(body)
     assert [row for row, *_ in python_spans] == [0] and rows == 1 and finish == []
-    for name, buffers in zip(_walk._ROW_LAYOUT, columns):
+    for name, buffers in zip(_walk._ROW_LAYOUT, columns, strict=True):
         _scan._array(name, rows, buffers).validate(full=True)
     columns, rows, python_spans, finish = _scan_unchecked(seed)
     assert python_spans == [] and rows == 1  # the same span, unharmed, is the scanner's

@@ -16,36 +16,24 @@ from cryptography.x509.oid import NameOID
 from google.rpc import code_pb2, status_pb2
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.cli_runner import run_cli as _run_cli
 from tests.collector.collector_proc import CollectorProcess, make_request
+from tests.otlp_builders import sdk_spans as recorded_spans
 
 TOKEN = "s3cret-token-for-tests"
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 PROTOBUF = {"Content-Type": "application/x-protobuf"}
 
 
-class KeepSpans(SpanExporter):
-    def __init__(self) -> None:
-        self.spans = []
-
-    def export(self, spans):
-        self.spans.extend(spans)
-        return SpanExportResult.SUCCESS
-
-
 def sdk_spans(count: int, target: str):
-    keep = KeepSpans()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(keep))
-    tracer = provider.get_tracer("tests")
-    for i in range(count):
-        with tracer.start_as_current_span("chat m", attributes={"meritlens.target.id": target, "i": i}):
-            pass
-    provider.shutdown()
-    return keep.spans
+    def write(tracer):
+        for i in range(count):
+            with tracer.start_as_current_span("chat m", attributes={"meritlens.target.id": target, "i": i}):
+                pass
+
+    return recorded_spans(write)
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +133,7 @@ def certificate(tmp_path_factory):
     directory = tmp_path_factory.mktemp("tls")
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "meritlens test")])
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     cert = (
         x509.CertificateBuilder()
         .subject_name(name).issuer_name(name).public_key(key.public_key())
@@ -256,7 +244,8 @@ def test_a_second_collector_cannot_share_the_grpc_port(tmp_path):
     with CollectorProcess(tmp_path / "first.duckdb") as first:
         second = CollectorProcess(tmp_path / "second.duckdb", grpc_port=first.grpc_port)
         try:
-            with pytest.raises(RuntimeError, match=r"port \d+ on 127.0.0.1 is already in use: choose another with --grpc-port"):
+            in_use = r"port \d+ on 127.0.0.1 is already in use: choose another with --grpc-port"
+            with pytest.raises(RuntimeError, match=in_use):
                 second.start(timeout=20)
             assert second.proc.wait(10) == 2
             assert listening_addresses(second.http_port) == set()  # it closed what it had opened

@@ -60,12 +60,14 @@ def test_overload_gets_503_with_retry_after_bounded_memory_and_no_lost_span(tmp_
                         break
                     assert response.status_code == 503, response.status_code
                     with lock:
-                        refusals.append(response.headers.get("Retry-After", "missing").encode() + b" " + response.content)
+                        retry_after = response.headers.get("Retry-After", "missing").encode()
+                        refusals.append(retry_after + b" " + response.content)
                     time.sleep(float(response.headers["Retry-After"]) * rng.uniform(0.05, 0.3))
 
     with CollectorProcess(tmp_path / "busy.duckdb", args=args) as collector:
         with collector.client() as http:  # warm up: first request's imports and allocations
-            assert http.post("/v1/traces", content=_request(10_000).SerializeToString(), headers=PROTOBUF).status_code == 200
+            warm_up = http.post("/v1/traces", content=_request(10_000).SerializeToString(), headers=PROTOBUF)
+            assert warm_up.status_code == 200
         idle_rss = collector.rss_bytes()
         threads = [threading.Thread(target=client, args=(i,)) for i in range(CLIENTS)]
         for thread in threads:

@@ -14,31 +14,18 @@ from opentelemetry.exporter.otlp.proto.http import Compression as HttpCompressio
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.trace import SpanKind
 
-from tests.collector.collector_proc import CollectorProcess, assert_same_windows, make_request, span_ids
 from meritlens.analytics._schema import SPAN_COLUMN_NAMES, WINDOW_COLUMN_NAMES
+from tests.collector.collector_proc import CollectorProcess, assert_same_windows, make_request, span_ids
+from tests.otlp_builders import sdk_spans
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
 
-class KeepSpans(SpanExporter):
-    def __init__(self) -> None:
-        self.spans = []
-
-    def export(self, spans):
-        self.spans.extend(spans)
-        return SpanExportResult.SUCCESS
-
-
-def _sdk_spans(count: int = 60):
-    keep = KeepSpans()
-    provider = TracerProvider(resource=Resource.create({"service.name": "grpc-vs-http"}))
-    provider.add_span_processor(SimpleSpanProcessor(keep))
-    tracer = provider.get_tracer("tests")
-    for i in range(count):
+def _sixty_calls(tracer) -> None:
+    for i in range(60):
         attributes = {
             "meritlens.target.id": f"bot/{i % 2}",
             "meritlens.task.id": f"task-{i // 3}",
@@ -53,8 +40,6 @@ def _sdk_spans(count: int = 60):
             attributes["meritlens.assessment.id"] = "arm-a"
         with tracer.start_as_current_span("chat m-1", kind=SpanKind.CLIENT, attributes=attributes) as span:
             span.add_event("first_token", {"index": i})
-    provider.shutdown()
-    return keep.spans
 
 
 def _rows(path):
@@ -72,7 +57,7 @@ def _rows(path):
 
 
 def test_grpc_exporter_stores_the_same_rows_and_windows_as_the_http_exporter(tmp_path):
-    spans = _sdk_spans()
+    spans = sdk_spans(_sixty_calls, Resource.create({"service.name": "grpc-vs-http"}))
     (tmp_path / "grpc").mkdir()
     (tmp_path / "http").mkdir()
     via_grpc = CollectorProcess(tmp_path / "grpc" / "spans.duckdb")

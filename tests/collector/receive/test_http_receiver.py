@@ -52,7 +52,8 @@ def _status(response: httpx.Response) -> status_pb2.Status:
 def test_protobuf_spans_are_stored_with_typed_columns(collector):
     span = make_span({c.TARGET_ID: "bot", c.GEN_AI_USAGE_INPUT_TOKENS: 120, c.GEN_AI_USAGE_OUTPUT_TOKENS: 30,
                       c.COST_USD: 0.25, c.GEN_AI_REQUEST_MODEL: "gpt-x", "custom.key": "kept"})
-    r = httpx.post(collector.traces_url, content=make_request([span], {"service.name": "svc"}).SerializeToString(), headers=PB)
+    body = make_request([span], {"service.name": "svc"}).SerializeToString()
+    r = httpx.post(collector.traces_url, content=body, headers=PB)
     assert r.status_code == 200
     response = ExportTraceServiceResponse()
     response.ParseFromString(r.content)
@@ -74,7 +75,8 @@ def test_json_with_hex_ids_int64_strings_enums_and_unknown_fields(collector):
     span["kind"] = 3
     doc = json_request([span])
     doc["somethingNew"] = True
-    r = httpx.post(collector.traces_url, content=json.dumps(doc), headers={"Content-Type": "Application/JSON; charset=utf-8"})
+    r = httpx.post(collector.traces_url, content=json.dumps(doc),
+                   headers={"Content-Type": "Application/JSON; charset=utf-8"})
     assert r.status_code == 200, r.text
     assert r.headers["content-type"].startswith("application/json")
     assert json.loads(r.text) == {}  # nothing rejected
@@ -107,7 +109,8 @@ def test_the_same_spans_posted_twice_count_once(collector):
     for _ in range(2):
         assert httpx.post(collector.traces_url, content=body, headers=PB).status_code == 200
     # ... and once more inside one request, duplicated
-    assert httpx.post(collector.traces_url, content=make_request(spans + spans).SerializeToString(), headers=PB).status_code == 200
+    twice = make_request(spans + spans).SerializeToString()
+    assert httpx.post(collector.traces_url, content=twice, headers=PB).status_code == 200
     assert collector.sql("select count(*) n from spans") == [{"n": 4}]
     window = collector.sql("select value, sample_count from windows where metric = 'input_tokens' and scope = 'all'")
     assert window == [{"value": 40.0, "sample_count": 4}]

@@ -63,7 +63,7 @@ class Sampler:
             self.peak = max(self.peak, self._collector.anonymous_bytes())
             self._stop.wait(0.005)
 
-    def __enter__(self) -> "Sampler":
+    def __enter__(self) -> Sampler:
         self._thread.start()
         return self
 
@@ -90,7 +90,8 @@ def test_above_the_soft_limit_exports_are_refused_memory_stays_under_the_limit_a
                 for _ in range(500):
                     response = http.post("/v1/traces", content=bodies[batch], headers=PROTOBUF)
                     if response.status_code == 200:
-                        assert ExportTraceServiceResponse.FromString(response.content).partial_success.rejected_spans == 0
+                        answer = ExportTraceServiceResponse.FromString(response.content)
+                        assert answer.partial_success.rejected_spans == 0
                         with lock:
                             acked.add(batch)
                         break
@@ -152,13 +153,15 @@ def test_above_the_soft_limit_exports_are_refused_memory_stays_under_the_limit_a
     assert b"--memory-limit 493MiB" in memory_refusals[0].content
     refused_calls = [e for e in grpc_refusals if "above its soft limit" in e.details()]
     assert refused_calls, f"{len(grpc_refusals)} gRPC refusals, none for memory"
-    retry = error_details_pb2.RetryInfo.FromString(dict(refused_calls[0].trailing_metadata())["google.rpc.retryinfo-bin"])
+    trailing = dict(refused_calls[0].trailing_metadata())
+    retry = error_details_pb2.RetryInfo.FromString(trailing["google.rpc.retryinfo-bin"])
     assert retry.retry_delay.seconds == 1
     assert _status_of(refused_calls[0]).code == grpc.StatusCode.UNAVAILABLE.value[0]
     assert health["overloaded_exports"]["memory_limit"] >= len(memory_refusals) + len(refused_calls)
     samples = {(s.name, s.labels.get("reason")): s.value
                for family in text_string_to_metric_families(metrics) for s in family.samples}
-    assert samples[("meritlens_exports_overloaded_total", "memory_limit")] == health["overloaded_exports"]["memory_limit"]
+    overloaded = health["overloaded_exports"]["memory_limit"]
+    assert samples[("meritlens_exports_overloaded_total", "memory_limit")] == overloaded
     assert samples[("meritlens_memory_soft_limit_bytes", None)] == SOFT_LIMIT
     assert samples[("meritlens_memory_refusing_exports", None)] == 0
     assert "held by requests in flight is above the soft limit 288MiB: refusing exports" in collector.log()
@@ -182,7 +185,8 @@ def _status_file(tmp_path, kib: int | None):
 
 def test_the_limiter_refuses_above_the_soft_limit_and_accepts_again_below_it(tmp_path):
     status = _status_file(tmp_path, 100 * 1024)
-    limiter = MemoryLimiter(MemoryLimiterConfig(limit=400 * MiB, spike=100 * MiB), read=partial(anonymous_resident_bytes, status))
+    limiter = MemoryLimiter(MemoryLimiterConfig(limit=400 * MiB, spike=100 * MiB),
+                            read=partial(anonymous_resident_bytes, status))
     limiter.check()
     assert not limiter.limited and limiter.usage == 100 * MiB
     _status_file(tmp_path, 301 * 1024)
@@ -256,7 +260,8 @@ def test_the_budget_keeps_every_part_inside_the_limit_with_the_caps_counted_from
     (("--memory-limit", "400MiB"), {}, "the memory limit must be at least 493MiB, got 400MiB: a quarter of it holds"),
     (("--memory-limit", "1GiB", "--max-body-bytes", "64MiB"), {}, "the memory limit must be at least 1280MiB"),
     (("--memory-limit", "1GiB", "--checkpoint-wal-bytes", "256MiB"), {}, "DuckDB needs twice the checkpoint WAL"),
-    ((), {SETTINGS["memory_spike"].env: "1MiB"}, "MERITLENS_MEMORY_SPIKE must be at least an eighth of the memory limit (64MiB)"),
+    ((), {SETTINGS["memory_spike"].env: "1MiB"},
+     "MERITLENS_MEMORY_SPIKE must be at least an eighth of the memory limit (64MiB)"),
     ((), {SETTINGS["memory_spike"].env: "512MiB"}, "spike headroom must be positive and below its limit"),
 ])
 def test_a_memory_limit_that_cannot_hold_the_collector_is_refused_in_one_line(tmp_path, args, env, message):

@@ -11,8 +11,8 @@ from meritlens.analytics._definitions import PLUGIN_ONLY_METRICS, SPAN_WINDOW_ME
 from meritlens.instrumentation import conventions as c
 from tests.browser import DevToolsPage, dump_dom, parse_dom, screenshot, squash
 from tests.collector.collector_proc import CollectorProcess as TokenCollector
-from tests.conftest import CollectorProcess, run_cli
 from tests.collector.dashboard_spans import T0, TARGET, XSS_TARGET, known_spans, post
+from tests.conftest import CollectorProcess, run_cli
 from tests.otlp_builders import make_request, make_span
 
 _post = post
@@ -75,9 +75,11 @@ def test_endpoints_refuse_bad_requests_with_a_message(collector):
         ("/api/dashboard/profiles", {}, "give the target"),
         ("/api/arrow", {"table": "pg_catalog"}, "table must be one of spans, windows"),
         ("/api/dashboard/timeseries", {}, "give the target"),
-        ("/api/dashboard/timeseries", {"target": "x", "range": "month"}, "range must be one of hour, day, week, all, custom"),
+        ("/api/dashboard/timeseries", {"target": "x", "range": "month"},
+         "range must be one of hour, day, week, all, custom"),
         ("/api/dashboard/timeseries", {"target": "x", "bucket": "3m"}, "bucket must be auto or one of"),
-        ("/api/dashboard/models", {"target": "x", "range": "custom", "from": "yesterday"}, "from must be an ISO 8601 time"),
+        ("/api/dashboard/models", {"target": "x", "range": "custom", "from": "yesterday"},
+         "from must be an ISO 8601 time"),
         ("/api/dashboard/traces", {"limit": "0"}, "limit must be an integer from 1 to 500"),
         ("/api/dashboard/traces", {"status": "broken"}, "status must be ok or error"),
         ("/api/dashboard/trace", {"trace": "x' or 1=1"}, "trace must be 32 lowercase hex characters"),
@@ -169,7 +171,9 @@ def test_the_page_refreshes_itself_and_switches_scope(collector, tmp_path):
         assert page.wait_for(f"{value} === '600 tokens'", timeout=10)
         assert page.evaluate("document.getElementById('updated').textContent").startswith("updated ")
 
-        page.evaluate("""(() => { const s = document.querySelector('section[data-target="support-bot/answer"] select[name="scope"]');
+        page.evaluate("""(() => {
+                                  const s = document.querySelector(
+                                    'section[data-target="support-bot/answer"] select[name="scope"]');
                                   s.value = 'a1'; s.dispatchEvent(new Event('change')); })()""")
         page.wait_for("document.querySelector('section[data-target=\"support-bot/answer\"]').dataset.scope === 'a1'")
         assert page.wait_for(f"{value} === '200 tokens'")
@@ -198,7 +202,8 @@ def test_the_page_says_when_the_collector_is_unreachable(collector, tmp_path):
         page.navigate(url + "/?refresh=1")
         page.wait_for("document.getElementById('updated').textContent.startsWith('updated')")
         collector.stop()
-        banner = page.wait_for("!document.getElementById('banner').hidden && document.getElementById('banner').textContent")
+        banner = page.wait_for("!document.getElementById('banner').hidden"
+                               " && document.getElementById('banner').textContent")
         assert banner.startswith("Could not load data from the collector")
         assert page.evaluate("document.getElementById('updated').textContent") == "update failed"
 
@@ -275,17 +280,20 @@ def test_readiness_against_the_profiles_serve_loaded(tmp_path):
         profile = panel.find("div", data_profile="support")
         assert profile.find("span", data_verdict="coverage").text == "coverage not ready"
         assert profile.find("span", data_verdict="baseline").text == "baseline not ready"
-        chips = {li.attrs["data-metric"]: (li.attrs["data-coverage"], li.text) for li in profile.find_all("li", data_metric=True)}
+        chips = {li.attrs["data-metric"]: (li.attrs["data-coverage"], li.text)
+                 for li in profile.find_all("li", data_metric=True)}
         assert chips == {
             "input_tokens": ("covered", "✓ input_tokens 5/5"),
             "total_task_cost": ("short", "◐ total_task_cost 4/5"),
             "end_to_end_latency": ("covered", "✓ end_to_end_latency 5/5"),
             "task_success": ("missing", "✗ task_success 0/5"),
         }
-        assert "total_task_cost: 4 of 5 samples" in [li.text for li in profile.find("ul", class_="problems").find_all("li")]
+        problems = [li.text for li in profile.find("ul", class_="problems").find_all("li")]
+        assert "total_task_cost: 4 of 5 samples" in problems
         newcomer = parse_dom(dump_dom(_target_url(collector, "new-bot/answer"), tmp_path / "chromium")).find(
             "section", data_target="new-bot/answer")
-        assert newcomer.find("div", data_profile="newcomer").find("span", data_verdict="coverage").text == "coverage not ready"
+        coverage = newcomer.find("div", data_profile="newcomer").find("span", data_verdict="coverage")
+        assert coverage.text == "coverage not ready"
         assert newcomer.find("p", data_plot="latency").text == "No task has a latency yet."
         screenshot(_target_url(collector), tmp_path / "readiness.png", tmp_path / "chromium", size=(1280, 1400))
 
@@ -315,7 +323,8 @@ def test_the_readiness_card_is_headed_by_what_its_body_says(collector, tmp_path)
     profile.write_text(PROFILE.split("\n[metrics.total_task_cost]")[0])  # input_tokens only: 5 of 5 samples
     check = run_cli("readiness", "--profile", str(profile), "--baseline", "--db", str(collector.db), check=False)
     assert check.returncode == 0, check.stdout + check.stderr
-    card = parse_dom(dump_dom(collector.url + "/?refresh=0", tmp_path / "chromium")).find("div", data_callout="readiness")
+    dom = parse_dom(dump_dom(collector.url + "/?refresh=0", tmp_path / "chromium"))
+    card = dom.find("div", data_callout="readiness")
     assert card.attrs["data-verdict"] == "ready"
     assert card.find("div", class_="callout-label").text == "Ready"
     assert squash(card.find("div", class_="callout-body").text) == "every profiled target is ready"
@@ -356,7 +365,8 @@ def test_with_a_bearer_token_the_page_loads_and_sends_the_token_from_the_fragmen
         assert r.status_code == 200
         page = _get(collector, "/")
         assert page.status_code == 200 and "initial-data" not in page.text  # without the token it holds no data
-        assert TARGET in httpx.get(collector.url + "/", headers=collector.headers()).text  # with it, the first paint does
+        # with the token, the first paint holds the data
+        assert TARGET in httpx.get(collector.url + "/", headers=collector.headers()).text
         assert _get(collector, "/static/app.js").status_code == 200
         for path in ("/api/dashboard/targets", "/api/dashboard/windows", "/api/arrow", "/api/dashboard/overview",
                      "/api/dashboard/traces", "/metrics"):

@@ -26,7 +26,8 @@ def fed(tmp_path_factory):
     folder = tmp_path_factory.mktemp("examples")
     collector = CollectorProcess(folder / "meritlens.duckdb").start()
     try:
-        env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": collector.url, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}
+        env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": collector.url,
+               "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}
         for name in EXAMPLES:
             proc = subprocess.run([sys.executable, str(ROOT / "examples" / name)], capture_output=True, text=True,
                                   env=env, timeout=120, cwd=ROOT)
@@ -79,7 +80,8 @@ def test_each_target_page_of_the_examples(fed, tmp_path, target):
     histogram = section.find("svg", data_plot="latency")
     title = histogram.find_all("text", class_="axis-title")[0].text
     scale = {"latency per task (ms)": 1e-3, "latency per task (s)": 1.0}[title]
-    ticks = [float(t.text) * scale for t in histogram.find_all("text", class_="tick") if "x" in t.attrs["class"].split()]
+    ticks = [float(t.text) * scale for t in histogram.find_all("text", class_="tick")
+             if "x" in t.attrs["class"].split()]
     assert ticks[0] <= min(latencies) and max(latencies) / 2 <= ticks[-1] <= 2 * max(latencies) + 0.5
     assert screenshot(url, tmp_path / "target.png", tmp_path / "chromium", size=(1280, 1600)) == (1280, 1600)
 
@@ -106,7 +108,8 @@ def test_traces_a_trace_and_evidence_of_the_examples_stay_on_this_machine(fed, t
         names = page.evaluate("[...document.querySelectorAll('li.span')].map(li => "
                               "[li.dataset.depth, li.querySelector('.span-name').textContent])")
         assert names[0] == ["0", "task order-bot/agent"]
-        assert sorted(names[1:]) == [["1", "chat gpt-4o-mini"], ["1", "chat gpt-4o-mini"], ["1", "execute_tool lookup_order"]]
+        assert sorted(names[1:]) == [["1", "chat gpt-4o-mini"], ["1", "chat gpt-4o-mini"],
+                                     ["1", "execute_tool lookup_order"]]
         figures = page.evaluate("[...document.querySelectorAll('li.span .span-figures')].map(s => s.textContent)")
         assert any("1 tool call" in f for f in figures) and any("tool lookup_order" in f for f in figures)
         page.navigate(_page(fed, view="evidence", target="refund-bot/answer", metric="input_tokens"))
@@ -116,7 +119,8 @@ def test_traces_a_trace_and_evidence_of_the_examples_stay_on_this_machine(fed, t
         page.call("Page.captureScreenshot")
         assert page.exceptions == []
         assert page.requests and all(url.startswith(fed.url + "/") for url in page.requests), page.requests
-    pages = {"traces.png": _page(fed, view="traces"), "trace.png": _page(fed, view="trace", trace=traces[0]["trace_id"]),
+    pages = {"traces.png": _page(fed, view="traces"),
+             "trace.png": _page(fed, view="trace", trace=traces[0]["trace_id"]),
              "evidence.png": _page(fed, view="evidence", target="order-bot/agent", metric="end_to_end_latency")}
     for name, url in pages.items():
         assert screenshot(url, tmp_path / name, tmp_path / "chromium") == (1280, 900)

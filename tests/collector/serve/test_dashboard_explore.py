@@ -30,8 +30,8 @@ def _page(collector, **params) -> str:
 def _failing_trace(collector) -> str:
     """One trace of err-bot/answer: a call that failed after two retries, under a task span."""
     trace = bytes.fromhex("cd" * 16)
-    root = make_span({c.TARGET_ID: "err-bot/answer", c.TASK_ID: "t-err"}, trace_id=trace, span_id=bytes.fromhex("01" * 8),
-                     start_ns=T0, duration_s=3.0, name="task err-bot/answer")
+    root = make_span({c.TARGET_ID: "err-bot/answer", c.TASK_ID: "t-err"}, trace_id=trace,
+                     span_id=bytes.fromhex("01" * 8), start_ns=T0, duration_s=3.0, name="task err-bot/answer")
     call = make_span({c.TARGET_ID: "err-bot/answer", c.TASK_ID: "t-err", c.GEN_AI_OPERATION_NAME: "chat",
                       c.GEN_AI_REQUEST_MODEL: "other-model", c.GEN_AI_USAGE_INPUT_TOKENS: 40, c.RETRIES: 2,
                       c.ERROR_TYPE: "timeout", "app.note": "kept <b>as text</b>"},
@@ -64,7 +64,8 @@ def test_a_target_over_time_and_by_model_is_computed_per_bucket(collector):
     custom = _get(collector, "/api/dashboard/timeseries", target=TARGET, range="custom",
                   **{"from": "2023-11-14T22:14:00Z", "to": "2023-11-14T22:16:00Z"}, bucket="1h")
     assert [b["tasks"] for b in custom["buckets"]] == [2]  # the tasks ending 62 s and 123 s after T0
-    assert _get(collector, "/api/dashboard/timeseries", target=TARGET, range="hour")["buckets"] == []  # 2023 is not the last hour
+    last_hour = _get(collector, "/api/dashboard/timeseries", target=TARGET, range="hour")
+    assert last_hour["buckets"] == []  # 2023 is not the last hour
 
     [model] = _get(collector, "/api/dashboard/models", target=TARGET)["models"]
     assert (model["provider"], model["model"], model["calls"], model["priced_calls"]) == ("acme", MODEL, 6, 5)
@@ -95,7 +96,8 @@ def test_traces_are_listed_filtered_and_opened_as_a_span_tree(collector):
     everything = _get(collector, "/api/dashboard/traces")["traces"]
     assert len(everything) == 7  # four single-call tasks, task 5's trace, the markup target's, err-bot's
     listed = next(t for t in everything if t["trace_id"] == failing)
-    assert (listed["root_name"], listed["spans"], listed["errors"], listed["retries"]) == ("task err-bot/answer", 2, 1, 2)
+    shown = (listed["root_name"], listed["spans"], listed["errors"], listed["retries"])
+    assert shown == ("task err-bot/answer", 2, 1, 2)
     assert listed["duration_s"] == pytest.approx(3.0) and listed["cost_usd"] is None  # nothing priced: unknown
     mine = _get(collector, "/api/dashboard/traces", target=TARGET)["traces"]
     assert len(mine) == 5 and mine[0]["trace_id"] == TASK5_TRACE  # most recent first
@@ -124,11 +126,14 @@ def test_traces_are_listed_filtered_and_opened_as_a_span_tree(collector):
         page.wait_for(f"!!document.querySelector('section.trace-view[data-trace=\"{failing}\"]')")
         trace_url = page.evaluate("location.href")
         spans = page.evaluate("[...document.querySelectorAll('li.span')].map(li => [li.dataset.depth, "
-                              "li.querySelector('.span-name').textContent, li.querySelector('.span-figures').textContent])")
-        assert spans == [["0", "task err-bot/answer", ""], ["1", "chat other-model", "40 in / — out tokens · 2 retries"]]
+                              "li.querySelector('.span-name').textContent, "
+                              "li.querySelector('.span-figures').textContent])")
+        assert spans == [["0", "task err-bot/answer", ""],
+                         ["1", "chat other-model", "40 in / — out tokens · 2 retries"]]
         # a span opens with the keyboard and shows its attributes, as text
         page.evaluate("document.querySelector('li.span[data-depth=\"1\"] summary').focus()")
-        page.call("Input.dispatchKeyEvent", type="keyDown", key="Enter", code="Enter", windowsVirtualKeyCode=13, text="\r")
+        page.call("Input.dispatchKeyEvent", type="keyDown", key="Enter", code="Enter", windowsVirtualKeyCode=13,
+                  text="\r")
         page.call("Input.dispatchKeyEvent", type="keyUp", key="Enter", code="Enter", windowsVirtualKeyCode=13)
         page.wait_for("!!document.querySelector('li.span[data-depth=\"1\"] details').open")
         rows = dict(page.evaluate("[...document.querySelectorAll('li.span[data-depth=\"1\"] table.attributes tr')]"
@@ -183,7 +188,8 @@ def test_the_overview_answers_the_first_questions_at_first_paint(collector, tmp_
     assert (support["latency_p50"], support["success_rate"]) == (pytest.approx(3.0), None)  # no outcome: unknown
     assert cheap["success_rate"] == pytest.approx(2 / 3) and cheap["latency_p95"] == pytest.approx(10.9)
     # one task: its latency window holds too little evidence, so the overview shows no latency for it
-    assert overview[XSS_TARGET]["latency_p50"] is None and overview[XSS_TARGET]["latency_state"] == "insufficient_evidence"
+    assert overview[XSS_TARGET]["latency_p50"] is None
+    assert overview[XSS_TARGET]["latency_state"] == "insufficient_evidence"
 
     # The page as served already holds the overview: nothing needs to be fetched for the first paint.
     html = httpx.get(collector.url + "/").text
@@ -206,12 +212,14 @@ def test_the_overview_answers_the_first_questions_at_first_paint(collector, tmp_
         assert page.evaluate(order) == [TARGET, "cheap-bot/answer", XSS_TARGET]  # by total cost; unpriced last
         # Sorting by keyboard: focus a column's button and press Enter.
         page.evaluate("document.querySelector('button[data-sort=\"latency_p95\"]').focus()")
-        page.call("Input.dispatchKeyEvent", type="keyDown", key="Enter", code="Enter", windowsVirtualKeyCode=13, text="\r")
+        page.call("Input.dispatchKeyEvent", type="keyDown", key="Enter", code="Enter", windowsVirtualKeyCode=13,
+                  text="\r")
         page.call("Input.dispatchKeyEvent", type="keyUp", key="Enter", code="Enter", windowsVirtualKeyCode=13)
         page.wait_for(f"{order}[0] === 'cheap-bot/answer'")
         assert page.evaluate(order) == ["cheap-bot/answer", TARGET, XSS_TARGET]
         assert page.evaluate("document.activeElement.dataset.sort") == "latency_p95"  # focus stays on the column
-        assert page.evaluate("document.querySelector('th[aria-sort=\"descending\"] button').dataset.sort") == "latency_p95"
+        sorted_by = page.evaluate("document.querySelector('th[aria-sort=\"descending\"] button').dataset.sort")
+        assert sorted_by == "latency_p95"
         missing = page.evaluate(f"[...document.querySelectorAll('#overview-table tr[data-target=\"{TARGET}\"] "
                                 "td[data-col=\"success_rate\"] [data-missing]')].map(s => s.textContent)")
         assert missing == ["—"]  # an unknown success rate is shown as missing, not 0%
@@ -264,7 +272,8 @@ def test_the_target_page_draws_each_figure_over_time_with_labelled_axes(collecto
             const box = svg.getBoundingClientRect();
             return [...svg.querySelectorAll('text')].filter(t => {
               const b = t.getBoundingClientRect();  // after the rotation of the vertical axis title
-              return b.left < box.left - 1 || b.top < box.top - 1 || b.right > box.right + 1 || b.bottom > box.bottom + 1;
+              return b.left < box.left - 1 || b.top < box.top - 1
+                || b.right > box.right + 1 || b.bottom > box.bottom + 1;
             }).map(t => svg.dataset.plot + ': ' + t.textContent);
         })""")
         assert clipped == []

@@ -5,9 +5,9 @@ from __future__ import annotations
 import duckdb
 
 from meritlens.collector._settings import DEFAULT_CHECKPOINT_WAL_BYTES, SETTINGS, ServerSettings
-from tests.store_under_test import StoreUnderTest
 from meritlens.instrumentation import conventions as c
-from tests.analytics.evidence_helpers import Ids, S, Span, T0, span_rows
+from tests.analytics.evidence_helpers import T0, Ids, S, Span, span_rows
+from tests.store_under_test import StoreUnderTest
 
 
 def _threshold(store: StoreUnderTest) -> str:

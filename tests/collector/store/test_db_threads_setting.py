@@ -6,8 +6,8 @@ import duckdb
 import pytest
 
 from meritlens.collector._settings import DEFAULT_DB_THREADS, SETTINGS, ServerSettings, SettingsError
-from tests.store_under_test import StoreUnderTest
 from tests.collector.collector_proc import CollectorProcess
+from tests.store_under_test import StoreUnderTest
 
 
 def _threads(collector: CollectorProcess) -> int:
@@ -20,7 +20,8 @@ def test_the_collector_runs_duckdb_on_the_configured_threads(tmp_path):
         assert _threads(collector) == 1
     with CollectorProcess(tmp_path / "two.duckdb", args=("--no-grpc", "--db-threads", "2")) as collector:
         assert _threads(collector) == 2
-    with CollectorProcess(tmp_path / "env.duckdb", args=("--no-grpc",), env={SETTINGS["db_threads"].env: "3"}) as collector:
+    env = {SETTINGS["db_threads"].env: "3"}
+    with CollectorProcess(tmp_path / "env.duckdb", args=("--no-grpc",), env=env) as collector:
         assert _threads(collector) == 3
 
 

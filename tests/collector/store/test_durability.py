@@ -13,8 +13,8 @@ import duckdb
 import httpx
 import pytest
 
-from tests.collector.collector_proc import CollectorProcess, assert_same_windows, make_request
 from meritlens.analytics._schema import SPANS_DDL, WINDOW_COLUMN_NAMES, WINDOWS_DDL
+from tests.collector.collector_proc import CollectorProcess, assert_same_windows, make_request
 from tests.store_under_test import StoreUnderTest
 
 BATCHES = 100
@@ -29,7 +29,7 @@ class RetryingClient(threading.Thread):
     """Sends batches like the OTLP exporter: retries on connection errors, 429/502/503/504 (honouring
     Retry-After) and timeouts, until the collector answers 200. Records every acknowledged batch."""
 
-    def __init__(self, url: str, work: list[int], bodies: dict[int, tuple[bytes, dict]], ledger: "Ledger", seed: int):
+    def __init__(self, url: str, work: list[int], bodies: dict[int, tuple[bytes, dict]], ledger: Ledger, seed: int):
         super().__init__(daemon=True)
         self.url, self.work, self.bodies, self.ledger = url, work, bodies, ledger
         self.rng = random.Random(seed)
@@ -47,7 +47,7 @@ class RetryingClient(threading.Thread):
                         # A client that lost our answer sends the same batch again.
                         self.send(client, batch)
                         self.ledger.resent(batch)
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
+        except BaseException as exc:  # reported by the test
             self.error = exc
 
     def send(self, client: httpx.Client, batch: int) -> None:
@@ -139,7 +139,8 @@ def test_kill9_at_random_moments_loses_no_acknowledged_span_and_counts_none_twic
         for span in request.resource_spans[0].scope_spans[0].spans:
             expected_ids.add((span.trace_id.hex(), span.span_id.hex()))
             attrs = {kv.key: kv.value for kv in span.attributes}
-            expected_input_tokens[attrs["meritlens.target.id"].string_value] += attrs["gen_ai.usage.input_tokens"].int_value
+            target = attrs["meritlens.target.id"].string_value
+            expected_input_tokens[target] += attrs["gen_ai.usage.input_tokens"].int_value
     assert len(expected_ids) == BATCHES * SPANS_PER_BATCH
 
     collector = CollectorProcess(tmp_path / "crash.duckdb")

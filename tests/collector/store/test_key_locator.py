@@ -8,9 +8,11 @@ import pyarrow as pa
 import pytest
 
 from meritlens.collector.store._keyfilter import GrowingKeyFilter, KeyFilter, KeyLocator
-from tests.store_under_test import StoreUnderTest
 from meritlens.instrumentation import conventions as c
-from tests.analytics.evidence_helpers import Ids, S, Span, T0, span_rows
+from tests.analytics.evidence_helpers import T0, Ids, S, Span, span_rows
+from tests.store_under_test import StoreUnderTest
+
+INPUT_TOKENS_WINDOW = "select value from windows where metric = 'input_tokens' and scope = 'all'"
 
 
 def _commits(seed: int, count: int, keys: int):
@@ -73,7 +75,8 @@ def test_native_probes_set_and_test_the_same_bits_as_the_numpy_probes(monkeypatc
         for h, us in commits:
             locator.add(h, us)
         answers = f.may_contain(np.concatenate([hashes, others]))
-        ranges = [locator.ranges(h[:3], until_us) for (h, _), until_us in zip(commits[::5], range(1_000, 1_600, 50))]
+        probes = zip(commits[::5], range(1_000, 1_600, 50), strict=True)
+        ranges = [locator.ranges(h[:3], until_us) for (h, _), until_us in probes]
         grown = [layer._words.copy() for layer in growing._layers]
         return f._words.copy(), answers, ranges, locator.may_contain(others), counts, grown, growing.may_contain(others)
 
@@ -86,7 +89,7 @@ def test_native_probes_set_and_test_the_same_bits_as_the_numpy_probes(monkeypatc
     assert np.array_equal(native[3], reference[3])
     assert native[4] == reference[4] and native[4][0] > 0
     assert len(native[5]) == len(reference[5]) > 1
-    assert all(np.array_equal(a, b) for a, b in zip(native[5], reference[5]))
+    assert all(np.array_equal(a, b) for a, b in zip(native[5], reference[5], strict=True))
     assert np.array_equal(native[6], reference[6])
 
 
@@ -247,7 +250,7 @@ def test_the_spans_table_has_no_btree_index_and_stays_idempotent_after_a_restart
     try:
         store.open_windows()  # as `meritlens serve` does at start
         assert store.write(span_rows(first + _one_call(ids, 7))).inserted == 1
-        assert store.query("select value from windows where metric = 'input_tokens' and scope = 'all'").rows == [(12.0,)]
+        assert store.query(INPUT_TOKENS_WINDOW).rows == [(12.0,)]
     finally:
         store.shutdown()
 
@@ -277,7 +280,7 @@ def test_a_file_of_an_earlier_version_loses_its_primary_key_and_indexes_and_keep
         assert store.query("select input_tokens from spans order by input_tokens").rows == [(2,), (3,)]
         assert store.refresh_all_windows() >= 1
         assert store.write(span_rows(calls[:1] + _one_call(ids, 10))).inserted == 1  # the stored one is known
-        assert store.query("select value from windows where metric = 'input_tokens' and scope = 'all'").rows == [(15.0,)]
+        assert store.query(INPUT_TOKENS_WINDOW).rows == [(15.0,)]
         assert store.query("select count(*) from tasks").rows == [(3,)]  # the views read the new table
     finally:
         store.shutdown()

@@ -16,5 +16,6 @@ def test_the_collector_gives_duckdb_its_share_of_the_limit(tmp_path):
         assert _limit(collector) == "135.0 MiB"
     with CollectorProcess(tmp_path / "flag.duckdb", args=("--no-grpc", "--memory-limit", "1GiB")) as collector:
         assert _limit(collector) == f"{MemoryBudget.of(1 << 30).duckdb >> 20}.0 MiB" == "315.0 MiB"
-    with CollectorProcess(tmp_path / "env.duckdb", args=("--no-grpc",), env={SETTINGS["memory_limit"].env: "768MiB"}) as collector:
+    env = {SETTINGS["memory_limit"].env: "768MiB"}
+    with CollectorProcess(tmp_path / "env.duckdb", args=("--no-grpc",), env=env) as collector:
         assert _limit(collector) == "225.0 MiB"

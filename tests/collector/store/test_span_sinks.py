@@ -11,8 +11,8 @@ from meritlens.collector.store._sink import CollectorStore, SpanQueries, SpanSin
 from meritlens.collector.store._store import SpanStore
 
 
-@pytest.mark.parametrize("make", [lambda tmp: SpanStore(str(tmp / "s.duckdb")), lambda tmp: LakeStore(str(tmp / "lake"))],
-                         ids=["duckdb", "lake"])
+@pytest.mark.parametrize("make", [lambda tmp: SpanStore(str(tmp / "s.duckdb")),
+                                  lambda tmp: LakeStore(str(tmp / "lake"))], ids=["duckdb", "lake"])
 def test_each_store_offers_the_collector_store_interface(tmp_path, make):
     store = make(tmp_path)
     assert isinstance(store, CollectorStore)

@@ -2,7 +2,8 @@
 
 The collector answers an export once its rows are forced to `<db>.staged`, and stores staged rows in
 DuckDB in one INSERT once the oldest have waited `--stage-seconds`, at once when a query waits for
-them, and at shutdown; before that, whole row groups of them once there are some. A start takes up what a killed collector left staged.
+them, and at shutdown; before that, whole row groups of them once there are some. A start takes up
+what a killed collector left staged.
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from meritlens.collector.process import _otlp
-from meritlens.collector.receive._ingest import prepare
 from meritlens.collector.process._options import NormalizeOptions
+from meritlens.collector.receive._ingest import prepare
 from meritlens.collector.store._staging import StagingLog, read_staged, staging_path
-from tests.store_under_test import StoreUnderTest
 from meritlens.instrumentation import conventions as c
 from tests.collector.collector_proc import make_request
 from tests.conftest import CollectorProcess, run_cli
+from tests.store_under_test import StoreUnderTest
 
 PROTOBUF = {"Content-Type": "application/x-protobuf"}
 

@@ -21,17 +21,9 @@ from hypothesis import strategies as st
 
 from meritlens.analytics._distribution import SUM_SCALE, exact_sum
 from meritlens.collector.store._keyfilter import KeyFilter
-from tests.store_under_test import StoreUnderTest
 from meritlens.instrumentation import conventions as c
-from tests.analytics.evidence_helpers import Ids, S, Span, T0, span_rows, store_spans
-
-_COLUMNS = ("target_id", "metric", "scope", "aggregation", "value", "unit", "sample_count", "state", "count",
-            "mean", "min", "max", "p50", "p90", "p95", "p99", "first_span_time", "last_span_time",
-            "evidence_uri", "evidence_media_type", "evidence_digest", "stddev", "quantile_error")
-
-
-def _windows(store: StoreUnderTest) -> list[tuple]:
-    return store.query(f"select {', '.join(_COLUMNS)} from windows order by target_id, scope, metric").rows
+from tests.analytics.evidence_helpers import T0, Ids, S, Span, span_rows, store_spans
+from tests.store_under_test import StoreUnderTest
 
 
 def _random_spans(seed: int, mixed_targets: bool = False) -> list[Span]:
@@ -40,7 +32,10 @@ def _random_spans(seed: int, mixed_targets: bool = False) -> list[Span]:
     rng = random.Random(seed)
     ids = Ids(seed)
     spans: list[Span] = []
-    maybe = lambda value, p=0.8: value if rng.random() < p else None  # noqa: E731
+
+    def maybe(value, p=0.8):
+        return value if rng.random() < p else None
+
     for t in range(rng.randint(1, 6)):
         target = rng.choice(["bot-a", "bot-b"])
         assessment = rng.choice([None, "a1", "a2"])
@@ -101,13 +96,14 @@ def test_incremental_windows_equal_a_rebuild_from_scratch(tmp_path_factory, seed
     order = spans[:]
     rng.shuffle(order)
     cuts = sorted(rng.sample(range(1, len(order)), min(batches - 1, len(order) - 1))) if len(order) > 1 else []
-    parts = [order[i:j] for i, j in zip([0, *cuts], [*cuts, len(order)])]
+    parts = [order[i:j] for i, j in zip([0, *cuts], [*cuts, len(order)], strict=True)]
     if resend and parts:
         parts.append(rng.sample(order, max(1, len(order) // 3)))  # a client's retry of spans already stored
     tmp = tmp_path_factory.mktemp("incremental")
     (tmp / "incremental").mkdir()
     (tmp / "at_once").mkdir()
-    incremental = StoreUnderTest(str(tmp / "incremental" / "spans.duckdb"), **({"window_memory_bytes": 1} if tight_memory else {}))
+    memory = {"window_memory_bytes": 1} if tight_memory else {}
+    incremental = StoreUnderTest(str(tmp / "incremental" / "spans.duckdb"), **memory)
     incremental.start()
     at_once = StoreUnderTest(str(tmp / "at_once" / "spans.duckdb"))
     at_once.start()
@@ -121,11 +117,11 @@ def test_incremental_windows_equal_a_rebuild_from_scratch(tmp_path_factory, seed
                 store_spans(incremental, part)
         incremental.update_windows()
         store_spans(at_once, spans)
-        got = _windows(incremental)
+        got = incremental.window_rows()
         assert got, "the spans define windows"
-        assert got == _windows(at_once)
+        assert got == at_once.window_rows()
         incremental.refresh_all_windows()
-        assert _windows(incremental) == got
+        assert incremental.window_rows() == got
     finally:
         incremental.shutdown()
         at_once.shutdown()
@@ -197,7 +193,7 @@ def test_state_over_the_memory_budget_is_saved_and_taken_back_never_rebuilt(tmp_
         assert small.stats["state_keys_evicted"] > 0 and small.stats["state_keys_loaded"] > 0
         assert small.stats["rebuilds"] == 0 and small.stats["recomputed_windows"] == 0  # no span was reread
         assert small.book.keys == []  # every key saved and let go after each pass
-        assert _windows(small) == _windows(reference)
+        assert small.window_rows() == reference.window_rows()
 
 
 def _two_target_task(ids: Ids) -> tuple[list[Span], list[Span]]:
@@ -229,15 +225,15 @@ def test_a_batch_of_one_target_that_changes_another_targets_samples_keeps_both_e
         if window_memory_bytes == 1:
             assert store.stats["state_keys_evicted"] and store.stats["state_keys_loaded"]
         store_spans(reference, b_spans + c_spans + a_spans)
-        got = _windows(store)
+        got = store.window_rows()
         tokens = {(r[0], r[2]): r[4] for r in got if r[1] == "input_tokens"}
         assert tokens[("bot-b", "all")] is None  # bot-b's only call became a wrapper: no call of its own
         assert tokens[("bot-a", "all")] == 90
-        assert got == _windows(reference)
+        assert got == reference.window_rows()
         later = _one_call(ids, 10, target="bot-b")  # bot-b's next batch: its state must be whole
         store_spans(store, later)
         store_spans(reference, later)
-        assert _windows(store) == _windows(reference)
+        assert store.window_rows() == reference.window_rows()
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -253,12 +249,13 @@ def test_calls_of_other_targets_arriving_last_keep_every_targets_windows_exact(t
         for part in (rest[:len(rest) // 2], rest[len(rest) // 2:], cross):
             store_spans(tight, part)
         store_spans(reference, spans)
-        assert _windows(tight) == _windows(reference)
+        assert tight.window_rows() == reference.window_rows()
 
 
 def test_a_batch_keeps_the_first_copy_of_each_span():
-    from meritlens.collector.store._rows import first_of_each_span
     import pyarrow as pa
+
+    from meritlens.collector.store._rows import first_of_each_span
 
     table = pa.table({"trace_id": ["t1", "t2", "t1", "t3", "t2"], "span_id": ["a", "b", "a", "c", "b"],
                       "n": [0, 1, 2, 3, 4]})

@@ -16,26 +16,22 @@ import random
 import duckdb
 import pytest
 
-from meritlens.analytics._schema import SPANS_DDL
 from meritlens.analytics._samples import WINDOW_INPUT_COLUMNS
+from meritlens.analytics._schema import SPANS_DDL
 from meritlens.collector.windows import _rebuild as rebuild_module
 from meritlens.collector.windows._partitions import partition_spans
-from tests.store_under_test import StoreUnderTest
 from meritlens.instrumentation import conventions as c
-from tests.analytics.evidence_helpers import Ids, S, Span, T0, span_rows
+from tests.analytics.evidence_helpers import T0, Ids, S, Span, span_rows
+from tests.store_under_test import StoreUnderTest
 
-_COLUMNS = ("target_id", "metric", "scope", "aggregation", "value", "unit", "sample_count", "state", "count",
-            "mean", "min", "max", "p50", "p90", "p95", "p99", "first_span_time", "last_span_time",
-            "evidence_uri", "evidence_media_type", "evidence_digest")
 _ONE_STATEMENT = 10**12
 
 
-def _windows(store: StoreUnderTest) -> list[tuple]:
-    return store.query(f"select {', '.join(_COLUMNS)} from windows order by target_id, scope, metric").rows
-
 
 def _call(rng: random.Random, ids: Ids, trace: str, common: dict, parent: str | None, start: int) -> Span:
-    maybe = lambda value, p=0.8: value if rng.random() < p else None  # noqa: E731
+    def maybe(value, p=0.8):
+        return value if rng.random() < p else None
+
     return Span(trace, ids.span(), "chat", start, start + rng.randint(1, 9) * S // 10, {
         **common, c.GEN_AI_OPERATION_NAME: c.OP_CHAT,
         c.GEN_AI_USAGE_INPUT_TOKENS: maybe(rng.randint(1, 900)),
@@ -125,16 +121,16 @@ def test_a_rebuild_in_partitions_equals_one_in_a_single_statement(tmp_path, monk
         assert whole.stats["rebuild_partitions"] == 1
         parted.refresh_all_windows()
         assert parted.stats["rebuild_partitions"] > 1
-        expected = _windows(whole)
+        expected = whole.window_rows()
         assert expected, "the spans define windows"
-        assert _windows(parted) == expected
+        assert parted.window_rows() == expected
         # a rebuild of some targets (as after a bulk load of theirs), in partitions, reading only their traces
         # (fraction 1) or every span (fraction 0)
         for fraction in (1.0, 0.0):
             monkeypatch.setattr(rebuild_module, "TARGETED_REBUILD_FRACTION", fraction)
             parted.con.execute("DELETE FROM windows")
             parted.refresh_windows({("bot-a", "all"), ("bot-c", "all")})
-            assert _windows(parted) == [w for w in expected if w[0] in ("bot-a", "bot-c")]
+            assert parted.window_rows() == [w for w in expected if w[0] in ("bot-a", "bot-c")]
         assert parted.con.execute("select count(*) from duckdb_tables() where temporary").fetchall() == [(0,)]
     finally:
         whole.shutdown()

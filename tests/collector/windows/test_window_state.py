@@ -20,11 +20,11 @@ from meritlens.analytics._accumulate import WindowBook
 from meritlens.analytics._distribution import EXACT_SAMPLES
 from meritlens.collector.windows import _processor as processor_module
 from meritlens.instrumentation import conventions as c
-from tests.analytics.evidence_helpers import Ids, S, Span, T0, continuous_calls, span_rows, store_spans
-from tests.collector.windows.test_windows_resume import _crash, _from_scratch, _open, _spans, _windows
+from tests.analytics.evidence_helpers import T0, Ids, S, Span, continuous_calls, span_rows, store_spans
+from tests.collector.windows.test_windows_resume import _crash, _from_scratch, _open, _spans
 from tests.store_under_test import StoreUnderTest, WindowThread
 
-_NOW = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
+_NOW = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
 
 
 def _book_of(path, spans) -> tuple[StoreUnderTest, WindowBook]:
@@ -84,9 +84,9 @@ def test_a_clean_restart_takes_the_state_up_and_reads_no_spans_for_it(tmp_path, 
     try:
         assert store.open_windows() == (keys, True)
         store_spans(store, spans[cut1:cut2])
-        assert _windows(store) == _from_scratch(tmp_path, spans[:cut2], "second")
+        assert store.window_rows() == _from_scratch(tmp_path, spans[:cut2], "second")
         store_spans(store, spans[cut2:])
-        assert _windows(store) == _from_scratch(tmp_path, spans)
+        assert store.window_rows() == _from_scratch(tmp_path, spans)
         assert store.stats["rebuilds"] == 0 and store.stats["state_keys_loaded"] > 0
     finally:
         store.shutdown()
@@ -105,17 +105,17 @@ def test_a_crash_between_saves_follows_the_spans_since_the_saved_watermark(tmp_p
     store_spans(store, spans[cut1:cut2])  # rows written, state not saved
     saved_us = store.stored_watermark()[0]
     assert saved_us < store.windowed_us
-    rows = _windows(store)
+    rows = store.window_rows()
     _crash(store)
     store = _open(path)
     try:
         assert store.open_windows()[1] is True
-        assert _windows(store) == rows  # the rows the crashed run wrote stay until they are rewritten
+        assert store.window_rows() == rows  # the rows the crashed run wrote stay until they are rewritten
         store.update_windows()
         assert store.stats["caught_up_spans"] == cut2 - cut1 and store.stats["rebuilds"] == 0
-        assert _windows(store) == rows
+        assert store.window_rows() == rows
         store_spans(store, spans[cut2:])
-        assert _windows(store) == _from_scratch(tmp_path, spans)
+        assert store.window_rows() == _from_scratch(tmp_path, spans)
     finally:
         store.shutdown()
 
@@ -135,7 +135,7 @@ def test_a_damaged_key_is_rebuilt_from_its_own_targets_spans(tmp_path):
         store_spans(store, spans[20:30] + spans[50:])
         assert store.stats["rebuilds"] == 1  # bot-a's alone; bot-b's state was taken up
         assert store.stats["state_keys_loaded"] == 3  # bot-b's, and both targets' hour buckets
-        assert _windows(store) == _from_scratch(tmp_path, spans)
+        assert store.window_rows() == _from_scratch(tmp_path, spans)
     finally:
         store.shutdown()
 
@@ -154,7 +154,7 @@ def test_a_state_table_of_an_earlier_layout_is_dropped_and_the_windows_recompute
     store = _open(path)
     try:
         assert store.open_windows()[1] is False
-        assert _windows(store) == _from_scratch(tmp_path, spans)
+        assert store.window_rows() == _from_scratch(tmp_path, spans)
     finally:
         store.shutdown()
 
@@ -228,7 +228,7 @@ def test_a_shutdown_stops_following_the_stored_spans_and_the_next_start_goes_on(
         assert store.open_windows()[1] is True
         store.update_windows()
         assert store.stats["caught_up_spans"] == len(spans) - 10 - followed  # only what was left
-        assert _windows(store) == _from_scratch(tmp_path, spans)
+        assert store.window_rows() == _from_scratch(tmp_path, spans)
     finally:
         store.shutdown()
 
@@ -253,7 +253,7 @@ def test_a_failed_pass_follows_the_spans_again_from_the_saved_state(tmp_path, mo
         store.update_windows()  # follows the stored spans from the saved state
         assert store.stats["rebuilds"] == 0
         (tmp_path / "scratch_dir").mkdir()
-        assert _windows(store) == _from_scratch(tmp_path / "scratch_dir", spans)
+        assert store.window_rows() == _from_scratch(tmp_path / "scratch_dir", spans)
     finally:
         store.shutdown()
 
@@ -281,7 +281,7 @@ def test_a_window_falling_back_under_the_exact_range_is_recomputed_alone(tmp_pat
         # the window and its hour's (every sample ended in one hour): no other window of the target
         assert store.stats["recomputed_windows"] == 2 and store.stats["rebuilds"] == 0
         (tmp_path / "scratch_dir").mkdir()
-        assert _windows(store) == _from_scratch(tmp_path / "scratch_dir", spans + [unpriced])
+        assert store.window_rows() == _from_scratch(tmp_path / "scratch_dir", spans + [unpriced])
     finally:
         store.shutdown()
 
@@ -305,6 +305,6 @@ def test_a_growing_task_never_needs_a_recomputation(tmp_path):
             store_spans(store, batch)
         assert store.stats["recomputed_windows"] == 0 and store.stats["rebuilds"] == 0
         (tmp_path / "scratch_dir").mkdir()
-        assert _windows(store) == _from_scratch(tmp_path / "scratch_dir", [s for b in batches for s in b])
+        assert store.window_rows() == _from_scratch(tmp_path / "scratch_dir", [s for b in batches for s in b])
     finally:
         store.shutdown()

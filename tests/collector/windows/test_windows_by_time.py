@@ -46,7 +46,8 @@ def _spans_over_hours(seed: int, hours: int, back_days: float = 2.0) -> list[Spa
     that end ``back_days`` before the test's now."""
     rng = random.Random(seed)
     base = NOW_US // 1_000_000 - int(back_days * 86_400) - 1_700_000_000
-    return [s for k in range(hours) for s in _shifted(_random_spans(seed * 100 + k), base + k * 3600 + rng.randint(0, 3000))]
+    return [s for k in range(hours)
+            for s in _shifted(_random_spans(seed * 100 + k), base + k * 3600 + rng.randint(0, 3000))]
 
 
 def _store(path, clock: Clock, **options) -> StoreUnderTest:
@@ -206,8 +207,8 @@ def test_windows_of_a_time_range_through_a_collector_and_on_the_file(tmp_path):
         through, covered = _range_rows("--since", "2h", "--url", collector.url)
         assert through == {("bot", "all"): (float(sum(100 * 2 + k for k in range(3))), 3)}
         assert "1 time bucket" in covered
-        day = _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(hours=40)
-        both, _ = _range_rows("--between", day.isoformat(), _dt.datetime.now(_dt.timezone.utc).isoformat(),
+        day = _dt.datetime.now(_dt.UTC) - _dt.timedelta(hours=40)
+        both, _ = _range_rows("--between", day.isoformat(), _dt.datetime.now(_dt.UTC).isoformat(),
                               "--url", collector.url)
         assert both[("bot", "all")][1] == 6
     finally:

@@ -29,7 +29,8 @@ def _call(tracer, start_ns: int, seconds: float, **attributes):
 
 
 def _window(collector, metric: str, scope: str = "all", target: str = "bot") -> dict:
-    rows = collector.sql(f"select * from windows where target_id = '{target}' and metric = '{metric}' and scope = '{scope}'")
+    rows = collector.sql(f"select * from windows where target_id = '{target}' and metric = '{metric}'"
+                         f" and scope = '{scope}'")
     assert len(rows) == 1, rows
     return rows[0]
 
@@ -43,7 +44,8 @@ def test_sums_percentiles_and_sample_counts(collector, tracer):
             c.GEN_AI_USAGE_INPUT_TOKENS: 100 + i, c.GEN_AI_USAGE_OUTPUT_TOKENS: 10 * i, c.COST_USD: 0.01,
         })
     w = _window(collector, "input_tokens")
-    assert (w["aggregation"], w["value"], w["sample_count"], w["unit"], w["state"]) == ("sum", 510.0, 5, "tokens", "measured")
+    shown = (w["aggregation"], w["value"], w["sample_count"], w["unit"], w["state"])
+    assert shown == ("sum", 510.0, 5, "tokens", "measured")
     w = _window(collector, "output_tokens")
     assert (w["value"], w["sample_count"]) == (100.0, 5)  # includes an observed 0
     w = _window(collector, "total_task_cost")
@@ -122,7 +124,7 @@ def test_evidence_digest_can_be_rederived_with_sql(collector, tracer):
 
 
 def test_windows_are_replaced_and_survive_a_restart(collector, tracer):
-    for i in range(2):
+    for _ in range(2):
         _call(tracer, 1_700_000_000 * 10**9, 0.1, **{c.TARGET_ID: "bot", c.GEN_AI_USAGE_INPUT_TOKENS: 10})
     assert _window(collector, "input_tokens")["value"] == 20.0
     _call(tracer, 1_700_000_000 * 10**9, 0.1, **{c.TARGET_ID: "bot", c.GEN_AI_USAGE_INPUT_TOKENS: 10})

@@ -15,21 +15,13 @@ import duckdb
 import pytest
 
 from meritlens.analytics import JudgeCall
-from meritlens.instrumentation.conventions import TARGET_ID
 from meritlens.collector.cli._evaluation import FileEvaluationStore
 from meritlens.collector.windows import _state
-from tests.store_under_test import StoreUnderTest
+from meritlens.instrumentation.conventions import TARGET_ID
 from tests.analytics.evidence_helpers import span_rows, store_spans
 from tests.collector.windows.test_incremental_windows import _random_spans
 from tests.collector.windows.test_rebuild_partitions import _random_store_spans
-
-_COLUMNS = ("target_id", "metric", "scope", "aggregation", "value", "unit", "sample_count", "state", "count",
-            "mean", "min", "max", "p50", "p90", "p95", "p99", "first_span_time", "last_span_time",
-            "evidence_uri", "evidence_media_type", "evidence_digest", "stddev", "quantile_error")
-
-
-def _windows(store: StoreUnderTest) -> list[tuple]:
-    return store.query(f"select {', '.join(_COLUMNS)} from windows order by target_id, scope, metric").rows
+from tests.store_under_test import StoreUnderTest
 
 
 def _open(path, **settings) -> StoreUnderTest:
@@ -52,7 +44,7 @@ def _from_scratch(tmp_path, spans, name: str = "scratch") -> list[tuple]:
     try:
         store.write(span_rows(spans), refresh_windows=False)
         store.refresh_all_windows()
-        return _windows(store)
+        return store.window_rows()
     finally:
         store.shutdown()
 
@@ -85,13 +77,13 @@ def test_windows_taken_up_at_start_follow_later_batches_exactly(tmp_path, seed, 
         written = spans[:cut1] if before_restart == "shutdown" else spans[:cut2]
         assert store.stats["rebuilds"] == 0  # the saved state was taken up; no target was recomputed
         assert store.stats["caught_up_spans"] == (0 if before_restart == "shutdown" else cut2 - cut1)
-        assert _windows(store) == _from_scratch(tmp_path, written, "first")
+        assert store.window_rows() == _from_scratch(tmp_path, written, "first")
         # first batch after the restart: only tasks never seen, of targets with stored windows
         new_tasks = _random_spans(seed + 500)
         store_spans(store, new_tasks)
-        assert _windows(store) == _from_scratch(tmp_path, written + new_tasks, "second")
+        assert store.window_rows() == _from_scratch(tmp_path, written + new_tasks, "second")
         store_spans(store, [s for s in spans if s not in written])
-        assert _windows(store) == _from_scratch(tmp_path, spans + new_tasks)
+        assert store.window_rows() == _from_scratch(tmp_path, spans + new_tasks)
     finally:
         store.shutdown()
 
@@ -111,7 +103,7 @@ def test_a_restart_recomputes_the_windows_when_the_stored_rows_cannot_be_taken_u
     store = _open(path)
     try:
         assert store.open_windows()[1] is False
-        assert _windows(store) == expected
+        assert store.window_rows() == expected
     finally:
         store.shutdown()
 
@@ -119,7 +111,7 @@ def test_a_restart_recomputes_the_windows_when_the_stored_rows_cannot_be_taken_u
     store = _open(path)
     try:
         assert store.open_windows()[1] is True
-        assert _windows(store) == expected
+        assert store.window_rows() == expected
     finally:
         store.shutdown()
     with duckdb.connect(str(path)) as con:  # as a file another version of the definitions wrote
@@ -128,7 +120,7 @@ def test_a_restart_recomputes_the_windows_when_the_stored_rows_cannot_be_taken_u
     store = _open(path)
     try:
         assert store.open_windows()[1] is False  # other definitions: recomputed
-        assert _windows(store) == expected
+        assert store.window_rows() == expected
     finally:
         store.shutdown()
 
@@ -146,7 +138,7 @@ def test_many_spans_after_the_watermark_are_followed_in_chunks_never_recomputed(
         assert store.open_windows()[1] is True
         store.update_windows()
         assert store.stats["rebuilds"] == 0 and store.stats["caught_up_spans"] == len(spans) - 4
-        assert _windows(store) == _from_scratch(tmp_path, spans)
+        assert store.window_rows() == _from_scratch(tmp_path, spans)
     finally:
         store.shutdown()
 
@@ -169,7 +161,7 @@ def test_a_failure_while_following_the_stored_spans_falls_back_to_the_rebuild(tm
         assert store.open_windows()[1] is True
         store.update_windows()
         assert store.stats["rebuilds"] == 1
-        assert _windows(store) == _from_scratch(tmp_path, spans)
+        assert store.window_rows() == _from_scratch(tmp_path, spans)
     finally:
         store.shutdown()
 
@@ -210,6 +202,6 @@ def test_a_tool_on_the_file_leaves_the_windows_to_the_next_start(tmp_path, tool_
         keys, resumed = store.open_windows()
         assert resumed and keys > 0
         store.update_windows()
-        assert _windows(store) == _from_scratch(tmp_path, written)
+        assert store.window_rows() == _from_scratch(tmp_path, written)
     finally:
         store.shutdown()

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import sys
 
-from meritlens.instrumentation import configure, instrument, observe, shutdown
-
 import support_bot
+from meritlens.instrumentation import configure, instrument, observe, shutdown
 
 if __name__ == "__main__":
     target = sys.argv[1]

@@ -38,7 +38,8 @@ def openai_plain() -> openai.OpenAI:
 
 
 def openai_tool_calls() -> openai.OpenAI:
-    completion = chat_completion(tool_calls=[("lookup_order", "call_1"), ("refund", "call_2")], finish_reason="tool_calls")
+    completion = chat_completion(tool_calls=[("lookup_order", "call_1"), ("refund", "call_2")],
+                                 finish_reason="tool_calls")
     return openai_client(Script(json_response(completion)))
 
 
