@@ -7,7 +7,7 @@ import os
 import re
 from dataclasses import dataclass, field, fields
 
-from meritlens.analytics.engine import DEFAULT_RELATIVE_ERROR, parse_duration, scale_for
+from meritlens.analytics.engine import DEFAULT_RELATIVE_ERROR, scale_for
 from meritlens.collector.alerts._config import AlertConfig
 
 ENV_URL = "MERITLENS_URL"
@@ -224,6 +224,12 @@ def parse_bytes(raw: str | int, name: str = "size") -> int:
     return int(match.group(1)) * _SIZE_FACTORS[unit]
 
 
+def _seconds(raw: str) -> float:
+    from meritlens.analytics.engine import parse_duration  # its module loads numpy: on use, not at start
+
+    return parse_duration(raw).total_seconds()
+
+
 def _mib(n: int) -> str:
     return f"{n / 2**20:.4g}MiB"
 
@@ -241,7 +247,7 @@ _KINDS: dict[str, tuple] = {
     "int": (_parse_int, "an integer"),
     "float": (_parse_float, "a number"),
     "bytes": (None, None),  # parse_bytes names the forms it takes
-    "duration": (lambda raw: parse_duration(raw).total_seconds(), "a duration such as 30s, 30m, 24h, 7d or 2w"),
+    "duration": (_seconds, "a duration such as 30s, 30m, 24h, 7d or 2w"),
 }
 
 
