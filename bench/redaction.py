@@ -1,0 +1,113 @@
+"""What a redaction policy costs the collector: the CPU time of `SpanRedactor.redact` per span, against the CPU
+time of turning the same requests into rows (decode, normalize, Arrow), on the spans of bench/spangen.py.
+
+Two cases, with the example policy (examples/redaction.toml, a fresh key beside a copy of it):
+
+* clean: the spans as generated, with nothing the policy acts on (the common case: each batch is searched
+  once, nothing is decoded);
+* content: the same rows with an e-mail address and a phone number written into the output message of a share
+  of the LLM calls (those spans are decoded, masked and encoded again).
+
+Checks: every clean batch comes back as the same table; in the content case no address is left and the counts
+equal what was written. Exits non-zero otherwise.
+
+usage: python bench/redaction.py [--spans 100000] [--batch 1000] [--share 0.05] [--policy examples/redaction.toml]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import spangen  # noqa: E402
+
+from meritlens.collector.process import _otlp  # noqa: E402
+from meritlens.collector.process._normalize import normalize  # noqa: E402
+from meritlens.collector.process._redact import SpanRedactor  # noqa: E402
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "redaction.toml"
+# Written into the output messages (inside the JSON of a JSON attribute of an event, as spangen writes them).
+_MARK = "the plan moves in two steps"
+
+
+def _with_content(table: pa.Table, share: float, first: int) -> tuple[pa.Table, int]:
+    """``table`` with an address and a phone number in the output message of about ``share`` of its calls."""
+    events = table.column("events").to_pylist()
+    every = max(1, round(1 / share)) if share > 0 else 0
+    written = 0
+    for i, value in enumerate(events):
+        if every and value and _MARK in value and (first + i) % every == 0:
+            events[i] = value.replace(_MARK, f"{_MARK}; write to ana{first + i}@example.com or call +1 555 010 4477", 1)
+            written += 1
+    index = table.schema.get_field_index("events")
+    return table.set_column(index, table.field(index), pa.array(events, pa.string())), written
+
+
+def run(spans: int = 100_000, batch: int = 1000, share: float = 0.05, policy: Path = EXAMPLE) -> dict:
+    stream = spangen.SpanStream(0)
+    requests = list(stream.requests(spans, batch))
+    started = time.process_time()
+    tables = []
+    for request in requests:
+        decoded = _otlp.decode_lean(request.body, _otlp.PROTOBUF)
+        tables.append(normalize(decoded.lean, body=request.body).to_arrow())
+    normalize_s = time.process_time() - started
+    count = sum(t.num_rows for t in tables)
+
+    with tempfile.TemporaryDirectory() as folder:
+        shutil.copy(policy, Path(folder) / policy.name)
+        (Path(folder) / "redaction.key").write_bytes(os.urandom(32))
+        clean = SpanRedactor.from_file(Path(folder) / policy.name)
+        content = SpanRedactor.from_file(Path(folder) / policy.name)
+
+    started = time.process_time()
+    unchanged = sum(clean.redact(table) is table for table in tables)
+    clean_s = time.process_time() - started
+    if unchanged != len(tables) or clean.counts():
+        raise SystemExit(f"the policy changed clean spans: {len(tables) - unchanged} batches, {clean.counts()}")
+
+    with_content, written, first = [], 0, 0
+    for table in tables:
+        changed, n = _with_content(table, share, first)
+        with_content.append(changed)
+        written, first = written + n, first + table.num_rows
+    started = time.process_time()
+    stored = [content.redact(table) for table in with_content]
+    content_s = time.process_time() - started
+    left = sum(pc.sum(pc.match_substring(t.column("events"), "@example.com")).as_py() or 0 for t in stored)
+    counts = content.counts()
+    if left or counts.get(("email", "masked")) != written or counts.get(("phone", "masked")) != written:
+        raise SystemExit(f"content spans: {left} addresses left, {written} written, counts {counts}")
+    return {"spans": count, "batches": len(tables), "normalize_us": normalize_s / count * 1e6,
+            "clean_us": clean_s / count * 1e6, "content_us": content_s / count * 1e6, "written": written,
+            "load": os.getloadavg()[0]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spans", type=int, default=100_000)
+    parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument("--share", type=float, default=0.05, help="share of the LLM calls given content to mask")
+    parser.add_argument("--policy", type=Path, default=EXAMPLE)
+    args = parser.parse_args()
+    r = run(args.spans, args.batch, args.share, args.policy)
+    print(f"{r['spans']:,} spans in {r['batches']} batches of ~{args.batch}; load average {r['load']:.1f}")
+    print(f"normalize (decode, rows, Arrow): {r['normalize_us']:.2f} µs CPU a span")
+    print(f"redact, nothing to mask:         {r['clean_us']:.2f} µs CPU a span "
+          f"({r['clean_us'] / r['normalize_us']:.0%} of normalize)")
+    print(f"redact, {r['written']:,} spans with content: {r['content_us']:.2f} µs CPU a span "
+          f"({r['content_us'] / r['normalize_us']:.0%} of normalize)")
+
+
+if __name__ == "__main__":
+    main()
