@@ -5,12 +5,16 @@ Names are imported from their private modules on first use, so a process that ne
 
 from __future__ import annotations
 
-from meritlens.instrumentation._exports import lazy_exports
+from meritlens.instrumentation.exports import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "_catalogue": ("CATALOGUE", "METRIC_IDS", "METRICS", "Aggregation", "Direction", "MetricGroup", "MetricKind", "MetricSpec", "SampleUnit", "Source", "get_metric",),
-    "_compare": ("Comparison", "ComparisonError", "MetricRule", "ResultState", "Verdict", "compare", "recompute_interval",),
-    "_experiments": ("Arm", "ArmCheck", "ExperimentError", "ExperimentManifest", "ExperimentNotFound", "check_arm", "load_experiment", "shuffled_case_order",),
+    "_compare": ("Comparison", "compare",),
+    "_rules": ("ComparisonError", "MetricRule", "ResultState", "Verdict",),
+    "_calculator": ("recompute_interval",),
+    "_manifest": ("Arm", "ExperimentError", "ExperimentManifest", "ExperimentNotFound", "shuffled_case_order",),
+    "_arm_check": ("ArmCheck", "check_arm",),
+    "_manifest_store": ("load_experiment",),
     "_frontier": ("Frontier", "frontier",),
     "_plots": ("plot_frontier",),
     "_profiles": ("MetricPlan", "ProfileError", "ProfileProblem", "SamplingStrategy", "TaskProfile", "load_profile", "profile_from_dict",),
@@ -20,5 +24,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "_metric": ("Measurement", "Metric", "MetricOptions", "OptionError", "ScopeEvidence", "SpanRow", "TaskRecord",),
     "_registry": ("BUILTIN_METRICS", "ENTRY_POINT_GROUP", "MetricRegistry", "load_registry",),
     "_sidecar": ("KeyedObservation", "read_sidecar", "sidecar_path", "write_sidecar",),
-    "_windows": ("PLUGIN_ONLY_METRICS", "SCOPE_ALL", "SPAN_WINDOW_METRICS", "TASK_FIELDS", "WINDOW_DEFINITIONS", "Window", "WindowDefinition", "WindowState", "list_windows_sql",),
+    "_windows": ("SCOPE_ALL", "Window", "WindowState", "list_windows_sql",),
+    "_definitions": ("PLUGIN_ONLY_METRICS", "SPAN_WINDOW_METRICS", "WINDOW_DEFINITIONS", "WindowDefinition",),
+    "_tasks": ("TASK_FIELDS",),
 })

@@ -32,27 +32,20 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from meritlens.analytics._catalogue import Aggregation
+from meritlens.analytics._definitions import FACT_PREFIX, FACTS, WINDOW_DEFINITIONS, ValueRule, WindowDefinition
 from meritlens.analytics._distribution import (
     Distribution,
+    bucket_indices,
     exact_square_sum,
     exact_sum,
+    segment_sums,
     sample_stddev,
     scaled_to_float,
 )
+from meritlens.analytics._evidence import digest_from_sums, evidence_uri
+from meritlens.analytics._samples import SAMPLE_VALUES
 from meritlens.analytics._scale import DEFAULT_RELATIVE_ERROR, scale_for
-from meritlens.analytics._windows import (
-    EVIDENCE_MEDIA_TYPE,
-    FACT_PREFIX,
-    FACTS,
-    SAMPLE_VALUES,
-    WINDOW_DEFINITIONS,
-    ValueRule,
-    Window,
-    WindowDefinition,
-    WindowState,
-    digest_from_sums,
-    evidence_uri,
-)
+from meritlens.analytics._windows import EVIDENCE_MEDIA_TYPE, Window, WindowState
 
 _QUANTILES = (0.5, 0.9, 0.95, 0.99)
 EXTREME_DEPTH = 8
@@ -82,13 +75,24 @@ class _Extreme:
     def value(self) -> int | None:
         return self.sign * next(iter(self.kept)) if self.kept else None
 
-    def apply(self, removed: np.ndarray, added: np.ndarray, held_before: int) -> bool:
-        """Put ``added`` in, then take ``removed`` out; ``held_before``: samples before the delta.
-        False when the extreme is no longer known (the window must be recomputed)."""
-        kept = dict(self.kept)
+    def apply(self, removed: np.ndarray, added: np.ndarray, held_before: int,
+              best_removed: int | None = None, best_added: int | None = None) -> bool:
+        """Put ``added`` in, then take ``removed`` out; ``held_before``: samples before the delta;
+        ``best_*``: the lowest (highest) of each, when known. False when the extreme is no longer
+        known (the window must be recomputed)."""
+        kept = self.kept
         outside = held_before - sum(kept.values())
         if outside and not kept:
             return False
+        if kept and outside:  # most deltas: every value beyond the kept ones (checked on the scalars)
+            last = next(reversed(kept))
+            beyond_added = not added.size or self.sign * (
+                best_added if best_added is not None else added.min() if self.sign > 0 else added.max()) > last
+            beyond_removed = not removed.size or self.sign * (
+                best_removed if best_removed is not None else removed.min() if self.sign > 0 else removed.max()) > last
+            if beyond_added and beyond_removed:
+                return outside + added.size - removed.size >= 0
+        kept = dict(kept)
         if added.size:
             values = self.sign * added
             if outside:  # beyond the last kept value: outside with the others (most deltas, at once)
@@ -107,10 +111,9 @@ class _Extreme:
                 within = values <= cut
                 outside += int(values.size - within.sum())
                 values = values[within]
+            for v in values.tolist():  # a few values (the lowest few and their repeats)
+                kept[v] = kept.get(v, 0) + 1
             if values.size:
-                unique, counts = np.unique(values, return_counts=True)
-                for v, n in zip(unique.tolist(), counts.tolist()):
-                    kept[v] = kept.get(v, 0) + n
                 kept = dict(sorted(kept.items()))
                 while len(kept) > EXTREME_DEPTH:
                     outside += kept.pop(next(reversed(kept)))
@@ -175,6 +178,8 @@ class WindowAccumulator:
     last_stop: _Extreme = field(default_factory=lambda: _Extreme(lowest=False))
     needs_recompute: bool = False
     """A delta left this window's state unable to say its row: recompute it from its samples."""
+    _row: tuple | None = field(default=None, repr=False, compare=False)
+    """The row's numbers as computed last (rendering is most of a window pass): cleared by any change."""
 
     @classmethod
     def empty(cls, definition: WindowDefinition, scale: int) -> "WindowAccumulator":
@@ -192,17 +197,19 @@ class WindowAccumulator:
         removed = removed or _NO_SAMPLES
         added = added or _NO_SAMPLES
         held = self.values.n
-        times_known = all([
-            self.first_end.apply(removed.first_end_us, added.first_end_us, held),
-            self.last_end.apply(removed.last_end_us, added.last_end_us, held),
-            self.first_start.apply(removed.start_ns, added.start_ns, held),
-            self.last_stop.apply(removed.end_ns, added.end_ns, held),
-        ])
-        values_known = self.values.apply(removed.v, added.v)
-        self.total += exact_sum(added.v) - exact_sum(removed.v)
-        self.squares += exact_square_sum(added.v) - exact_square_sum(removed.v)
-        self.successes += int(added.success.sum()) - int(removed.success.sum())
-        self.spans += int(added.span_count.sum()) - int(removed.span_count.sum())
+        times_known = (self.first_end.apply(removed.first_end_us, added.first_end_us, held,
+                                            removed.first_end_min, added.first_end_min)
+                       and self.last_end.apply(removed.last_end_us, added.last_end_us, held,
+                                               removed.last_end_max, added.last_end_max))
+        if self.definition.value_rule is ValueRule.THROUGHPUT:  # only its value reads start and stop times
+            times_known = (times_known and self.first_start.apply(removed.start_ns, added.start_ns, held)
+                           and self.last_stop.apply(removed.end_ns, added.end_ns, held))
+        values_known = self.values.apply(removed.v, added.v, removed.buckets, added.buckets)
+        self.total += added.total - removed.total
+        self.squares += added.squares - removed.squares
+        self._row = None
+        self.successes += added.successes - removed.successes
+        self.spans += added.spans - removed.spans
         self.key_high += added.key_high - removed.key_high
         self.key_low += added.key_low - removed.key_low
         if not (times_known and values_known):
@@ -212,7 +219,8 @@ class WindowAccumulator:
         """Take ``other``'s samples in (the same metric and scale): the state of both sets of samples,
         as of a window over a longer time (`WindowBook.merge_keys`)."""
         held, other_held = self.values.n, other.values.n
-        known = all([mine.merge(theirs, held, other_held) for mine, theirs in zip(self._extremes, other._extremes)])
+        extremes = self._extremes if self.definition.value_rule is ValueRule.THROUGHPUT else self._extremes[:2]
+        known = all([mine.merge(theirs, held, other_held) for mine, theirs in zip(extremes, other._extremes)])
         self.values.merge(other.values)
         self.total += other.total
         self.squares += other.squares
@@ -221,11 +229,42 @@ class WindowAccumulator:
         self.key_high += other.key_high
         self.key_low += other.key_low
         self.needs_recompute = self.needs_recompute or other.needs_recompute or not known
+        self._row = None
 
     def window(self, target_id: str, scope: str, facts: dict[str, int], db_name: str,
-               computed_at: _dt.datetime) -> Window:
+               computed_at: _dt.datetime, evidence_suffix: str = "") -> Window:
         if self.needs_recompute:
             raise RuntimeError(f"the window {(target_id, scope, self.definition.metric)} must be recomputed first")
+        d = self.definition
+        n = self.values.n
+        if self._row is None:
+            self._row = self._numbers()
+        value, mean, stddev, lo, hi, quantiles, error = self._row
+        if value is not None and n >= d.min_samples:
+            state = WindowState.MEASURED
+        elif value is not None:
+            state = WindowState.INSUFFICIENT_EVIDENCE
+        elif d.not_applicable(facts, n):
+            state = WindowState.NOT_APPLICABLE
+        elif d.configured(facts, n):
+            state = WindowState.INSUFFICIENT_EVIDENCE
+        else:
+            state = WindowState.NOT_CONFIGURED
+        return Window(
+            target_id=target_id, metric=d.metric, scope=scope, aggregation=d.aggregation.value, value=value,
+            unit=d.spec.unit, sample_count=n, state=state.value,
+            count=n if n and mean is not None else None, mean=mean, stddev=stddev, min=lo, max=hi,
+            p50=quantiles[0], p90=quantiles[1], p95=quantiles[2], p99=quantiles[3], quantile_error=error,
+            first_span_time=_from_us(self.first_end.value) if n else None,
+            last_span_time=_from_us(self.last_end.value) if n else None,
+            evidence_uri=evidence_uri(db_name, target_id, scope, d.metric) + evidence_suffix if n else None,
+            evidence_media_type=EVIDENCE_MEDIA_TYPE if n else None,
+            evidence_digest=digest_from_sums(self.spans, self.key_high, self.key_low) if n else None,
+            computed_at=computed_at,
+        )
+
+    def _numbers(self) -> tuple:
+        """(value, mean, stddev, min, max, quantiles, quantile error) of the samples held."""
         d = self.definition
         n = self.values.n
         value = mean = lo = hi = stddev = error = None
@@ -252,28 +291,7 @@ class WindowAccumulator:
                 }[d.aggregation]
         if value is not None and not math.isfinite(value):
             value = None
-        if value is not None and n >= d.min_samples:
-            state = WindowState.MEASURED
-        elif value is not None:
-            state = WindowState.INSUFFICIENT_EVIDENCE
-        elif d.not_applicable(facts, n):
-            state = WindowState.NOT_APPLICABLE
-        elif d.configured(facts, n):
-            state = WindowState.INSUFFICIENT_EVIDENCE
-        else:
-            state = WindowState.NOT_CONFIGURED
-        return Window(
-            target_id=target_id, metric=d.metric, scope=scope, aggregation=d.aggregation.value, value=value,
-            unit=d.spec.unit, sample_count=n, state=state.value,
-            count=n if n and mean is not None else None, mean=mean, stddev=stddev, min=lo, max=hi,
-            p50=quantiles[0], p90=quantiles[1], p95=quantiles[2], p99=quantiles[3], quantile_error=error,
-            first_span_time=_from_us(self.first_end.value) if n else None,
-            last_span_time=_from_us(self.last_end.value) if n else None,
-            evidence_uri=evidence_uri(db_name, target_id, scope, d.metric) if n else None,
-            evidence_media_type=EVIDENCE_MEDIA_TYPE if n else None,
-            evidence_digest=digest_from_sums(self.spans, self.key_high, self.key_low) if n else None,
-            computed_at=computed_at,
-        )
+        return value, mean, stddev, lo, hi, quantiles, error
 
     # --- saving ------------------------------------------------------------------------------
     def export(self) -> tuple[dict, list[np.ndarray]]:
@@ -316,26 +334,45 @@ def _from_us(us: int | None) -> _dt.datetime | None:
 
 @dataclass
 class SampleColumns:
-    """The samples of one window in one delta, as arrays (see ``SAMPLE_ROW_COLUMNS``)."""
+    """The samples of one window in one delta: arrays (see ``SAMPLE_ROW_COLUMNS``), and the sums a
+    window adds up, computed for every window of a delta at once (`group_samples`)."""
 
     v: np.ndarray
     first_end_us: np.ndarray
     last_end_us: np.ndarray
     start_ns: np.ndarray
     end_ns: np.ndarray
-    success: np.ndarray
-    span_count: np.ndarray
     key_high: int
     key_low: int
+    total: int = 0
+    squares: int = 0
+    successes: int = 0
+    spans: int = 0
+    first_end_min: int | None = None
+    last_end_max: int | None = None
+    buckets: np.ndarray | None = None
+    """The values' histogram bucket indices (of their magnitudes; zeros' are meaningless), when computed."""
+
+    @classmethod
+    def of(cls, v: np.ndarray, first_end_us: np.ndarray, last_end_us: np.ndarray, start_ns: np.ndarray,
+           end_ns: np.ndarray, *, successes: int = 0, spans: int | None = None, key_high: int = 0,
+           key_low: int = 0) -> "SampleColumns":
+        """One window's samples with their sums computed here (`group_samples` computes them for many
+        windows at once)."""
+        v = np.asarray(v, dtype=float)
+        return cls(v, first_end_us, last_end_us, start_ns, end_ns, key_high, key_low, exact_sum(v),
+                   exact_square_sum(v), successes, v.size if spans is None else spans,
+                   int(first_end_us.min()) if v.size else None, int(last_end_us.max()) if v.size else None)
 
 
-_NO_SAMPLES = SampleColumns(*(np.empty(0, dtype=t) for t in (float, np.int64, np.int64, np.int64, np.int64, bool,
-                                                              np.int64)), 0, 0)
+_NO_SAMPLES = SampleColumns(*(np.empty(0, dtype=t) for t in (float, np.int64, np.int64, np.int64, np.int64)), 0, 0)
 
 
-def group_samples(table: pa.Table, key_columns: tuple[str, ...] = KEY_COLUMNS) -> dict[WindowId, SampleColumns]:
+def group_samples(table: pa.Table, key_columns: tuple[str, ...] = KEY_COLUMNS,
+                  scale: int | None = None) -> dict[WindowId, SampleColumns]:
     """Sample rows (``SAMPLE_ROW_COLUMNS``, and any other ``key_columns``) as the samples of each key
-    and metric with any (a fact is a metric ``FACT_PREFIX + name`` here), each in the rows' order."""
+    and metric with any (a fact is a metric ``FACT_PREFIX + name`` here), each in the rows' order;
+    with ``scale``, with the values' histogram bucket indices."""
     if table.num_rows == 0:
         return {}
     codes = np.zeros(table.num_rows, dtype=np.int64)
@@ -348,13 +385,13 @@ def group_samples(table: pa.Table, key_columns: tuple[str, ...] = KEY_COLUMNS) -
 
     def column(name: str, dtype) -> np.ndarray:
         values = table.column(name)
-        if dtype is bool:
+        if name == "success":  # NULL: no outcome, not a success
             values = pc.fill_null(values, False)
         return values.to_numpy(zero_copy_only=False).astype(dtype, copy=False)[order]
 
     first_end, last_end = column("first_end_us", np.int64), column("last_end_us", np.int64)
     start, end = column("start_ns", np.int64), column("end_ns", np.int64)
-    success, span_count = column("success", bool), column("span_count", np.int64)
+    success, span_count = column("success", np.int64), column("span_count", np.int64)
     key_high, key_low = column("key_high", np.uint64), column("key_low", np.uint64)
     groups: dict[WindowId, SampleColumns] = {}
     for metric in SAMPLE_VALUES:
@@ -363,17 +400,28 @@ def group_samples(table: pa.Table, key_columns: tuple[str, ...] = KEY_COLUMNS) -
             continue
         rows = np.flatnonzero(pc.is_valid(values).to_numpy(zero_copy_only=False)[order])
         v = values.to_numpy(zero_copy_only=False)[order[rows]].astype(float, copy=False)
-        lo = np.searchsorted(rows, starts)  # each (target, scope)'s first row among the samples
+        lo = np.searchsorted(rows, starts)  # each key's first row among the samples
         hi = np.append(lo[1:], rows.size)
         held = np.flatnonzero(hi > lo)
-        # sums over consecutive non-empty runs, wrapping at 2**64 like the digest
-        highs = np.add.reduceat(key_high[rows], lo[held]).tolist()
-        lows = np.add.reduceat(key_low[rows], lo[held]).tolist()
+        first = lo[held]
+        # sums over consecutive non-empty runs (the key sums wrap at 2**64 like the digest), for all keys at once
+        highs = np.add.reduceat(key_high[rows], first).tolist()
+        lows = np.add.reduceat(key_low[rows], first).tolist()
+        successes = np.add.reduceat(success[rows], first).tolist()
+        spans = np.add.reduceat(span_count[rows], first).tolist()
+        fact = metric.startswith(FACT_PREFIX)  # a fact is counted, not summed
+        totals, squares = ([0] * first.size,) * 2 if fact else segment_sums(v, first)
         fe, le, st, en = first_end[rows], last_end[rows], start[rows], end[rows]
-        su, sc = success[rows], span_count[rows]
-        for g, i, j, h, l in zip(held.tolist(), lo[held].tolist(), hi[held].tolist(), highs, lows):
-            groups[(*keys[g], metric)] = SampleColumns(v[i:j], fe[i:j], le[i:j], st[i:j], en[i:j], su[i:j], sc[i:j],
-                                                       int(h), int(l))
+        # each key's first end and last end, and (vectorized) the values' buckets
+        firsts = np.minimum.reduceat(fe, first).tolist()
+        lasts = np.maximum.reduceat(le, first).tolist()
+        magnitude = np.abs(v)
+        buckets = None if fact or scale is None else bucket_indices(np.where(magnitude > 0, magnitude, 1.0), scale)
+        for g, i, j, h, l, t, q, su, sp, f0, l1 in zip(held.tolist(), first.tolist(), hi[held].tolist(), highs, lows,
+                                                       totals, squares, successes, spans, firsts, lasts):
+            groups[(*keys[g], metric)] = SampleColumns(v[i:j], fe[i:j], le[i:j], st[i:j], en[i:j], int(h), int(l),
+                                                       t, q, su, sp, f0, l1,
+                                                       None if buckets is None else buckets[i:j])
     return groups
 
 
@@ -427,8 +475,8 @@ class WindowBook:
         """Take out the ``removed`` sample rows and put in the ``added`` ones (``SAMPLE_ROW_COLUMNS``,
         facts included), by their ``key_columns``; keys not held are started empty. Returns the keys
         changed and the windows that must be recomputed from their samples before they are rendered."""
-        out = group_samples(removed, key_columns) if removed is not None else {}
-        into = group_samples(added, key_columns) if added is not None else {}
+        out = group_samples(removed, key_columns, self.scale) if removed is not None else {}
+        into = group_samples(added, key_columns, self.scale) if added is not None else {}
         keys = {k[:-1] for k in out} | {k[:-1] for k in into}
         recompute: set[WindowId] = set()
         for key in keys:
@@ -479,14 +527,20 @@ class WindowBook:
                 accumulators[metric].merge(accumulator)
         return merged
 
+    def state(self, key: WindowKey, metric: str) -> WindowAccumulator | None:
+        """The state of one window held (to read: statistics over it, `meritlens.analytics._state_view`)."""
+        return self._windows.get(key, {}).get(metric)
+
     def needing_recompute(self, key: WindowKey) -> set[WindowId]:
         """The windows of ``key`` whose state cannot say their row (see `WindowAccumulator.needs_recompute`)."""
         return {(*key, metric) for metric, a in self._windows.get(key, {}).items() if a.needs_recompute}
 
-    def windows(self, key: WindowKey, db_name: str, computed_at: _dt.datetime) -> list[Window]:
+    def windows(self, key: WindowKey, db_name: str, computed_at: _dt.datetime, evidence_suffix: str = "") -> list[Window]:
+        """The rows of ``key``'s windows; ``evidence_suffix`` is appended to their evidence URIs (a time span)."""
         accumulators = self._windows[key]
         facts = self._facts[key]
-        return [accumulators[d.metric].window(key[0], key[1], facts, db_name, computed_at) for d in WINDOW_DEFINITIONS]
+        return [accumulators[d.metric].window(key[0], key[1], facts, db_name, computed_at, evidence_suffix)
+                for d in WINDOW_DEFINITIONS]
 
     # --- saving ------------------------------------------------------------------------------
     def export_key(self, key: WindowKey) -> bytes:

@@ -19,6 +19,7 @@ correctly rounded whatever the order of additions and removals.
 
 from __future__ import annotations
 
+import bisect
 import math
 
 import numpy as np
@@ -96,6 +97,64 @@ def exact_square_sum(values: np.ndarray) -> int:
     return total + (exact_sum(np.concatenate([product, error])) << SUM_SCALE)
 
 
+def segment_sums(values: np.ndarray, starts: np.ndarray) -> tuple[list[int], list[int]]:
+    """The exact sum and exact sum of squares (`exact_sum`, `exact_square_sum`) of each segment of
+    ``values`` (segment k: ``values[starts[k]:starts[k + 1]]``, the last to the end; none empty), in a
+    few passes over all of them rather than a few per segment."""
+    if values.size < (1 << 21) and (np.abs(values) < _SMALL_INTEGER).all() and (values == np.rint(values)).all():
+        whole = values.astype(np.int64)  # integers (token counts, steps, 0/1 outcomes): int64 sums are exact
+        totals = np.add.reduceat(whole, starts).tolist()
+        squares = np.add.reduceat(whole * whole, starts).tolist()
+        return [t << SUM_SCALE for t in totals], [s << (2 * SUM_SCALE) for s in squares]
+    segment = np.repeat(np.arange(starts.size), np.diff(np.append(starts, values.size)))
+    totals = _binned_sums(values, segment, starts.size)
+    usual = (np.abs(values) > _SQUARE_LOW) & (np.abs(values) < _SQUARE_HIGH)
+    plain = np.where(usual, values, 0.0)  # the others would overflow or underflow: squared as integers below
+    product = plain * plain
+    spread = _SPLIT * plain
+    high = spread - (spread - plain)
+    low = plain - high
+    error = ((high * high - product) + 2.0 * high * low) + low * low
+    parts = np.concatenate([product, error])
+    squares = [s << SUM_SCALE for s in _binned_sums(parts, np.concatenate([segment, segment]), starts.size)]
+    for i in np.flatnonzero(~usual & (values != 0)).tolist():  # squares a double cannot hold: as integers
+        squares[int(segment[i])] += exact_square_sum(values[i:i + 1])
+    return totals, squares
+
+
+def _binned_sums(values: np.ndarray, segment: np.ndarray, segments: int) -> list[int]:
+    """`exact_sum` of the values of each segment id, binned by (segment, exponent) in one pass."""
+    mantissa, exponent = np.frexp(values)
+    whole = (mantissa * (1 << 53)).astype(np.int64)
+    low_exponent = int(exponent.min()) if values.size else 0
+    width = (int(exponent.max()) - low_exponent + 1) if values.size else 1
+    bins = segment * width + (exponent - low_exponent)
+    # doubles hold each bin's sums of the mantissas' halves exactly (|half| < 2**27, fewer than 2**26 a bin)
+    highs = np.bincount(bins, weights=whole >> 26, minlength=segments * width)
+    lows = np.bincount(bins, weights=whole & ((1 << 26) - 1), minlength=segments * width)
+    held = np.flatnonzero((highs != 0) | (lows != 0))
+    totals = [0] * segments
+    # per segment, Horner's rule from its highest exponent down (a segment's bins are consecutive):
+    # the integers stay as wide as the segment's spread of exponents
+    segment_now, total, previous = -1, 0, 0
+    for b, high, low in zip(held[::-1].tolist(), highs[held[::-1]].astype(np.int64).tolist(),
+                            lows[held[::-1]].astype(np.int64).tolist()):
+        s, k = divmod(b, width)
+        if s != segment_now:
+            if segment_now >= 0:
+                totals[segment_now] = total << (previous + low_exponent - 53 + SUM_SCALE)
+            segment_now, total, previous = s, 0, k
+        total = (total << (previous - k)) + (high << 26) + low
+        previous = k
+    if segment_now >= 0:
+        totals[segment_now] = total << (previous + low_exponent - 53 + SUM_SCALE)
+    return totals
+
+
+_SMALL_INTEGER = float(1 << 21)
+"""Below it a square is an exact int64 and 2**21 of them sum without overflow."""
+
+
 def scaled_to_float(scaled: int, divisor: int = 1, scale: int = SUM_SCALE) -> float:
     """A scaled exact sum divided by ``divisor``, correctly rounded."""
     return scaled / (divisor << scale)
@@ -139,6 +198,15 @@ class _Buckets:
         if sign < 0 and (self.counts.size == 0 or lo < self.offset or hi >= self.offset + self.counts.size):
             return False
         self._cover(lo, hi)
+        if indices.size <= 16:  # a few values: one count each, no array of the whole range
+            counts = self.counts
+            for i in (indices - self.offset).tolist():
+                counts[i] += sign
+            if sign < 0:
+                if counts.min() < 0:
+                    return False
+                self._trim()
+            return True
         delta = np.bincount(indices - self.offset, minlength=self.counts.size)
         if sign < 0:
             if (delta > self.counts).any():
@@ -188,8 +256,9 @@ class Distribution:
     def __init__(self, scale: int):
         self.scale = scale
         self.n = 0
-        self.values: np.ndarray | None = np.empty(0)
-        """The sorted sample values while exact; None once a histogram."""
+        self.values: list[float] | None = []
+        """The sorted sample values while exact (a list: a window's deltas are mostly a few values,
+        which `bisect` places faster than array copies); None once a histogram."""
         self.zeros = 0
         self.positive = _Buckets()
         self.negative = _Buckets()
@@ -207,34 +276,38 @@ class Distribution:
     @property
     def nbytes(self) -> int:
         if self.values is not None:
-            return 64 + self.values.nbytes
+            return 64 + 32 * len(self.values)
         return 64 + self.positive.counts.nbytes + self.negative.counts.nbytes
 
-    def add(self, values: np.ndarray) -> None:
+    def add(self, values: np.ndarray, buckets: np.ndarray | None = None) -> None:
+        """Put sample values in; ``buckets``: their magnitudes' bucket indices, when computed already."""
         if values.size == 0:
             return
         self.n += int(values.size)
         if self.values is not None:
             if self.n <= EXACT_SAMPLES:
-                added = np.sort(values)
-                self.values = np.insert(self.values, np.searchsorted(self.values, added), added)
+                held = self.values
+                for v in values.tolist():
+                    bisect.insort(held, v)
                 return
-            values = np.concatenate([self.values, values])
+            values, buckets = np.concatenate([np.array(self.values, dtype=float), values]), None
             self.values = None
-        self._bucket(values, 1)
+        self._bucket(values, 1, buckets)
 
-    def apply(self, removed: np.ndarray, added: np.ndarray) -> bool:
-        """Take out ``removed`` and put in ``added`` (one delta). False when the distribution can no
-        longer say its values exactly (see `remove`): the caller recomputes it from the samples."""
+    def apply(self, removed: np.ndarray, added: np.ndarray, removed_buckets: np.ndarray | None = None,
+              added_buckets: np.ndarray | None = None) -> bool:
+        """Take out ``removed`` and put in ``added`` (one delta; their bucket indices when computed
+        already). False when the distribution can no longer say its values exactly (see `remove`):
+        the caller recomputes it from the samples."""
         if self.values is not None:
             if not self.remove(removed):
                 return False
-            self.add(added)
+            self.add(added, added_buckets)
             return True
-        self.add(added)  # first, so that no bucket count turns negative on the way
-        return self.remove(removed)
+        self.add(added, added_buckets)  # first, so that no bucket count turns negative on the way
+        return self.remove(removed, removed_buckets)
 
-    def remove(self, values: np.ndarray) -> bool:
+    def remove(self, values: np.ndarray, buckets: np.ndarray | None = None) -> bool:
         """Take out sample values. False when the distribution can no longer say them exactly (it
         fell back to `EXACT_SAMPLES` or fewer as a histogram, or it does not hold them): the caller
         then recomputes it from the samples."""
@@ -245,15 +318,13 @@ class Distribution:
         self.n -= int(values.size)
         if self.values is not None:
             held = self.values
-            unique, counts = np.unique(values, return_counts=True)
-            lo = np.searchsorted(held, unique, "left")
-            hi = np.searchsorted(held, unique, "right")
-            if ((hi - lo) < counts).any():
-                return False
-            drop = np.concatenate([np.arange(a, a + c) for a, c in zip(lo.tolist(), counts.tolist())])
-            self.values = np.delete(held, drop)
+            for v in values.tolist():
+                i = bisect.bisect_left(held, v)
+                if i == len(held) or held[i] != v:
+                    return False
+                del held[i]
             return True
-        if not self._bucket(values, -1):
+        if not self._bucket(values, -1, buckets):
             return False
         return self.n > EXACT_SAMPLES
 
@@ -262,24 +333,31 @@ class Distribution:
         if other.n == 0:
             return
         if other.values is not None:
-            self.add(other.values)
+            self.add(np.array(other.values, dtype=float))
             return
         if self.values is not None:  # a histogram joins: this one becomes one too
-            values, self.values = self.values, None
+            values, self.values = np.array(self.values, dtype=float), None
             self._bucket(values, 1)
         self.n += other.n
         self.zeros += other.zeros
         self.positive.merge(other.positive)
         self.negative.merge(other.negative)
 
-    def _bucket(self, values: np.ndarray, sign: int) -> bool:
+    def _bucket(self, values: np.ndarray, sign: int, buckets: np.ndarray | None = None) -> bool:
+        if values.size == 0:
+            return True
+        if buckets is None:
+            magnitude = np.abs(values)
+            buckets = bucket_indices(np.where(magnitude > 0, magnitude, 1.0), self.scale)
+        if values.min() > 0:  # the usual case: durations, tokens, costs
+            return self.positive.change(buckets, sign)
         positive, negative = values > 0, values < 0
         zeros = int(values.size - positive.sum() - negative.sum())
         if sign < 0 and zeros > self.zeros:
             return False
         self.zeros += sign * zeros
-        ok = self.positive.change(bucket_indices(values[positive], self.scale), sign)
-        return self.negative.change(bucket_indices(-values[negative], self.scale), sign) and ok
+        ok = self.positive.change(buckets[positive], sign)
+        return self.negative.change(buckets[negative], sign) and ok
 
     def order_statistics(self, ranks: list[int]) -> list[float]:
         """The values at the given 0-based ranks (exact, or the rank's bucket's value)."""
@@ -317,7 +395,7 @@ class Distribution:
     def export(self) -> tuple[list, list[np.ndarray]]:
         """(header, arrays) from which `restore` rebuilds this distribution exactly."""
         if self.values is not None:
-            return ["x", self.n], [self.values.astype("<f8", copy=False)]
+            return ["x", self.n], [np.array(self.values, dtype="<f8")]
         return (["h", self.n, self.zeros, self.positive.offset, self.negative.offset],
                 [_compact(self.positive.counts), _compact(self.negative.counts)])
 
@@ -326,8 +404,8 @@ class Distribution:
         d = cls(scale)
         d.n = int(header[1])
         if header[0] == "x":
-            d.values = arrays[0].astype(float)
-            held = d.values.size
+            d.values = arrays[0].astype(float).tolist()
+            held = len(d.values)
         else:
             d.values = None
             d.zeros = int(header[2])
@@ -349,4 +427,4 @@ def _compact(counts: np.ndarray) -> np.ndarray:
 
 
 __all__ = ["EXACT_SAMPLES", "Distribution", "SUM_SCALE", "bucket_indices", "exact_square_sum", "exact_sum",
-           "sample_stddev", "sample_variance", "scaled_to_float"]
+           "sample_stddev", "sample_variance", "scaled_to_float", "segment_sums"]

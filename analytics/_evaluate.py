@@ -27,6 +27,8 @@ from typing import Iterable, Literal, Protocol
 from urllib.parse import quote
 
 from meritlens.analytics._catalogue import METRICS, REPEATED_RUN_AGGREGATIONS, Aggregation
+from meritlens.analytics._definitions import SPAN_WINDOW_METRICS
+from meritlens.analytics._evidence import evidence_uri, span_keys_digest
 from meritlens.analytics._judge import DEFAULT_REPLICAS, Judge, JudgeCall, JudgeSession, is_fake_model
 from meritlens.analytics._metric import (
     SCOPE_SPAN_COLUMNS,
@@ -39,24 +41,23 @@ from meritlens.analytics._metric import (
 )
 from meritlens.analytics._schema import SPANS_TABLE
 from meritlens.analytics._sidecar import sidecar_path
-from meritlens.analytics._windows import evidence_uri, span_keys_digest, sql_string
+from meritlens.analytics._sql import sql_string
+from meritlens.analytics._tasks import APPLICATION_SPANS
 from meritlens.analytics._windows import (
     EVALUATED_SUFFIX,
     EVIDENCE_MEDIA_TYPE,
     MIN_SAMPLES_FOR_REPEATED_CLAIM,
     SCOPE_ALL,
-    WINDOWED_METRICS,
     Window,
     WindowState,
 )
-from meritlens.instrumentation.conventions import ROLE_APPLICATION
 
 log = logging.getLogger("meritlens.analytics.evaluate")
 
 REPORT_FILENAME = "evaluation.json"
 DEFAULT_RUNS_DIR = "meritlens-runs"
 PARTITION_SEPARATOR = "."
-PROCESSOR_OWNED_METRICS = frozenset(WINDOWED_METRICS)
+PROCESSOR_OWNED_METRICS = frozenset(SPAN_WINDOW_METRICS)
 """Metrics whose bare-name window the collector's processor recomputes from spans on every batch."""
 
 
@@ -107,7 +108,7 @@ PAGE_SIZE = 5000
 def scope_spans_sql(target_id: str, scope: str, *, after: SpanPosition | None = None, limit: int | None = None) -> str:
     """The read-only query for the application spans of one target's scope, in a stable order,
     optionally only those after ``after`` and at most ``limit`` of them."""
-    where = [f"target_id = {sql_string(target_id)}", f"role = {sql_string(ROLE_APPLICATION)}"]
+    where = [APPLICATION_SPANS, f"target_id = {sql_string(target_id)}"]
     if scope != SCOPE_ALL:
         where.append(f"assessment_id = {sql_string(scope)}")
     if after is not None:

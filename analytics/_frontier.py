@@ -17,23 +17,22 @@ import datetime as _dt
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from meritlens.analytics._arm_check import ArmCheck, check_arm
 from meritlens.analytics._bootstrap import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES
+from meritlens.analytics._calculator import METHOD_NAME, ArmValue, Method
+from meritlens.analytics._calculator import Calculator as Calculator
 from meritlens.analytics._catalogue import METRICS, Direction, unknown_metric_message
-from meritlens.analytics._compare import (
-    METHOD_NAME,
-    ArmValue,
+from meritlens.analytics._format import format_value
+from meritlens.analytics._manifest import ExperimentManifest
+from meritlens.analytics._profiles import TaskProfile, text_table
+from meritlens.analytics._rules import (
     ComparisonError,
-    Method,
     MetricRule,
     ResultState,
-    _Calculator,
     default_rule,
     rules_from_profile,
     statistic_for,
 )
-from meritlens.analytics._experiments import ArmCheck, ExperimentManifest, check_arm
-from meritlens.analytics._format import format_value
-from meritlens.analytics._profiles import TaskProfile, text_table
 
 
 @dataclass(frozen=True)
@@ -185,7 +184,7 @@ def frontier(
     source += "; axes without a profile rule use catalogue defaults" if chosen and len(planned) and any(
         m not in planned for m in axes) else ""
     method = Method(confidence=confidence, resamples=resamples, seed=manifest.shuffle_seed if seed is None else seed)
-    calc = _Calculator(manifest, query, method)
+    calc = Calculator(manifest, query, method)
     checks = {arm.name: check_arm(manifest, arm, query) for arm in manifest.arms}
 
     placed: dict[str, dict[str, ArmValue]] = {}
@@ -219,7 +218,7 @@ def frontier(
     )
 
 
-def _dominance(calc: _Calculator, rules: Sequence[MetricRule], by: str, arm: str) -> Dominance:
+def _dominance(calc: Calculator, rules: Sequence[MetricRule], by: str, arm: str) -> Dominance:
     """How sure the dominance of ``arm`` by ``by`` is: the interval of (by - arm) on every axis."""
     differences: dict[str, dict[str, Any]] = {}
     not_worse = True

@@ -36,8 +36,8 @@ from meritlens.analytics._catalogue import (
     SampleUnit,
     unknown_metric_message,
 )
+from meritlens.analytics._definitions import SPAN_WINDOW_METRICS
 from meritlens.analytics._format import format_value, significant, suggestion
-from meritlens.analytics._windows import SPAN_WINDOW_METRICS
 
 
 class SamplingStrategy(str, Enum):

@@ -14,19 +14,18 @@ from typing import Any, Callable, Protocol, Sequence
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
 from meritlens.analytics._catalogue import METRICS
+from meritlens.analytics._definitions import SPAN_WINDOW_METRICS
 from meritlens.analytics._format import format_value, suggestion
 from meritlens.analytics._profiles import TaskProfile, text_table
 from meritlens.analytics._schema import (
-    COVERAGE_COLUMN_NAMES, COVERAGE_TABLE, SPANS_TABLE, WINDOW_COLUMN_NAMES, WINDOWS_TABLE,
+    COVERAGE_COLUMN_NAMES,
+    COVERAGE_TABLE,
+    SPANS_TABLE,
+    WINDOW_COLUMN_NAMES,
+    WINDOWS_TABLE,
 )
-from meritlens.analytics._windows import (
-    EVALUATED_SUFFIX,
-    SCOPE_ALL,
-    SPAN_WINDOW_METRICS,
-    Window,
-    WindowState,
-    sql_string,
-)
+from meritlens.analytics._sql import sql_string
+from meritlens.analytics._windows import EVALUATED_SUFFIX, SCOPE_ALL, Window, WindowState
 
 
 class QueryResultLike(Protocol):

@@ -2,7 +2,7 @@
 
 The dashboard plots these (the latency distribution, cost per task). The tasks are built exactly
 as the processor builds them for the windows (the same flagged spans, scoping and task fields of
-`_windows`), and each value is the metric's own per-task sample expression, so a plot and its
+`_tasks`), and each value is the metric's own per-task sample expression, so a plot and its
 window always agree; a task without a value for a metric has NULL there, never 0.
 """
 
@@ -11,13 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from meritlens.analytics._catalogue import SampleUnit
-from meritlens.analytics._windows import (
-    SCOPE_ALL,
-    WINDOW_DEFINITIONS,
-    _flagged_spans_sql,
-    _task_columns_sql,
-    sql_string,
-)
+from meritlens.analytics._definitions import WINDOW_DEFINITIONS
+from meritlens.analytics._sql import sql_string
+from meritlens.analytics._tasks import flagged_spans_sql, task_columns_sql
+from meritlens.analytics._windows import SCOPE_ALL
 
 TASK_SAMPLE_METRICS: tuple[str, ...] = ("end_to_end_latency", "total_task_cost")
 """The metrics the dashboard plots per task."""
@@ -36,10 +33,10 @@ def task_samples_sql(target: str, scope: str, limit: int, metrics: Sequence[str]
     values = ",\n    ".join(f"CAST({definitions[m].sample_sql} AS DOUBLE) AS {m}" for m in metrics)
     scope_filter = "" if scope == SCOPE_ALL else f"WHERE assessment_id = {sql_string(scope)}"
     return f"""
-WITH {_flagged_spans_sql(f" AND target_id = {sql_string(target)}")},
+WITH {flagged_spans_sql(f" AND target_id = {sql_string(target)}")},
 scoped AS (SELECT * FROM flagged {scope_filter}),
 task_rows AS (
-  SELECT task_key, {_task_columns_sql()}
+  SELECT task_key, {task_columns_sql()}
   FROM scoped GROUP BY task_key
 )
 SELECT task_key, spans AS span_count, start_time AS first_start, end_time AS last_end,

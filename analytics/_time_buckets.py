@@ -11,7 +11,6 @@ the state: a sample is put in, and later taken out of, the bucket the cutoffs in
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
 from dataclasses import dataclass
 from urllib.parse import quote
@@ -141,8 +140,7 @@ class RangeWindows:
             return []
         span = (f"&from={quote(_from_us(self.start_us).isoformat(), safe='')}"
                 f"&to={quote(_from_us(self.end_us).isoformat(), safe='')}")
-        return [dataclasses.replace(w, evidence_uri=w.evidence_uri and w.evidence_uri + span)
-                for key in sorted(self.book.keys) for w in self.book.windows(key, db_name, computed_at)]
+        return [w for key in sorted(self.book.keys) for w in self.book.windows(key, db_name, computed_at, span)]
 
 
 def merge_range(book: WindowBook, since_us: int | None, until_us: int | None) -> RangeWindows:

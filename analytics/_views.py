@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from meritlens.analytics._catalogue import CATALOGUE
+from meritlens.analytics._definitions import SPAN_WINDOW_METRICS
 from meritlens.analytics._schema import (
     COVERAGE_DDL,
     COVERAGE_TABLE,
@@ -22,7 +23,8 @@ from meritlens.analytics._schema import (
     WINDOWS_BY_TIME_DDL,
     WINDOWS_DDL,
 )
-from meritlens.analytics._windows import SPAN_WINDOW_METRICS, sql_string, tasks_view_sql
+from meritlens.analytics._sql import sql_string
+from meritlens.analytics._tasks import tasks_view_sql
 
 TASKS_VIEW = "tasks"
 COVERAGE_VIEW = "coverage"

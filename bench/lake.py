@@ -45,8 +45,7 @@ from loadgen import send  # noqa: E402
 from _tally import Tally  # noqa: E402
 from spangen import SpanStream, rows  # noqa: E402
 
-from meritlens.analytics._schema import SPANS_DDL, WINDOWS_DDL  # noqa: E402
-from meritlens.analytics._windows import WINDOW_COLUMN_NAMES, Window  # noqa: E402
+from meritlens.analytics.engine import SPANS_DDL, WINDOWS_DDL, WINDOW_COLUMN_NAMES, Window  # noqa: E402
 from meritlens.collector.lake import Lake, LakeReader, SegmentWriter  # noqa: E402
 from meritlens.collector.lake._job import compute_lake_windows, spark_session  # noqa: E402
 from meritlens.collector.windows import DuckDBEngine, compute_windows  # noqa: E402

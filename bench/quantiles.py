@@ -31,8 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from spangen import SpanStream  # noqa: E402
 
-from meritlens.analytics._accumulate import WindowBook  # noqa: E402
-from meritlens.analytics._windows import SAMPLE_ROW_COLUMNS, SAMPLE_VALUES, SCOPE_ALL  # noqa: E402
+from meritlens.analytics.engine import SAMPLE_ROW_COLUMNS, SAMPLE_VALUES, SCOPE_ALL, WindowBook  # noqa: E402
 
 REPORTED = ("p50", "p90", "p95", "p99", "min", "max")
 _EXACT = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99, "min": 0.0, "max": 1.0}

@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _history import load  # noqa: E402
 from spangen import SpanStream  # noqa: E402
 
-from meritlens.analytics._windows import SPAN_WINDOW_METRICS  # noqa: E402
+from meritlens.analytics.engine import SPAN_WINDOW_METRICS  # noqa: E402
 from meritlens.collector.windows import LocalStore  # noqa: E402
 
 TYPED = "select sum(input_tokens) from spans"

@@ -46,7 +46,6 @@ from _tally import TALLY_FIELDS, Tally, tally_rows, target_names
 from meritlens.collector.process import _otlp
 from meritlens.collector.process._normalize import normalize
 from meritlens.instrumentation import conventions as c
-from meritlens.instrumentation._state import TRACER_NAME
 from meritlens.instrumentation.pricing import price_call
 
 BASE_NS = 1_780_000_000_000_000_000
@@ -392,7 +391,7 @@ class SpanStream:
             np.add.at(tally.matrix, [p[0] for p in parts], np.stack([p[2] for p in parts]))
         for target, part, _ in parts:
             by_target.setdefault(target, []).extend(part)
-        body = b"".join(w.resource_spans(self._resource[t], TRACER_NAME, by_target[t]) for t in sorted(by_target))
+        body = b"".join(w.resource_spans(self._resource[t], c.TRACER_NAME, by_target[t]) for t in sorted(by_target))
         return Request(body, count, tally)
 
     def requests(self, total_spans: int, batch: int):

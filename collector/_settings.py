@@ -5,37 +5,14 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
-from meritlens.analytics._scale import DEFAULT_RELATIVE_ERROR, scale_for
+from meritlens.analytics.engine import DEFAULT_RELATIVE_ERROR, scale_for
 
-ENV_LAKE = "MERITLENS_LAKE"
-ENV_COLLECTOR_ID = "MERITLENS_COLLECTOR_ID"
-ENV_DB = "MERITLENS_DB"
-ENV_HOST = "MERITLENS_HOST"
-ENV_HTTP_PORT = "MERITLENS_HTTP_PORT"
-ENV_GRPC_PORT = "MERITLENS_GRPC_PORT"
-ENV_MAX_BODY_BYTES = "MERITLENS_MAX_BODY_BYTES"
-ENV_MAX_PENDING_BATCHES = "MERITLENS_MAX_PENDING_BATCHES"
-ENV_MEMORY_LIMIT = "MERITLENS_MEMORY_LIMIT"
-ENV_CHECKPOINT_WAL_BYTES = "MERITLENS_CHECKPOINT_WAL_BYTES"
-ENV_DB_THREADS = "MERITLENS_DB_THREADS"
-ENV_STAGE_SECONDS = "MERITLENS_STAGE_SECONDS"
-ENV_MAX_SPANS_PER_REQUEST = "MERITLENS_MAX_SPANS_PER_REQUEST"
-ENV_MAX_ATTRIBUTES = "MERITLENS_MAX_ATTRIBUTES"
-ENV_MAX_ATTRIBUTE_BYTES = "MERITLENS_MAX_ATTRIBUTE_BYTES"
-ENV_GRPC_MAX_CONCURRENT_RPCS = "MERITLENS_GRPC_MAX_CONCURRENT_RPCS"
-ENV_TOKEN = "MERITLENS_TOKEN"
-ENV_TOKEN_FILE = "MERITLENS_TOKEN_FILE"
-ENV_TLS_CERT = "MERITLENS_TLS_CERT"
-ENV_TLS_KEY = "MERITLENS_TLS_KEY"
-ENV_TLS_CA = "MERITLENS_TLS_CA"
-ENV_SQL_TIMEOUT = "MERITLENS_SQL_TIMEOUT"
-ENV_SQL_MAX_ROWS = "MERITLENS_SQL_MAX_ROWS"
-ENV_SHUTDOWN_TIMEOUT = "MERITLENS_SHUTDOWN_TIMEOUT"
-ENV_QUANTILE_ERROR = "MERITLENS_QUANTILE_ERROR"
 ENV_URL = "MERITLENS_URL"
-ENV_TARGET_FALLBACK = "MERITLENS_TARGET_FALLBACK"
+"""The collector the commands go through when given no --db (the commands' side only)."""
+ENV_TLS_CA = "MERITLENS_TLS_CA"
+"""The CA file the commands trust for an https collector (the commands' side only)."""
 
 DEFAULT_DB = "meritlens.duckdb"
 DEFAULT_HOST = "127.0.0.1"
@@ -54,8 +31,6 @@ MEMORY_SPIKE_DIVISOR = 8
 """The limiter's spike headroom is this part of the limit: exports are refused above the rest (the soft
 limit). The anonymous memory rose by at most 50-75 MiB within 100 ms under 4-8 clients sending
 1,000-10,000-span requests as fast as answered, in-flight requests included."""
-ENV_MEMORY_SPIKE = "MERITLENS_MEMORY_SPIKE"
-"""A larger spike headroom than `MEMORY_SPIKE_DIVISOR`'s: exports are refused sooner; the parts keep their shares."""
 MEMORY_IN_FLIGHT_DIVISOR = 4
 """Requests being processed may hold this part of the limit (a quarter: 128MiB at the default)."""
 DEFAULT_MEMORY_CHECK_INTERVAL_S = 0.1
@@ -206,34 +181,9 @@ TARGET_FALLBACK_OFF = "none"
 RETRY_AFTER_SECONDS = 1
 """What an overloaded collector tells clients to wait (HTTP Retry-After, gRPC RetryInfo)."""
 
-TRACES_PATH = "/v1/traces"
-SQL_PATH = "/api/sql"
-READINESS_PATH = "/api/readiness"
-EXPERIMENTS_PATH = "/api/experiments"
-"""POST an experiment manifest {"manifest": {...}} to create or update it."""
-HEALTH_PATH = "/healthz"
-WINDOWS_PATH = "/api/windows"
-WINDOWS_RANGE_PATH = "/api/windows/range"
-"""POST {"since_us", "until_us", "target", "scope"}: the windows of a time range (from the windows by time)."""
-"""POST evaluated windows {"windows": [...]} (written by `meritlens evaluate` when a collector holds the file)."""
-GRPC_TRACE_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
-
 
 class SettingsError(ValueError):
     """A setting is invalid; the message names it and says why."""
-
-# The dashboard page, the read-only JSON endpoints it reads, and the Arrow export endpoint
-# (collector/serve/_dashboard.py).
-DASHBOARD_PATH = "/"
-STATIC_PATH_PREFIX = "/static/"
-"""The page and its static files carry no data: they are served without the bearer token."""
-API_TARGETS_PATH = "/api/dashboard/targets"
-API_WINDOWS_PATH = "/api/dashboard/windows"
-API_TASKS_PATH = "/api/dashboard/tasks"
-API_PROFILES_PATH = "/api/dashboard/profiles"
-API_ARROW_PATH = "/api/arrow"
-ARROW_STREAM_MEDIA_TYPE = "application/vnd.apache.arrow.stream"
-ARROW_ROW_COUNT_HEADER = "X-Meritlens-Row-Count"
 
 
 def address_file(db: str) -> str:
@@ -265,42 +215,74 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:.4g}MiB"
 
 
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise SettingsError(f"{name}={raw!r} is not an integer") from None
+def _parse_int(raw: str) -> int:
+    return int(raw)
 
 
-def _env_bytes(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    return parse_bytes(raw, name)
+def _parse_float(raw: str) -> float:
+    return float(raw)
 
 
-def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise SettingsError(f"{name}={raw!r} is not a number") from None
+_KINDS: dict[str, tuple] = {
+    "str": (str, None),
+    "int": (_parse_int, "an integer"),
+    "float": (_parse_float, "a number"),
+    "bytes": (None, None),  # parse_bytes names the forms it takes
+}
 
 
-def _env_str(name: str) -> str | None:
-    return os.environ.get(name) or None
+@dataclass(frozen=True)
+class Setting:
+    """One server setting, declared once: its option (``flag``), its environment variable (named
+    after the option: ``--http-port`` reads `MERITLENS_HTTP_PORT`), its default, how a value is read
+    (``kind``: str, int, float or bytes, e.g. `20MiB`) and its help. ``shown``: how the default reads
+    in the help, when not as written; ``hidden``: set by its variable only (no option in the help)."""
+
+    flag: str
+    default: object
+    help: str
+    kind: str = "str"
+    shown: str | None = None
+    hidden: bool = False
+
+    @property
+    def env(self) -> str:
+        return "MERITLENS_" + self.flag.removeprefix("--").upper().replace("-", "_")
+
+    @property
+    def default_text(self) -> str | None:
+        """The default as the help shows it (None: no default to show)."""
+        if self.shown is not None or self.default is None:
+            return self.shown
+        if self.kind == "bytes":
+            return _mib(self.default)
+        return f"{self.default:g}" if self.kind == "float" else str(self.default)
+
+    def parse(self, raw, name: str | None = None):
+        """``raw`` (a string from an option or the environment) as this setting's value; SettingsError
+        names it as ``name`` (default: its variable) when it is not one."""
+        if not isinstance(raw, str):
+            return raw
+        name = name or self.env
+        if self.kind == "bytes":
+            return parse_bytes(raw, name)
+        parse, what = _KINDS[self.kind]
+        try:
+            return parse(raw.strip() if what else raw)
+        except ValueError:
+            raise SettingsError(f"{name}={raw!r} is not {what}") from None
+
+
+def setting(flag: str, default: object, help: str, **details):
+    """A `ServerSettings` field declared by its `Setting`."""
+    return field(default=default, metadata={"setting": Setting(flag, default, help, **details)})
 
 
 def resolve_token(token: str | None = None, token_file: str | None = None) -> str | None:
     """The bearer token from an explicit value or a file (first line, whitespace stripped), else
     from `MERITLENS_TOKEN` / `MERITLENS_TOKEN_FILE`; None when none is configured."""
     if token is None and token_file is None:
-        token, token_file = _env_str(ENV_TOKEN), _env_str(ENV_TOKEN_FILE)
+        token, token_file = (os.environ.get(SETTINGS[name].env) or None for name in ("token", "token_file"))
     if token and token_file:
         raise SettingsError("give a token or a token file, not both")
     if token_file:
@@ -332,59 +314,103 @@ def is_loopback(host: str) -> bool:
 
 @dataclass
 class ServerSettings:
-    """Everything `meritlens serve` can be told; each field also reads a `MERITLENS_*` variable."""
+    """Everything `meritlens serve` can be told: each field a `Setting`, read from its option
+    (collector/cli/_serve.py) or its `MERITLENS_*` variable (`from_env`)."""
 
-    db: str = field(default_factory=lambda: os.environ.get(ENV_DB) or DEFAULT_DB)
-    host: str = field(default_factory=lambda: os.environ.get(ENV_HOST) or DEFAULT_HOST)
-    http_port: int = field(default_factory=lambda: _env_int(ENV_HTTP_PORT, DEFAULT_HTTP_PORT))
-    grpc_port: int | None = field(default_factory=lambda: _env_int(ENV_GRPC_PORT, DEFAULT_GRPC_PORT))
+    db: str = setting("--db", DEFAULT_DB, "DuckDB file.")
+    host: str = setting("--host", DEFAULT_HOST, "Bind address of both receivers. A non-loopback address "
+                        "without a token logs a warning.")
+    http_port: int = setting("--http-port", DEFAULT_HTTP_PORT, "OTLP/HTTP and SQL port; 0 picks a free one.",
+                             kind="int")
+    grpc_port: int | None = setting("--grpc-port", DEFAULT_GRPC_PORT, "OTLP/gRPC port; 0 picks a free one.",
+                                    kind="int")
     """None (or a negative number) turns the gRPC receiver off; 0 picks a free port."""
-    max_body_bytes: int = field(default_factory=lambda: _env_bytes(ENV_MAX_BODY_BYTES, DEFAULT_MAX_BODY_BYTES))
-    target_fallback: str = field(
-        default_factory=lambda: os.environ.get(ENV_TARGET_FALLBACK) or DEFAULT_TARGET_FALLBACK
-    )
-    """Template naming the target of LLM-call spans that carry none; "none" turns it off."""
-    max_pending_batches: int = field(
-        default_factory=lambda: _env_int(ENV_MAX_PENDING_BATCHES, DEFAULT_MAX_PENDING_BATCHES)
-    )
-    max_spans_per_request: int = field(
-        default_factory=lambda: _env_int(ENV_MAX_SPANS_PER_REQUEST, DEFAULT_MAX_SPANS_PER_REQUEST)
-    )
-    memory_limit: int = field(default_factory=lambda: _env_bytes(ENV_MEMORY_LIMIT, DEFAULT_MEMORY_LIMIT))
+    token: str | None = setting("--token", None, "Bearer token every endpoint requires; prefer --token-file.")
+    token_file: str | None = setting("--token-file", None, "File whose first line is the bearer token.")
+    """Read into the token by `bearer_token` (not both)."""
+    tls_cert: str | None = setting("--tls-cert", None, "PEM certificate (chain) for HTTPS and gRPC TLS.")
+    tls_key: str | None = setting("--tls-key", None, "PEM private key of --tls-cert.")
+    max_body_bytes: int = setting("--max-body-bytes", DEFAULT_MAX_BODY_BYTES, "Largest request after "
+                                  "decompression, e.g. 20MiB.", kind="bytes")
+    memory_limit: int = setting(
+        "--memory-limit", DEFAULT_MEMORY_LIMIT, "The anonymous memory the whole process may take, e.g. 1GiB; above "
+        "all but an eighth of it exports get 503/UNAVAILABLE until it falls. A quarter holds the requests in flight; "
+        "the rest is split among the process, DuckDB's buffer pool (larger operations spill to disk), the window "
+        "state and the key filters (docs/collector.md).", kind="bytes")
     """The anonymous memory the whole process may take (`memory_budget`)."""
-    memory_spike: int | None = field(default_factory=lambda: _env_bytes(ENV_MEMORY_SPIKE, 0) or None)
+    memory_spike: int | None = setting(
+        "--memory-spike", None, "The memory limiter's spike headroom, when larger than an eighth of --memory-limit: "
+        "exports are refused sooner; the parts keep their shares.", kind="bytes", hidden=True)
     """The memory limiter's spike headroom, when larger than its share of the limit (`memory_limiter`)."""
-    checkpoint_wal_bytes: int = field(
-        default_factory=lambda: _env_bytes(ENV_CHECKPOINT_WAL_BYTES, DEFAULT_CHECKPOINT_WAL_BYTES)
-    )
-    db_threads: int = field(default_factory=lambda: _env_int(ENV_DB_THREADS, DEFAULT_DB_THREADS))
-    stage_s: float = field(default_factory=lambda: _env_float(ENV_STAGE_SECONDS, DEFAULT_STAGE_MOVE_S))
-    """How long acknowledged spans may wait in the staging log before they are stored in DuckDB;
-    0 stores every export in DuckDB before answering it."""
-    max_attributes: int = field(default_factory=lambda: _env_int(ENV_MAX_ATTRIBUTES, DEFAULT_MAX_ATTRIBUTES))
-    max_attribute_bytes: int = field(
-        default_factory=lambda: _env_bytes(ENV_MAX_ATTRIBUTE_BYTES, DEFAULT_MAX_ATTRIBUTE_BYTES)
-    )
-    grpc_max_concurrent_rpcs: int = field(
-        default_factory=lambda: _env_int(ENV_GRPC_MAX_CONCURRENT_RPCS, DEFAULT_GRPC_MAX_CONCURRENT_RPCS)
-    )
-    token: str | None = field(default_factory=resolve_token)
-    tls_cert: str | None = field(default_factory=lambda: _env_str(ENV_TLS_CERT))
-    tls_key: str | None = field(default_factory=lambda: _env_str(ENV_TLS_KEY))
-    sql_timeout_s: float = field(default_factory=lambda: _env_float(ENV_SQL_TIMEOUT, DEFAULT_SQL_TIMEOUT_S))
-    sql_max_rows: int = field(default_factory=lambda: _env_int(ENV_SQL_MAX_ROWS, DEFAULT_SQL_MAX_ROWS))
-    shutdown_timeout_s: float = field(
-        default_factory=lambda: _env_float(ENV_SHUTDOWN_TIMEOUT, DEFAULT_SHUTDOWN_TIMEOUT_S)
-    )
-    quantile_error: float = field(default_factory=lambda: _env_float(ENV_QUANTILE_ERROR, DEFAULT_RELATIVE_ERROR))
+    checkpoint_wal_bytes: int = setting(
+        "--checkpoint-wal-bytes", DEFAULT_CHECKPOINT_WAL_BYTES, "Write-ahead log size at which DuckDB checkpoints "
+        "the file; larger: less CPU per span, a larger WAL to replay after a crash.", kind="bytes")
+    db_threads: int = setting(
+        "--db-threads", DEFAULT_DB_THREADS, "DuckDB's worker threads; more make large SQL queries and the start-up "
+        "rebuild faster and cost the collector's small statements CPU.", kind="int")
+    stage_s: float = setting(
+        "--stage-seconds", DEFAULT_STAGE_MOVE_S, "How long acknowledged spans may wait in the staging log (forced to "
+        "disk next to the DuckDB file) before one INSERT stores them in DuckDB; 0 stores each export in DuckDB "
+        "before answering it, at ~2x the writer's CPU.", kind="float")
+    max_pending_batches: int = setting("--max-pending-batches", DEFAULT_MAX_PENDING_BATCHES,
+                                       "Batches waiting for the writer.", kind="int")
+    max_spans_per_request: int = setting(
+        "--max-spans-per-request", DEFAULT_MAX_SPANS_PER_REQUEST, "Spans one export may carry; a larger one is "
+        "refused whole (400/INVALID_ARGUMENT).", kind="int")
+    max_attributes: int = setting("--max-attributes", DEFAULT_MAX_ATTRIBUTES, "Attributes per span, event, link "
+                                  "or resource; a span over it is refused.", kind="int")
+    max_attribute_bytes: int = setting("--max-attribute-bytes", DEFAULT_MAX_ATTRIBUTE_BYTES, "Longest string/bytes "
+                                       "value, key or name; a span over it is refused.", kind="bytes")
+    grpc_max_concurrent_rpcs: int = setting(
+        "--grpc-max-concurrent-rpcs", DEFAULT_GRPC_MAX_CONCURRENT_RPCS, "gRPC exports handled at once; a call beyond "
+        "it is answered UNAVAILABLE before its message is read.", kind="int")
+    sql_timeout_s: float = setting("--sql-timeout", DEFAULT_SQL_TIMEOUT_S, "Seconds before a SQL query is "
+                                   "interrupted.", kind="float")
+    sql_max_rows: int = setting("--sql-max-rows", DEFAULT_SQL_MAX_ROWS, "Rows a SQL response holds at most.",
+                                kind="int")
+    target_fallback: str = setting(
+        "--target-fallback", DEFAULT_TARGET_FALLBACK, "Target ID for LLM-call spans that carry none, from "
+        "{service.name}, {model}, {provider}, {scope}; 'none' turns it off.")
+    """Template naming the target of LLM-call spans that carry none; "none" turns it off."""
+    shutdown_timeout_s: float = setting(
+        "--shutdown-timeout", DEFAULT_SHUTDOWN_TIMEOUT_S, "Seconds a graceful stop (SIGTERM) may take; requests in "
+        "progress get up to half of it.", kind="float")
+    quantile_error: float = setting(
+        "--quantile-error", DEFAULT_RELATIVE_ERROR, "Bound on the relative error of min, max and p50-p99 of windows "
+        "of more than 1,000 samples (fewer are exact); smaller costs more memory per window.", kind="float")
     """Bound on the relative error of the quantiles of windows beyond the exact range."""
+    lake: str | None = setting(
+        "--lake", None, "Store spans as Parquet segments in this lake (a directory or URI shared with other "
+        "collectors) instead of --db; its windows come from `meritlens lake windows`.")
+    """A span lake (directory or pyarrow filesystem URI): spans go there as Parquet segments, not into ``db``."""
+    collector_id: str | None = setting("--collector-id", None, "This collector's name on the lake, unique among "
+                                       "its collectors.", shown="the host name")
+    """This collector's name on the lake (its segments' prefix); default: the host name."""
 
     profiles: tuple[str, ...] = ()
     """Task profiles (TOML files, or directories of them) the dashboard checks readiness against."""
-    lake: str | None = field(default_factory=lambda: _env_str(ENV_LAKE))
-    """A span lake (directory or pyarrow filesystem URI): spans go there as Parquet segments, not into ``db``."""
-    collector_id: str | None = field(default_factory=lambda: _env_str(ENV_COLLECTOR_ID))
-    """This collector's name on the lake (its segments' prefix); default: the host name."""
+
+    @classmethod
+    def declared(cls) -> dict[str, Setting]:
+        """Every field's `Setting`, by field name."""
+        return {f.name: f.metadata["setting"] for f in fields(cls) if "setting" in f.metadata}
+
+    @classmethod
+    def from_env(cls, environ=None, **given) -> "ServerSettings":
+        """Settings from the ``given`` values, else from their `MERITLENS_*` variables (empty: unset),
+        else their defaults. Raises SettingsError naming a variable that holds no such value."""
+        environ = os.environ if environ is None else environ
+        for name, declared in cls.declared().items():
+            raw = environ.get(declared.env)
+            if name not in given and raw:
+                given[name] = declared.parse(raw)
+        return cls(**given)
+
+    def bearer_token(self) -> str | None:
+        """The token every endpoint requires (`resolve_token` of the token or its file); None: no token."""
+        if self.token is None and self.token_file is None:
+            return None
+        return resolve_token(self.token, self.token_file)
 
     def memory_budget(self) -> "MemoryBudget":
         return MemoryBudget.of(self.memory_limit)
@@ -411,6 +437,7 @@ class ServerSettings:
 
     def validate(self) -> None:
         """Raise SettingsError naming the first setting that cannot work."""
+        self.bearer_token()
         positive = {
             "max body bytes": self.max_body_bytes,
             "max pending batches": self.max_pending_batches,
@@ -434,8 +461,8 @@ class ServerSettings:
                 f" of it holds the requests in flight, one of them up to {_mib(request)} (max body bytes"
                 f" {self.max_body_bytes}, max spans per request {self.max_spans_per_request}), and DuckDB needs"
                 f" twice the checkpoint WAL bytes ({_mib(self.db_memory_floor())}) of the rest")
-        if self.memory_spike is not None and self.memory_spike < self.memory_budget().spike:
-            raise SettingsError(f"{ENV_MEMORY_SPIKE} must be at least an eighth of the memory limit"
+        if self.memory_spike and self.memory_spike < self.memory_budget().spike:
+            raise SettingsError(f"{SETTINGS['memory_spike'].env} must be at least an eighth of the memory limit"
                                 f" ({_mib(self.memory_budget().spike)}), got {_mib(self.memory_spike)}")
         self.memory_limiter().validate()
         try:
@@ -456,3 +483,7 @@ class ServerSettings:
         for name, path in (("TLS certificate", self.tls_cert), ("TLS key", self.tls_key)):
             if path and not os.access(path, os.R_OK):
                 raise SettingsError(f"{name} {path} is not a readable file")
+
+
+SETTINGS: dict[str, Setting] = ServerSettings.declared()
+"""The server settings' declarations, by field name (the commands' options read some of them too)."""

@@ -13,7 +13,7 @@ names (`conventions`: the collector, the CLI) does not load the OpenTelemetry SD
 
 from __future__ import annotations
 
-from meritlens.instrumentation._exports import lazy_exports
+from meritlens.instrumentation.exports import lazy_exports
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "_config": ("configure", "force_flush", "shutdown"),

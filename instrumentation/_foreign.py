@@ -16,7 +16,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import SpanProcessor
 
 from meritlens.instrumentation import conventions as c
-from meritlens.instrumentation._state import TRACER_NAME, current_call, report_internal_error
+from meritlens.instrumentation._state import current_call, report_internal_error
 
 _LLM_OPERATIONS = frozenset((c.OP_CHAT, c.OP_TEXT_COMPLETION, c.OP_EMBEDDINGS, "generate_content"))
 _OPENINFERENCE_LLM_KINDS = frozenset(("LLM", "EMBEDDING"))
@@ -29,7 +29,7 @@ def is_foreign_llm_span(span: Any) -> bool:
     (openai-v2), the OpenInference span kind, OpenLLMetry's request type.
     """
     scope = getattr(span, "instrumentation_scope", None)
-    if scope is None or scope.name == TRACER_NAME:
+    if scope is None or scope.name == c.TRACER_NAME:
         return False
     attributes = getattr(span, "attributes", None)
     if not attributes:

@@ -8,9 +8,11 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any, Callable, TypeVar, overload
 
 from meritlens.instrumentation import conventions as c
-from meritlens.instrumentation._call import CallRecorder, StreamObservation, observe_sdk_stream, scope_attributes
-from meritlens.instrumentation._state import Scope, current_scope, report_internal_error
-from meritlens.instrumentation._usage import FAMILY_PROVIDER, Reading, StreamReader, family_of, read_response
+from meritlens.instrumentation._call import CallRecorder
+from meritlens.instrumentation._state import Scope, check_role, current_scope, report_internal_error, scope_attributes
+from meritlens.instrumentation._streams import StreamObservation, observe_sdk_stream
+from meritlens.instrumentation._reading import Reading, StreamReader, read_response
+from meritlens.instrumentation._usage import FAMILY_PROVIDER, family_of
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -22,8 +24,7 @@ class _Settings:
     __slots__ = ("own", "explicit", "operation", "provider", "role")
 
     def __init__(self, target: str | None, role: str | None, operation: str, provider: str | None) -> None:
-        if role is not None and role not in c.ROLES:
-            raise ValueError(f"role must be one of {c.ROLES}, not {role!r}")
+        check_role(role)
         self.operation = operation
         self.provider = provider
         self.role = role

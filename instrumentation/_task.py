@@ -15,19 +15,21 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from meritlens.instrumentation import conventions as c
-from meritlens.instrumentation._call import scope_attributes
-from meritlens.instrumentation._state import Scope, current_scope, report_internal_error, tracer, warn_once
+from meritlens.instrumentation._state import (
+    check_role,
+    Scope,
+    current_scope,
+    report_internal_error,
+    scope_attributes,
+    tracer,
+    warn_once,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _INTERNAL = SpanKind.INTERNAL
 _TASK_SPAN_NAME = "task"
 _OUTCOME_SPAN_NAME = "record_outcome"
-
-
-def _check_role(role: str | None) -> None:
-    if role is not None and role not in c.ROLES:
-        raise ValueError(f"role must be one of {c.ROLES}, not {role!r}")
 
 
 def _end_span_with(span: Any, error: BaseException | None) -> None:
@@ -69,7 +71,7 @@ class Task:
         role: str | None,
         new_trace: bool,
     ) -> None:
-        _check_role(role)
+        check_role(role)
         self.task_id = task_id if task_id is not None else uuid.uuid4().hex
         self.case_id = case_id
         self.run_id = run_id

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import Final
 
+TRACER_NAME: Final = "meritlens.instrumentation"
+"""The instrumentation scope of the spans meritlens records (instrumentations skip their own spans by it)."""
+
 # --- meritlens' own attributes (span or resource) -----------------------------------------------
 TARGET_ID: Final = "meritlens.target.id"
 """The exact application LLM target being measured. May also be set on the resource."""

@@ -1,8 +1,9 @@
 """Cost in USD of one LLM call, from offline price data.
 
-Prices come from the ``genai-prices`` package (its bundled snapshot, never fetched at run time) and from an
-optional user price file (TOML) that adds or overrides models. This module does not use OpenTelemetry, so the
-collector reuses :func:`price_call` to price spans that other instrumentations emitted.
+Prices come from the ``genai-prices`` package (its bundled snapshot, never fetched at run time; read in
+``_price_catalogue``) and from an optional user price file (TOML) that adds or overrides models. This module
+does not use OpenTelemetry, so the collector reuses :func:`price_call` to price spans that other
+instrumentations emitted.
 
 Token counts follow the OpenTelemetry GenAI rule: ``input_tokens`` includes the cache-read and cache-creation
 tokens, ``output_tokens`` includes the reasoning tokens. Cached input, cache writes and ordinary input are each
@@ -38,6 +39,9 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any
 
+from meritlens.instrumentation._once import WarnOnce
+from meritlens.instrumentation._price_catalogue import Rates, SlowPath, catalogue_rates, genai_prices_cost
+
 __all__ = [
     "PRICE_FILE_ENV",
     "PriceFileError",
@@ -52,21 +56,7 @@ log = logging.getLogger(__name__)
 PRICE_FILE_ENV = "MERITLENS_PRICE_FILE"
 """Environment variable naming a user price file, read on first use when configure() named none."""
 
-_PER_MILLION = 1_000_000.0
 _UTC = _dt.timezone.utc
-
-# GenAI semantic-convention provider names -> genai-prices provider ids, where they differ.
-_GENAI_PRICES_PROVIDER = {
-    "azure.ai.openai": "azure",
-    "azure.ai.inference": "azure",
-    "aws.bedrock": "aws",
-    "gcp.vertex_ai": "google",
-    "gcp.gemini": "google",
-    "gcp.gen_ai": "google",
-    "x_ai": "x-ai",
-    "mistral_ai": "mistral",
-}
-
 
 class PriceFileError(ValueError):
     """The user price file cannot be read or has an invalid entry."""
@@ -84,46 +74,12 @@ class UserPrice:
     output: float
     date: _dt.date
 
-
-@dataclass(frozen=True, slots=True)
-class _Rates:
-    """Per-million-token rates; tiered rates switch when total input tokens exceed a threshold."""
-
-    input: float
-    cache_read: float
-    cache_write: float
-    output: float
-    # (threshold, input, cache_read, cache_write, output), highest threshold first.
-    tiers: tuple[tuple[int, float, float, float, float], ...] = ()
-
-    def cost(self, input_tokens: int, output_tokens: int, cache_read: int, cache_write: int) -> float:
-        rate_in, rate_read, rate_write, rate_out = self.input, self.cache_read, self.cache_write, self.output
-        for threshold, t_in, t_read, t_write, t_out in self.tiers:
-            if input_tokens > threshold:
-                rate_in, rate_read, rate_write, rate_out = t_in, t_read, t_write, t_out
-                break
-        uncached = input_tokens - cache_read - cache_write
-        return (uncached * rate_in + cache_read * rate_read + cache_write * rate_write + output_tokens * rate_out) / (
-            _PER_MILLION
-        )
-
-
-class _SlowPath:
-    """Marks a model whose price structure the fast formula does not reproduce: ask genai-prices each call."""
-
-    __slots__ = ("provider_id", "model_ref")
-
-    def __init__(self, provider_id: str, model_ref: str) -> None:
-        self.provider_id = provider_id
-        self.model_ref = model_ref
-
-
 _lock = threading.Lock()
-# (provider, model, day) -> _Rates | _SlowPath | None
-_catalogue_cache: dict[tuple[str, str, _dt.date], _Rates | _SlowPath | None] = {}
+# (provider, model, day) -> Rates | SlowPath | None
+_catalogue_cache: dict[tuple[str, str, _dt.date], Rates | SlowPath | None] = {}
 _user_prices: dict[tuple[str | None, str], list[UserPrice]] = {}
 _user_file_loaded = False
-_warned: set[tuple[str, str]] = set()
+_warn_once = WarnOnce(log)
 
 
 def price_call(
@@ -225,11 +181,19 @@ def _price(
             provider,
         )
         return None
-    if rates.__class__ is _Rates:
+    if rates.__class__ is Rates:
         return rates.cost(input_tokens, output_tokens, cache_read_tokens, cache_creation_tokens)
-    return _genai_prices_cost(
+    cost = genai_prices_cost(
         rates, input_tokens, output_tokens, cache_read_tokens, cache_creation_tokens, moment or _dt.datetime.now(_UTC)
     )
+    if cost is None:
+        _warn_once(
+            ("genai-prices", f"{rates.provider_id}/{rates.model_ref}"),
+            "genai-prices could not price %s/%s; no cost recorded",
+            rates.provider_id,
+            rates.model_ref,
+        )
+    return cost
 
 
 _MISSING: Any = object()
@@ -267,7 +231,7 @@ def _price_now(
         rates = entry[1]
         if rates is None:
             return None  # warned when first looked up
-        if rates.__class__ is _Rates:
+        if rates.__class__ is Rates:
             return rates.cost(input_tokens, output_tokens, cache_read_tokens, cache_creation_tokens)
     day_number = _time() // _SECONDS_PER_DAY
     cost = _price(
@@ -291,7 +255,7 @@ def _price_now(
     return cost
 
 
-def _resolve(provider: str | None, model: str, fallback_model: str | None, day: _dt.date) -> _Rates | _SlowPath | None:
+def _resolve(provider: str | None, model: str, fallback_model: str | None, day: _dt.date) -> Rates | SlowPath | None:
     """The user price, else the catalogue price, of the model, else of the fallback model."""
     provider_key = provider.lower() if provider else ""
     model_key = model.lower()
@@ -302,18 +266,18 @@ def _resolve(provider: str | None, model: str, fallback_model: str | None, day: 
         for candidate in (model_key, fallback_key):
             user = _user_price(provider_key, candidate, day) if candidate is not None else None
             if user is not None:
-                return _Rates(user.input, user.cached_input, user.cache_write, user.output)
+                return Rates(user.input, user.cached_input, user.cache_write, user.output)
     rates = _catalogue_rates(provider_key, model_key, day)
     if rates is None and fallback_key is not None:
         rates = _catalogue_rates(provider_key, fallback_key, day)
     return rates
 
 
-def _catalogue_rates(provider_key: str, model_key: str, day: _dt.date) -> _Rates | _SlowPath | None:
+def _catalogue_rates(provider_key: str, model_key: str, day: _dt.date) -> Rates | SlowPath | None:
     cache_key = (provider_key, model_key, day)
     rates = _catalogue_cache.get(cache_key, _MISSING)
     if rates is _MISSING:
-        rates = _resolve_catalogue(provider_key, model_key, day)
+        rates = catalogue_rates(provider_key, model_key, day)
         with _lock:
             _catalogue_cache[cache_key] = rates
     return rates
@@ -337,16 +301,6 @@ def _today() -> _dt.date:
 
 def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _warn_once(key: tuple[str, str], message: str, *args: object) -> None:
-    if key in _warned:
-        return
-    with _lock:
-        if key in _warned:
-            return
-        _warned.add(key)
-    log.warning(message, *args)
 
 
 # --- user price file ------------------------------------------------------------------------------------
@@ -448,7 +402,7 @@ def _reset_for_tests() -> None:
         _catalogue_cache.clear()
         _resolved.clear()
         _resolved_today.clear()
-        _warned.clear()
+        _warn_once.forget()
         _user_file_loaded = False
 
 
@@ -461,137 +415,3 @@ def _user_price(provider: str, model: str, day: _dt.date) -> UserPrice | None:
         if price.date <= day:
             chosen = price
     return chosen
-
-
-# --- genai-prices ---------------------------------------------------------------------------------------
-
-
-def _snapshot() -> Any:
-    from genai_prices import data_snapshot  # heavy import (the whole price table): only when first needed
-
-    return data_snapshot.get_snapshot()
-
-
-def _resolve_catalogue(provider: str, model: str, day: _dt.date) -> _Rates | _SlowPath | None:
-    """The rates of a model on a day, or a slow-path marker, or None when genai-prices does not know it."""
-    try:
-        snapshot = _snapshot()
-        provider_id = _GENAI_PRICES_PROVIDER.get(provider, provider) or None
-        try:
-            found_provider, model_info = snapshot.find_provider_model(model, None, provider_id, None)
-        except LookupError:
-            if provider_id is None or _provider_known(snapshot, provider_id):
-                return None
-            found_provider, model_info = snapshot.find_provider_model(model, None, None, None)
-    except LookupError:
-        return None
-    except Exception:  # a malformed snapshot must not break the application
-        log.warning("genai-prices failed to look up %r/%r; no cost recorded", provider, model, exc_info=True)
-        return None
-    slow = _SlowPath(found_provider.id, model)
-    try:
-        rates = _fast_rates(model_info, day)
-    except Exception:
-        rates = None
-    if rates is None or not _agrees_with_genai_prices(rates, slow, day):
-        return slow
-    return rates
-
-
-def _noon(day: _dt.date) -> _dt.datetime:
-    return _dt.datetime.combine(day, _dt.time(12), _UTC)
-
-
-def _provider_known(snapshot: Any, provider_id: str) -> bool:
-    try:
-        snapshot.find_provider(None, provider_id, None)
-    except LookupError:
-        return False
-    return True
-
-
-def _fast_rates(model_info: Any, day: _dt.date) -> _Rates | None:
-    """Flat (or input-tiered) token rates of a model on a day; None when prices depend on more than the day."""
-    from genai_prices.types import ModelPrice, StartDateConstraint, TieredPrices
-
-    prices = model_info.prices
-    if not isinstance(prices, ModelPrice):
-        if any(c.constraint is not None and not isinstance(c.constraint, StartDateConstraint) for c in prices):
-            return None  # time-of-day prices vary within a day
-    model_price = model_info.get_prices(_noon(day))
-    base_input = getattr(model_price, "input_mtok", None)
-    base_output = getattr(model_price, "output_mtok", None)
-    if base_input is None or base_output is None:
-        return None
-    read = getattr(model_price, "cache_read_mtok", None)
-    write = getattr(model_price, "cache_write_mtok", None)
-    read = base_input if read is None else read
-    write = base_input if write is None else write
-    parts = (base_input, read, write, base_output)
-
-    thresholds: set[int] = set()
-    for part in parts:
-        if isinstance(part, TieredPrices):
-            thresholds.update(tier.start for tier in part.tiers)
-
-    def at_threshold(part: Any, threshold: int | None) -> float:
-        if not isinstance(part, TieredPrices):
-            return float(part)
-        applicable = part.base
-        if threshold is not None:
-            for tier in reversed(part.tiers):
-                if threshold >= tier.start:
-                    applicable = tier.price
-                    break
-        return float(applicable)
-
-    tiers = tuple(
-        (threshold, *(at_threshold(part, threshold) for part in parts))
-        for threshold in sorted(thresholds, reverse=True)
-    )
-    return _Rates(*(at_threshold(part, None) for part in parts), tiers=tiers)  # type: ignore[arg-type]
-
-
-def _agrees_with_genai_prices(rates: _Rates, slow: _SlowPath, day: _dt.date) -> bool:
-    """Check the fast formula against genai-prices on probe usages, below and above every tier threshold."""
-    probes = [(1_000_000, 400_000, 150_000, 50_000)]
-    for threshold, *_ in rates.tiers:
-        probes.append((threshold + 1_000, 500, 500, 300))
-        probes.append((max(threshold, 4_000), 1_000, 1_000, 700))
-    for input_tokens, output_tokens, cache_read, cache_write in probes:
-        expected = _genai_prices_cost(slow, input_tokens, output_tokens, cache_read, cache_write, _noon(day))
-        if expected is None:
-            return False
-        got = rates.cost(input_tokens, output_tokens, cache_read, cache_write)
-        if not math.isclose(got, expected, rel_tol=1e-9, abs_tol=1e-12):
-            return False
-    return True
-
-
-def _genai_prices_cost(
-    target: _SlowPath, input_tokens: int, output_tokens: int, cache_read: int, cache_write: int, moment: _dt.datetime
-) -> float | None:
-    from genai_prices import Usage, calc_price
-
-    usage = Usage(
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        cache_read_tokens=cache_read,
-        cache_write_tokens=cache_write,
-    )
-    try:
-        result = calc_price(
-            usage,
-            target.model_ref,
-            provider_id=target.provider_id,
-            genai_request_timestamp=moment,
-        )
-    except Exception:
-        _warn_once(
-            ("genai-prices", f"{target.provider_id}/{target.model_ref}"),
-            "genai-prices could not price %s/%s; no cost recorded",
-            target.provider_id,
-            target.model_ref,
-        )
-        return None
-    return float(result.total_price)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from meritlens.collector._settings import TRACES_PATH
+from meritlens.collector._paths import TRACES_PATH
 from tests.cli_runner import MERITLENS, run_cli, run_sql
 from tests.collector.collector_proc import free_port
 from tests.collector.collector_proc import CollectorProcess as _ServerProcess

@@ -41,8 +41,7 @@ class StoreUnderTest:
         for cursor in (self.store._span_cursor, self.store._reader):
             cursor.close()
         self.store._db.con.close()
-        if self.store._log is not None:
-            self.store._log.close(remove=False)
+        self.store._stager.close(remove=False)
 
     def follow_in_thread(self, gather_s: float = 0.0) -> "StoreUnderTest":
         self.windows._gather_s = gather_s

@@ -13,7 +13,7 @@ def _parse_judge(spec: str | None, base_url: str | None):
         if base_url is not None:
             raise click.BadParameter("--judge-base-url needs --judge", param_hint="--judge-base-url")
         return None
-    from meritlens.analytics._judge import JudgeError, judge_from_spec
+    from meritlens.analytics.engine import JudgeError, judge_from_spec
 
     try:
         return judge_from_spec(spec, base_url=base_url)
@@ -62,9 +62,14 @@ def evaluate(target, scope, metric_list, connection, run_dir, schema, step_thres
     import json as _json
     from pathlib import Path
 
-    from meritlens.analytics import EvaluationError, MetricOptions, evaluate as run_evaluation, load_registry
-    from meritlens.analytics._evaluate import default_run_dir
-    from meritlens.analytics._judge import is_fake_model
+    from meritlens.analytics.engine import (
+        EvaluationError,
+        MetricOptions,
+        default_run_dir,
+        evaluate as run_evaluation,
+        is_fake_model,
+        load_registry,
+    )
     from meritlens.collector.cli._evaluation import open_evaluation_store
     from meritlens.collector.store._results import json_default
 
@@ -112,7 +117,7 @@ def evaluate(target, scope, metric_list, connection, run_dir, schema, step_thres
         from rich.console import Console
         from rich.table import Table
 
-        from meritlens.analytics._format import format_value
+        from meritlens.analytics.engine import format_value
 
         table = Table(title=f"{target} / {scope}: {result.span_count} spans, {result.task_count} tasks")
         for column in ("metric", "status", "value", "samples", "summary"):
@@ -148,8 +153,7 @@ def observations(metric, target, scope, run_dir, fmt) -> None:
     import json as _json
     from pathlib import Path
 
-    from meritlens.analytics import load_registry
-    from meritlens.analytics._evaluate import default_run_dir
+    from meritlens.analytics.engine import default_run_dir, load_registry, significant
 
     registry = load_registry()
     try:
@@ -166,7 +170,6 @@ def observations(metric, target, scope, run_dir, fmt) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from meritlens.analytics._format import significant
 
     key_names = sorted({k for o in found for k in o.keys})
     table = Table(title=f"{metric} observations in {directory}")
@@ -181,7 +184,7 @@ def observations(metric, target, scope, run_dir, fmt) -> None:
 @click.command(name="metrics")
 def list_metrics() -> None:
     """List the metrics `meritlens evaluate` can run, and installed plugins that were refused."""
-    from meritlens.analytics import load_registry
+    from meritlens.analytics.engine import load_registry
     from meritlens.collector.cli._output import first_paragraph
 
     registry = load_registry()

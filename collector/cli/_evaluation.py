@@ -11,21 +11,16 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import urllib.error
-import urllib.request
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
 
-from meritlens.analytics._evaluate import EvaluationError, QueryPage
-from meritlens.analytics._judge import JudgeCall
-from meritlens.analytics._window_io import window_to_json
-from meritlens.analytics._windows import SCOPE_ALL, Window
+from meritlens.analytics.engine import SCOPE_ALL, EvaluationError, JudgeCall, QueryPage, Window, window_to_json
 from meritlens.collector.process._normalize import normalize
-from meritlens.collector.cli._query import QueryError, client_ssl_context
+from meritlens.collector.cli._client import CollectorClient, CollectorRefused, QueryError
 from meritlens.collector.cli._resolve import Source, open_file_or_explain
-from meritlens.collector._settings import SQL_PATH, TRACES_PATH, WINDOWS_PATH
+from meritlens.collector._paths import SQL_PATH, TRACES_PATH, WINDOWS_PATH
 from meritlens.collector.windows._local import LocalStore
 from meritlens.instrumentation import conventions as c
 
@@ -121,30 +116,18 @@ class CollectorEvaluationStore:
                  timeout: float = 120.0):
         self.url = url.rstrip("/")
         self.db_name = db_name
-        self._token = token
-        self._timeout = timeout
         try:
-            self._context = client_ssl_context(self.url, ca_file)
+            self._client = CollectorClient(self.url, token=token, ca_file=ca_file, timeout=timeout)
         except QueryError as exc:
             raise EvaluationError(str(exc)) from None
 
     def _post(self, path: str, body: bytes, content_type: str) -> bytes:
-        headers = {"Content-Type": content_type}
-        if self._token:
-            headers["Authorization"] = f"Bearer {self._token}"
-        request = urllib.request.Request(self.url + path, data=body, headers=headers, method="POST")
         try:
-            with urllib.request.urlopen(request, timeout=self._timeout, context=self._context) as response:
-                return response.read()
-        except urllib.error.HTTPError as exc:
-            detail = exc.read()
-            try:
-                message = json.loads(detail).get("error") or str(exc)
-            except (ValueError, AttributeError):
-                message = f"HTTP {exc.code}"
-            raise EvaluationError(f"the collector at {self.url} refused {path}: {message}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise EvaluationError(f"no collector reachable at {self.url} ({getattr(exc, 'reason', exc)})") from None
+            return self._client.post(path, body, content_type)
+        except CollectorRefused as exc:
+            raise EvaluationError(f"the collector at {self.url} refused {path}: {exc}") from None
+        except QueryError as exc:
+            raise EvaluationError(str(exc)) from None
 
     def query(self, sql: str) -> QueryPage:
         body = json.loads(self._post(SQL_PATH, json.dumps({"sql": sql}).encode(), "application/json"))
@@ -166,7 +149,7 @@ class CollectorEvaluationStore:
             )
 
     def close(self) -> None:
-        pass
+        self._client.close()
 
 
 def open_evaluation_store(source: Source):

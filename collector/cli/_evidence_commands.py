@@ -1,13 +1,13 @@
 """Evidence for a decision: `meritlens profile check` and `meritlens readiness`.
 
-The logic lives in meritlens.analytics and collector/serve/_evidence.py (recording readiness);
-these commands parse options and print."""
+The logic lives in meritlens.analytics and collector/serve/_evidence.py (recording readiness,
+collector/cli/_readiness_io.py where it is recorded); these commands parse options and print."""
 
 from __future__ import annotations
 
 import click
 
-from meritlens.collector.cli._main import answer
+from meritlens.collector.cli._exit import answer
 from meritlens.collector.cli._options import connection_options, format_option
 
 
@@ -24,8 +24,7 @@ def profile_check(file: str, connection) -> None:
 
     When the windows can be read (a database or collector, see --db/--url), the plan shows each
     metric's current state and an estimate of the runs' application cost."""
-    from meritlens.analytics._profiles import ProfileError, format_plan, load_profile
-    from meritlens.analytics._windows import SCOPE_ALL, Window, list_windows_sql
+    from meritlens.analytics.engine import SCOPE_ALL, ProfileError, Window, format_plan, list_windows_sql, load_profile
     from meritlens.collector.cli._query import QueryError, run_query
 
     try:
@@ -72,10 +71,16 @@ def readiness(profile_path: str, target: str | None, scope: str, baseline: bool,
     --baseline, enough measured evidence in the scope (the baseline). Records the check in the
     database it reads (see the `coverage` view). A target or scope that no span and no window has is
     an error naming the ones there are, and nothing is recorded."""
-    from meritlens.analytics._profiles import ProfileError, load_profile
-    from meritlens.analytics._readiness import UnknownSubject, format_report, judged, report_json
+    from meritlens.analytics.engine import (
+        ProfileError,
+        UnknownSubject,
+        format_report,
+        judged,
+        load_profile,
+        report_json,
+    )
     from meritlens.collector.cli._query import QueryError
-    from meritlens.collector.serve._evidence import check_readiness_at
+    from meritlens.collector.cli._readiness_io import check_readiness_at
 
     try:
         task_profile = load_profile(profile_path)

@@ -1,4 +1,5 @@
-"""Storing experiment manifests: inside the collector (POST /api/experiments) or in the DuckDB file.
+"""Storing experiment manifests from a command or a program: through the collector (POST
+/api/experiments, collector/serve/_experiments_api.py) or in the DuckDB file.
 
 A write is validated by the same code on both paths (``validate_manifest`` then the store's
 ``write_experiment``, which refuses updates that rewrite the past). When a collector holds the
@@ -8,15 +9,12 @@ Reads go through ``reader``: one read-only connection (or the collector) for a w
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import datetime as _dt
 import functools
 from typing import Callable, Iterator, Sequence
 
-from aiohttp import web
-
-from meritlens.analytics._experiments import (
+from meritlens.analytics.engine import (
     ExperimentError,
     ExperimentManifest,
     finish_arm,
@@ -24,58 +22,23 @@ from meritlens.analytics._experiments import (
     start_arm,
     validate_manifest,
 )
-from meritlens.collector.cli._query import CollectorRefused, QueryError, opened_store, post_json, query_store, query_url
+from meritlens.collector.cli._client import CollectorClient, CollectorRefused, QueryError
+from meritlens.collector.cli._query import opened_store, query_store, query_url
 from meritlens.collector.cli._resolve import ResolveError, Source, resolve
-from meritlens.collector._settings import EXPERIMENTS_PATH
+from meritlens.collector._paths import EXPERIMENTS_PATH
 from meritlens.collector.store._results import QueryResult
-from meritlens.collector.store._store import SpanStore
 
 
 class ExperimentConflict(ExperimentError):
     """The store refused the write: it would rewrite what the stored manifest already records."""
 
 
-# --- inside the collector -------------------------------------------------------------------------
-def experiments_handler(store: SpanStore):
-    """The handler of POST /api/experiments {"manifest": {...}, "create": false} -> {"manifest":
-    {...as stored}}; 400 invalid, 409 conflict (an update rewriting the past, or "create" of an
-    existing experiment)."""
-
-    async def experiments(request: web.Request) -> web.Response:
-        if request.method != "POST":
-            return web.json_response({"error": f'use POST with {{"manifest": {{...}}}} on {EXPERIMENTS_PATH}'},
-                                     status=405)
-        try:
-            payload = await request.json()
-            if not isinstance(payload, dict) or not isinstance(payload.get("manifest"), dict):
-                raise TypeError
-            create = payload.get("create", False)
-            if not isinstance(create, bool):
-                raise TypeError
-        except (ValueError, TypeError):
-            return web.json_response({"error": 'body must be a JSON object {"manifest": {...}, "create": false}'},
-                                     status=400)
-        try:
-            manifest = validate_manifest(payload["manifest"])
-        except ExperimentError as exc:
-            return web.json_response({"error": str(exc), "problems": exc.problems}, status=400)
-        try:
-            stored = await asyncio.get_running_loop().run_in_executor(
-                None, functools.partial(store.write_experiment, manifest, create=create)
-            )
-        except ExperimentError as exc:
-            return web.json_response({"error": str(exc), "problems": exc.problems}, status=409)
-        return web.json_response({"manifest": stored.to_json()})
-
-    return experiments
-
-
 # --- from a command or a program --------------------------------------------------------------------
 def _post(url: str, manifest: ExperimentManifest, create: bool, *, token: str | None,
           ca_file: str | None) -> ExperimentManifest:
     try:
-        reply = post_json(url, EXPERIMENTS_PATH, {"manifest": manifest.model_dump(mode="json"), "create": create},
-                          token=token, ca_file=ca_file)
+        with CollectorClient(url, token=token, ca_file=ca_file) as client:
+            reply = client.post_json(EXPERIMENTS_PATH, {"manifest": manifest.model_dump(mode="json"), "create": create})
     except CollectorRefused as exc:
         problems = exc.payload.get("problems") or [str(exc)]
         error = ExperimentConflict if exc.status == 409 else ExperimentError

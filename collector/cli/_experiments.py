@@ -1,6 +1,6 @@
 """Deciding between arms: `meritlens experiment …`, `meritlens compare` and `meritlens frontier`.
 
-The logic lives in meritlens.analytics (_experiments, _compare, _frontier, _plots) and
+The logic lives in meritlens.analytics.engine (experiments, comparisons, frontiers, plots) and
 collector/cli/_experiment_io.py (storing manifests); these commands parse options and print."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from meritlens.collector.cli._main import answer
+from meritlens.collector.cli._exit import answer
 from meritlens.collector.cli._options import connection_options, format_option, iso_time
 
 
@@ -81,8 +81,7 @@ def experiment() -> None:
 def experiment_create(experiment_id, target, revision, cases, cases_file, seed, repetitions, profile_path,
                       description, connection, fmt) -> None:
     """Create EXPERIMENT_ID and print the case order its seed produced."""
-    from meritlens.analytics._experiments import ExperimentError, ExperimentManifest
-    from meritlens.analytics._profiles import ProfileError, load_profile
+    from meritlens.analytics.engine import ExperimentError, ExperimentManifest, ProfileError, load_profile
     from meritlens.collector.cli._experiment_io import save_experiment
     from meritlens.collector.cli._query import QueryError
 
@@ -117,7 +116,7 @@ def experiment_create(experiment_id, target, revision, cases, cases_file, seed, 
 def experiment_arm(experiment_id, arm_name, assessment, target, request_model, response_models, started_at,
                    finished_at, baseline, description, connection) -> None:
     """Add the arm ARM_NAME to EXPERIMENT_ID, or update it (what already happened cannot change)."""
-    from meritlens.analytics._experiments import Arm, ExperimentError, ExperimentNotFound
+    from meritlens.analytics.engine import Arm, ExperimentError, ExperimentNotFound
     from meritlens.collector.cli._experiment_io import load, save_experiment
     from meritlens.collector.cli._query import QueryError
 
@@ -152,7 +151,7 @@ def experiment_arm(experiment_id, arm_name, assessment, target, request_model, r
 @connection_options
 def experiment_start(experiment_id, arm_name, at, connection) -> None:
     """Open the execution window of ARM_NAME (now): run the arm's cases after this."""
-    from meritlens.analytics._experiments import ExperimentError, ExperimentNotFound
+    from meritlens.analytics.engine import ExperimentError, ExperimentNotFound
     from meritlens.collector.cli._experiment_io import start
     from meritlens.collector.cli._query import QueryError
 
@@ -176,7 +175,7 @@ def experiment_start(experiment_id, arm_name, at, connection) -> None:
 def experiment_finish(experiment_id, arm_name, at, response_models, connection) -> None:
     """Close the execution window of ARM_NAME (now) and record the model identity its spans report.
     Prints the arm's check."""
-    from meritlens.analytics._experiments import ExperimentError, ExperimentNotFound, check_arm
+    from meritlens.analytics.engine import ExperimentError, ExperimentNotFound, check_arm
     from meritlens.collector.cli._experiment_io import finish, reader
     from meritlens.collector.cli._query import QueryError
 
@@ -197,7 +196,7 @@ def experiment_finish(experiment_id, arm_name, at, response_models, connection) 
 @format_option("text", "json")
 def experiment_show(experiment_id, connection, fmt) -> None:
     """Print the manifest of EXPERIMENT_ID and check every arm's spans against it."""
-    from meritlens.analytics._experiments import ExperimentError, ExperimentNotFound, check_arm, load_experiment
+    from meritlens.analytics.engine import ExperimentError, ExperimentNotFound, check_arm, load_experiment
     from meritlens.collector.cli._experiment_io import reader
     from meritlens.collector.cli._query import QueryError
 
@@ -215,7 +214,7 @@ def experiment_show(experiment_id, connection, fmt) -> None:
 @format_option()
 def experiment_list(connection, fmt) -> None:
     """List the stored experiments."""
-    from meritlens.analytics._experiments import list_experiments_sql
+    from meritlens.analytics.engine import list_experiments_sql
     from meritlens.collector.cli._output import render
     from meritlens.collector.cli._query import QueryError, run_query
 
@@ -236,9 +235,13 @@ _resamples_option = click.option("--resamples", type=click.IntRange(min=100), de
 
 def _decide(experiment_id: str, profile_path: str | None, connection, run):
     """Load the profile and the manifest, then ``run(manifest, profile, query)`` on one reader."""
-    from meritlens.analytics._compare import ComparisonError
-    from meritlens.analytics._experiments import ExperimentNotFound, load_experiment
-    from meritlens.analytics._profiles import ProfileError, load_profile
+    from meritlens.analytics.engine import (
+        ComparisonError,
+        ExperimentNotFound,
+        ProfileError,
+        load_experiment,
+        load_profile,
+    )
     from meritlens.collector.cli._experiment_io import reader
     from meritlens.collector.cli._query import QueryError
 
@@ -275,7 +278,7 @@ def compare(experiment_id, baseline, profile_path, seed, resamples, connection, 
     95% interval, tolerance, constraint, and a verdict only on enough evidence."""
     import json
 
-    from meritlens.analytics._compare import compare as run_compare, format_comparison
+    from meritlens.analytics.engine import compare as run_compare, format_comparison
     from meritlens.collector.store._results import json_default
 
     result = _decide(experiment_id, profile_path, connection, lambda manifest, profile, query: run_compare(
@@ -311,8 +314,7 @@ def frontier(experiment_id, x_metric, y_metric, z_metric, profile_path, seed, re
     whom."""
     import json
 
-    from meritlens.analytics._frontier import format_frontier, frontier as run_frontier
-    from meritlens.analytics._plots import PLOT_SUFFIXES
+    from meritlens.analytics.engine import PLOT_SUFFIXES, format_frontier, frontier as run_frontier
     from meritlens.collector.store._results import json_default
 
     if plot_path is not None and not plot_path.lower().endswith(PLOT_SUFFIXES):
@@ -322,7 +324,7 @@ def frontier(experiment_id, x_metric, y_metric, z_metric, profile_path, seed, re
         manifest, query, axes, profile=profile, profile_source=profile_path, seed=seed, resamples=resamples))
     document = result.to_json()
     if plot_path is not None:
-        from meritlens.analytics._plots import plot_frontier
+        from meritlens.analytics.engine import plot_frontier
 
         document["plot"] = str(plot_frontier(result, plot_path))
     text = json.dumps(document, indent=2, default=json_default)

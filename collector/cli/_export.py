@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,10 +20,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from meritlens.collector.serve._dashboard import EXPORT_TABLES
-from meritlens.collector.receive._auth import authorization_header
-from meritlens.collector.cli._query import QueryError, client_ssl_context, opened_store
+from meritlens.collector.cli._client import CollectorClient, CollectorRefused, QueryError
+from meritlens.collector.cli._query import opened_store
 from meritlens.collector.cli._resolve import Source
-from meritlens.collector._settings import API_ARROW_PATH, ARROW_ROW_COUNT_HEADER, ARROW_STREAM_MEDIA_TYPE
+from meritlens.collector._paths import API_ARROW_PATH, ARROW_ROW_COUNT_HEADER, ARROW_STREAM_MEDIA_TYPE
 from meritlens.collector.store._store import SpanStore
 
 COMPRESSIONS = ("snappy", "zstd", "gzip", "none")
@@ -63,34 +60,28 @@ def _file_source(store: SpanStore) -> _Source:
 
 def _collector_source(url: str, *, token: str | None, ca_file: str | None, timeout: float = 300.0) -> _Source:
     base = url.rstrip("/")
-    try:
-        context = client_ssl_context(base, ca_file)
-    except QueryError as exc:
-        raise ExportFailed(str(exc)) from None
 
     @contextmanager
     def open_table(table: str) -> Iterator[tuple[int | None, pa.RecordBatchReader]]:
-        target = f"{base}{API_ARROW_PATH}?{urllib.parse.urlencode({'table': table})}"
-        request = urllib.request.Request(target, headers=authorization_header(token))
         try:
-            response = urllib.request.urlopen(request, timeout=timeout, context=context)
-        except urllib.error.HTTPError as exc:
-            raise ExportFailed(f"the collector at {base} refused to export {table}: HTTP {exc.code}: "
-                               f"{_error_message(exc.read())}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise ExportFailed(f"no collector reachable at {base} ({getattr(exc, 'reason', exc)})") from None
-        with response:
-            media_type = response.headers.get("Content-Type", "")
-            if not media_type.startswith(ARROW_STREAM_MEDIA_TYPE):
-                raise ExportFailed(f"{base} answered {media_type or 'no media type'}, not an Arrow stream; "
-                                   "is it a meritlens collector?")
-            raw_total = response.headers.get(ARROW_ROW_COUNT_HEADER)
-            total = int(raw_total) if raw_total and raw_total.isdigit() else None
-            try:
-                reader = pa.ipc.open_stream(response)
-            except pa.ArrowInvalid as exc:
-                raise ExportFailed(f"{base} sent a broken Arrow stream for {table}: {exc}") from None
-            yield total, reader
+            with CollectorClient(base, token=token, ca_file=ca_file, timeout=timeout) as client, \
+                    client.get_stream(API_ARROW_PATH, {"table": table}) as (headers, body):
+                media_type = headers.get("Content-Type", "")
+                if not media_type.startswith(ARROW_STREAM_MEDIA_TYPE):
+                    raise ExportFailed(f"{base} answered {media_type or 'no media type'}, not an Arrow stream; "
+                                       "is it a meritlens collector?")
+                raw_total = headers.get(ARROW_ROW_COUNT_HEADER)
+                total = int(raw_total) if raw_total and raw_total.isdigit() else None
+                try:
+                    reader = pa.ipc.open_stream(body)
+                except pa.ArrowInvalid as exc:
+                    raise ExportFailed(f"{base} sent a broken Arrow stream for {table}: {exc}") from None
+                yield total, reader
+        except CollectorRefused as exc:
+            raise ExportFailed(f"the collector at {base} refused to export {table}: HTTP {exc.status}: "
+                               f"{_error_message(exc.body)}") from None
+        except QueryError as exc:
+            raise ExportFailed(str(exc)) from None
 
     return _Source(base, open_table)
 

@@ -1,5 +1,5 @@
 """The `meritlens` click group: every command, in the README's order, each `--help` ending with the
-exit statuses (collector/cli/_main.py maps every way out of a command to one of them)."""
+exit statuses (collector/cli/_main.py maps every way out of a command to one of them, collector/cli/_exit.py)."""
 
 from __future__ import annotations
 

@@ -17,9 +17,6 @@ spans first.
 from __future__ import annotations
 
 import gzip
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -31,12 +28,12 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from meritlens.collector.cli._import_files import ROWS_PER_REQUEST, Chunk, FileProblem, read_file, _span_count, _split
-from meritlens.collector.cli._query import QueryError, client_ssl_context
+from meritlens.collector.cli._client import CollectorClient, CollectorRefused, QueryError
 from meritlens.collector.cli._resolve import Source, open_file_or_explain
 from meritlens.collector.process import _otlp
-from meritlens.collector.process._normalize import NormalizeOptions, normalize
-from meritlens.collector.receive._auth import authorization_header
-from meritlens.collector._settings import TRACES_PATH
+from meritlens.collector.process._normalize import normalize
+from meritlens.collector.process._options import NormalizeOptions
+from meritlens.collector._paths import TRACES_PATH
 from meritlens.collector.store._store import SpanStore
 from meritlens.collector.windows._delta import touched_keys
 from meritlens.collector.windows._processor import WindowProcessor
@@ -131,12 +128,10 @@ class CollectorDestination:
 
     def __init__(self, url: str, *, token: str | None = None, ca_file: str | None = None, timeout: float = 60.0):
         self.url = url.rstrip("/")
-        self._headers = {"Content-Type": _otlp.PROTOBUF, "Content-Encoding": "gzip", **authorization_header(token)}
         try:
-            self._context = client_ssl_context(self.url, ca_file)
+            self._client = CollectorClient(self.url, token=token, ca_file=ca_file, timeout=timeout)
         except QueryError as exc:
             raise ImportFailed(str(exc)) from None
-        self._timeout = timeout
         self._pending = ExportTraceServiceRequest()
         self._pending_spans = 0
 
@@ -179,40 +174,24 @@ class CollectorDestination:
             _note_refusals(result, response.partial_success.error_message.split("; "))
 
     def _post(self, body: bytes) -> ExportTraceServiceResponse:
-        deadline = time.monotonic() + _RETRY_BUDGET_SECONDS
-        while True:
-            request = urllib.request.Request(self.url + TRACES_PATH, data=body, method="POST", headers=self._headers)
-            try:
-                with urllib.request.urlopen(request, timeout=self._timeout, context=self._context) as answer:
-                    response = ExportTraceServiceResponse()
-                    response.ParseFromString(answer.read())
-                    return response
-            except urllib.error.HTTPError as exc:
-                payload = exc.read()
-                if exc.code in (429, 503) and time.monotonic() < deadline:
-                    time.sleep(_retry_after(exc.headers.get("Retry-After")))
-                    continue
-                raise ImportFailed(f"the collector at {self.url} refused a batch: HTTP {exc.code}: "
-                                   f"{_status_message(payload)}") from None
-            except (urllib.error.URLError, OSError) as exc:
-                reason = getattr(exc, "reason", exc)
-                raise ImportFailed(f"no collector reachable at {self.url} ({reason})") from None
+        try:
+            reply = self._client.post(TRACES_PATH, body, _otlp.PROTOBUF, headers={"Content-Encoding": "gzip"},
+                                      retry_for_s=_RETRY_BUDGET_SECONDS)
+        except CollectorRefused as exc:
+            raise ImportFailed(f"the collector at {self.url} refused a batch: HTTP {exc.status}: "
+                               f"{_status_message(exc.body)}") from None
+        except QueryError as exc:
+            raise ImportFailed(str(exc)) from None
+        return ExportTraceServiceResponse.FromString(reply)
 
     def close(self) -> None:
-        pass
+        self._client.close()
 
 
 def _note_refusals(result: FileResult, reasons: list[str], keep: int = 5) -> None:
     room = keep - len(result.refusal_reasons)
     if room > 0:
         result.refusal_reasons.extend(reasons[:room])
-
-
-def _retry_after(raw: str | None) -> float:
-    try:
-        return min(10.0, max(0.1, float(raw)))
-    except (TypeError, ValueError):
-        return 1.0
 
 
 def _status_message(payload: bytes) -> str:
@@ -242,7 +221,7 @@ def open_destination(source: Source,
         from meritlens.collector.serve._server import normalize_options
         from meritlens.collector._settings import ServerSettings
 
-        options = normalize_options(ServerSettings())
+        options = normalize_options(ServerSettings.from_env())
     return StoreDestination(store, options)
 
 

@@ -17,9 +17,9 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
-from meritlens.analytics._schema import SPAN_COLUMN_NAMES, WINDOW_COLUMN_NAMES
+from meritlens.analytics.engine import SPAN_COLUMN_NAMES, WINDOW_COLUMN_NAMES
 from meritlens.collector.process import _otlp
-from meritlens.collector.process._normalize import BOOL, COUNT, PROMOTED, STR
+from meritlens.collector.process._walk import BOOL, COUNT, PROMOTED, STR
 
 PARQUET_MAGIC = b"PAR1"
 GZIP_MAGIC = b"\x1f\x8b"

@@ -13,8 +13,8 @@ import tempfile
 
 import click
 
-from meritlens.collector._settings import ENV_LAKE, ENV_QUANTILE_ERROR
-from meritlens.analytics._scale import DEFAULT_RELATIVE_ERROR
+from meritlens.collector._settings import SETTINGS
+from meritlens.collector.cli._options import env_help, setting_option
 
 
 def _lake_source(lake: str):
@@ -64,17 +64,18 @@ def _spark_output_quiet(debug: bool):
 
 
 @lake_group.command("windows")
-@click.option("--lake", "lake", envvar=ENV_LAKE, required=True, metavar="PATH",
-              help=f"The lake (a directory every collector and Spark worker reaches, or a URI) [env {ENV_LAKE}].")
+@setting_option("lake", required=True, metavar="PATH",
+                help=env_help("The lake (a directory every collector and Spark worker reaches, or a URI)",
+                              SETTINGS["lake"].env))
 @click.option("--master", default="local[*]", show_default=True,
               help="Spark master: local[*], or spark://HOST:7077 for a standalone cluster.")
 @click.option("--driver-host", default=None,
               help="Address the workers reach this driver at (default: 127.0.0.1 for a local or loopback master).")
 @click.option("--conf", "conf", multiple=True, metavar="KEY=VALUE", help="A Spark setting (repeatable).")
 @click.option("--full", is_flag=True, help="Recompute from every segment, not from the last run's state.")
-@click.option("--quantile-error", type=float, envvar=ENV_QUANTILE_ERROR, default=DEFAULT_RELATIVE_ERROR,
-              show_default=True, help="Bound on the relative error of the quantiles of windows of more than 1,000 "
-                                      f"samples, as the collectors' [env {ENV_QUANTILE_ERROR}].")
+@setting_option("quantile_error",
+                help=env_help("Bound on the relative error of the quantiles of windows of more than 1,000 samples, as "
+                              "the collectors'", SETTINGS["quantile_error"].env, SETTINGS["quantile_error"].default_text))
 @click.pass_context
 def lake_windows(ctx: click.Context, lake: str, master: str, driver_host: str | None, conf: tuple[str, ...],
                  full: bool, quantile_error: float) -> None:
@@ -104,7 +105,7 @@ def lake_windows(ctx: click.Context, lake: str, master: str, driver_host: str | 
 
 
 @lake_group.command("status")
-@click.option("--lake", "lake", envvar=ENV_LAKE, required=True, metavar="PATH", help=f"The lake [env {ENV_LAKE}].")
+@setting_option("lake", required=True, metavar="PATH", help=env_help("The lake", SETTINGS["lake"].env))
 def lake_status(lake: str) -> None:
     """Segments and spans on the lake, and when its windows were computed."""
     from meritlens.collector.cli._query import QueryError, run_query

@@ -1,9 +1,8 @@
 """The `meritlens` console script. It imports only the standard library until it has checked that
 the collector's dependencies (`pip install 'meritlens[server]'`) are installed.
 
-Every command ends with one of three exit statuses, as grep's: 0 success (or ready), 1 a negative
-answer only (not ready, a failed check), 2 any error. The mapping is made here, once: a command
-signals a negative answer with ``answer(False)``; anything it raises is an error."""
+Every command ends with one of three exit statuses (collector/cli/_exit.py). The mapping is made
+here, once: a command signals a negative answer with ``answer(False)``; anything it raises is an error."""
 
 from __future__ import annotations
 
@@ -11,27 +10,11 @@ import importlib.util
 import sys
 import traceback
 
-EXIT_OK = 0
-EXIT_NO = 1
-EXIT_ERROR = 2
-EXIT_INTERRUPTED = 130
+from meritlens.collector.cli._exit import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_NO, EXIT_OK, NegativeAnswer
 
 # What every command needs beyond the application side (`pip install meritlens`); see pyproject's [server].
-SERVER_MODULES = ("click", "rich", "duckdb", "pyarrow", "aiohttp", "pydantic")
+SERVER_MODULES = ("click", "rich", "duckdb", "pyarrow", "aiohttp", "httpx", "pydantic")
 SERVER_EXTRA_HINT = "pip install 'meritlens[server]'"
-
-
-class NegativeAnswer(SystemExit):
-    """A command's answer is "no" (not ready, a failed check): exit status 1, and no error message."""
-
-    def __init__(self) -> None:
-        super().__init__(EXIT_NO)
-
-
-def answer(yes: bool) -> None:
-    """End a command that answers a yes/no question: exit 0 for yes, 1 for no."""
-    if not yes:
-        raise NegativeAnswer()
 
 
 def missing_server_modules() -> list[str]:

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import click
 
-from meritlens.collector._settings import (
-    DEFAULT_DB, DEFAULT_URL, ENV_DB, ENV_LAKE, ENV_TLS_CA, ENV_TOKEN, ENV_TOKEN_FILE, ENV_URL,
-)
+from click.core import ParameterSource
+
+from meritlens.collector._settings import DEFAULT_URL, ENV_TLS_CA, ENV_URL, SETTINGS, Setting, SettingsError
 
 
 def env_help(text: str, env: str | None = None, default=None) -> str:
@@ -18,6 +18,35 @@ def env_help(text: str, env: str | None = None, default=None) -> str:
     if default is not None:
         notes.append(f"default {default}")
     return f"{text} [{'; '.join(notes)}]" if notes else text
+
+
+class SettingValue(click.ParamType):
+    """A value of a declared `Setting`, read by its own parser; an error names the variable when the
+    value came from it."""
+
+    _NAMES = {"str": "text", "int": "integer", "float": "float", "bytes": "size"}
+
+    def __init__(self, declared: Setting):
+        self.declared = declared
+        self.name = self._NAMES[declared.kind]
+
+    def convert(self, value, param, ctx):
+        from_env = ctx is not None and param is not None and \
+            ctx.get_parameter_source(param.name) is ParameterSource.ENVIRONMENT
+        try:
+            return self.declared.parse(value, None if from_env or param is None else param.opts[0])
+        except SettingsError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+def setting_option(name: str, **overrides):
+    """The option of the server setting ``name`` (collector/_settings.py): its flag, variable, default,
+    parser and help, as declared; ``overrides`` change any of click's option arguments."""
+    declared = SETTINGS[name]
+    arguments = dict(type=SettingValue(declared), envvar=declared.env, default=declared.default,
+                     hidden=declared.hidden, help=env_help(declared.help.rstrip("."), declared.env,
+                                                           declared.default_text))
+    return click.option(declared.flag, name, **{**arguments, **overrides})
 
 
 @dataclass(frozen=True)
@@ -63,17 +92,19 @@ def connection_options(command=None, *, create: bool = False, lake: bool = False
                    "DuckDB file; it must exist. Without --db and --url: ./meritlens.duckdb when it exists, else "
                    "the running collector")
         for option in reversed((
-            click.option("--db", envvar=ENV_DB, default=None, metavar="PATH",
-                         help=env_help(f"{db_text}. When a collector holds the file, the command goes through it.",
-                                       ENV_DB, DEFAULT_DB)),
+            setting_option("db", default=None, metavar="PATH",
+                           help=env_help(f"{db_text}. When a collector holds the file, the command goes through it.",
+                                         SETTINGS["db"].env, SETTINGS["db"].default)),
             click.option("--url", default=None,
                          help=env_help("Go through this running collector instead of opening a file; "
                                        f"${ENV_URL} is used only when no --db is given", ENV_URL,
                                        f"{DEFAULT_URL} when no --db is given and no file exists")),
             click.option("--token", default=None,
-                         help=env_help("Bearer token the collector requires; prefer --token-file", ENV_TOKEN)),
+                         help=env_help("Bearer token the collector requires; prefer --token-file",
+                                       SETTINGS["token"].env)),
             click.option("--token-file", type=click.Path(dir_okay=False), default=None,
-                         help=env_help("File whose first line is the collector's bearer token", ENV_TOKEN_FILE)),
+                         help=env_help("File whose first line is the collector's bearer token",
+                                       SETTINGS["token_file"].env)),
             click.option("--tls-ca", type=click.Path(dir_okay=False), default=None,
                          help=env_help("CA file to trust for an https collector", ENV_TLS_CA, "the system CAs")),
             *([lake_option] if lake else []),
@@ -87,8 +118,8 @@ def connection_options(command=None, *, create: bool = False, lake: bool = False
 lake_option = click.option(
     "--lake", default=None, metavar="PATH",
     help=env_help("Read this span lake (a directory or URI written by `serve --lake`; windows by `lake windows`) "
-                  f"instead of a DuckDB file or collector; ${ENV_LAKE} is used only when neither --db nor --url is "
-                  "given", ENV_LAKE))
+                  f"instead of a DuckDB file or collector; ${SETTINGS['lake'].env} is used only when neither --db nor "
+                  "--url is given", SETTINGS["lake"].env))
 
 
 def format_option(*choices: str, default: str | None = None, extra: str = ""):

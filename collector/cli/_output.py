@@ -14,10 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from meritlens.analytics._catalogue import METRICS
-from meritlens.analytics._format import format_value
-from meritlens.analytics._schema import WINDOW_COLUMNS
-from meritlens.analytics._windows import EVALUATED_SUFFIX
+from meritlens.analytics.engine import EVALUATED_SUFFIX, METRICS, WINDOW_COLUMNS, format_value
 from meritlens.collector.store._results import QueryResult, json_default
 
 FORMATS = ("table", "csv", "json")

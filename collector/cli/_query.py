@@ -1,38 +1,23 @@
-"""Running a read-only query where collector/cli/_resolve.py points: the DuckDB file, or a collector."""
+"""Running a read-only query where collector/cli/_resolve.py points: the DuckDB file, the lake, or a
+collector (collector/cli/_client.py). A query that cannot be run raises QueryError."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import ssl
-import urllib.error
-import urllib.request
 from typing import TYPE_CHECKING, Iterator
 
 import duckdb
 
-from meritlens.collector.receive._auth import authorization_header
-from meritlens.collector._settings import ENV_TLS_CA, SQL_PATH, SettingsError, resolve_token, staging_path
+from meritlens.collector._settings import staging_path
+from meritlens.collector._paths import SQL_PATH
+from meritlens.collector.cli._client import CollectorClient, QueryError
 from meritlens.collector.cli._resolve import ResolveError, Source, open_file_or_explain, resolve
 from meritlens.collector.store._results import QueryResult
 from meritlens.collector.store._sqlguard import open_read_only, run_read_only
 
 if TYPE_CHECKING:
     from meritlens.collector.store._store import SpanStore
-
-
-class QueryError(RuntimeError):
-    """The query could not be run; the message says why."""
-
-
-class CollectorRefused(QueryError):
-    """The collector answered with an HTTP error: ``status`` and its JSON ``payload`` (``{}`` if none)."""
-
-    def __init__(self, message: str, status: int, payload: dict):
-        super().__init__(message)
-        self.status = status
-        self.payload = payload
 
 
 def run_query(
@@ -114,56 +99,9 @@ def query_url(
     sql: str, url: str, *, token: str | None = None, ca_file: str | None = None, timeout: float = 60.0,
 ) -> QueryResult:
     """Run ``sql`` through the collector at ``url`` (POST /api/sql)."""
-    body = post_json(url, SQL_PATH, {"sql": sql}, token=token, ca_file=ca_file, timeout=timeout)
+    with CollectorClient(url, token=token, ca_file=ca_file, timeout=timeout) as client:
+        body = client.post_json(SQL_PATH, {"sql": sql})
     return QueryResult(
         body["columns"], body.get("types", []), [tuple(r) for r in body["rows"]], bool(body.get("truncated")),
         bool(body.get("windows_behind")),
     )
-
-
-def client_ssl_context(url: str, ca_file: str | None) -> ssl.SSLContext | None:
-    """How to verify an https collector: against ``ca_file`` (default: $MERITLENS_TLS_CA, else the
-    system CAs); None for plain http. Raises QueryError for an unusable CA file."""
-    if not url.lower().startswith("https:"):
-        return None
-    ca_file = ca_file or os.environ.get(ENV_TLS_CA) or None
-    try:
-        return ssl.create_default_context(cafile=ca_file)
-    except (OSError, ssl.SSLError) as exc:
-        raise QueryError(f"cannot use CA file {ca_file}: {exc}") from None
-
-
-def post_json(
-    url: str, path: str, payload: dict, *, token: str | None = None, ca_file: str | None = None,
-    timeout: float = 60.0,
-) -> dict:
-    """POST ``payload`` as JSON to a collector's ``path``; return the JSON reply, or raise QueryError
-    with the collector's error message (or why it could not be reached).
-
-    Sends ``token`` as a bearer token (default: $MERITLENS_TOKEN or the file $MERITLENS_TOKEN_FILE);
-    verifies an https collector against ``ca_file`` (default: $MERITLENS_TLS_CA, else the system CAs)."""
-    if token is None:
-        try:
-            token = resolve_token()
-        except SettingsError as exc:
-            raise QueryError(str(exc)) from None
-    request = urllib.request.Request(
-        url.rstrip("/") + path,
-        data=json.dumps(payload).encode(),
-        headers={"Content-Type": "application/json", **authorization_header(token)},
-        method="POST",
-    )
-    context = client_ssl_context(url, ca_file)
-    try:
-        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        try:
-            payload = json.loads(exc.read())
-        except ValueError:
-            payload = {}
-        payload = payload if isinstance(payload, dict) else {}
-        raise CollectorRefused(payload.get("error") or str(exc), exc.code, payload) from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise QueryError(f"no collector reachable at {url} ({reason})") from None

@@ -67,7 +67,7 @@ def windows(target: str | None, scope: str | None, metric: str | None, since: st
     of `windows_by_time` that overlap it, so the range is rounded out to whole buckets."""
     import json
 
-    from meritlens.analytics._windows import Window, list_windows_sql
+    from meritlens.analytics.engine import Window, list_windows_sql
     from meritlens.collector.cli._output import render
     from meritlens.collector.cli._query import QueryError, run_query
 

@@ -8,9 +8,11 @@ import datetime as _dt
 import os
 import re
 
-from meritlens.analytics._schema import WINDOW_COLUMN_NAMES
-from meritlens.collector._settings import WINDOWS_RANGE_PATH
-from meritlens.collector.cli._query import QueryError, open_read_only, opened_store, post_json
+from meritlens.analytics.engine import WINDOW_COLUMN_NAMES
+from meritlens.collector._paths import WINDOWS_RANGE_PATH
+from meritlens.collector.cli._client import CollectorClient, QueryError
+from meritlens.collector.cli._query import opened_store
+from meritlens.collector.store._sqlguard import open_read_only
 from meritlens.collector.cli._resolve import Source
 from meritlens.collector.store._results import QueryResult
 
@@ -43,9 +45,9 @@ def range_result(source: Source, since_us: int | None, until_us: int | None, *, 
                  scope: str | None = None, metric: str | None = None) -> tuple[QueryResult, str]:
     """The windows of [since, until) as query rows, and a line saying what the buckets cover."""
     if source.is_collector:
-        body = post_json(source.url, WINDOWS_RANGE_PATH, {"since_us": since_us, "until_us": until_us,
-                                                          "target": target, "scope": scope},
-                         token=source.token, ca_file=source.ca_file)
+        with CollectorClient(source.url, token=source.token, ca_file=source.ca_file) as client:
+            body = client.post_json(WINDOWS_RANGE_PATH, {"since_us": since_us, "until_us": until_us,
+                                                         "target": target, "scope": scope})
         rows, start, end, buckets = [tuple(r) for r in body["rows"]], body["start_us"], body["end_us"], body["buckets"]
     else:
         rows, start, end, buckets = _merged_here(source, since_us, until_us, target, scope)
@@ -61,7 +63,7 @@ def range_result(source: Source, since_us: int | None, until_us: int | None, *, 
 
 
 def _merged_here(source: Source, since_us, until_us, target, scope):
-    from meritlens.analytics._time_buckets import merge_range
+    from meritlens.analytics.engine import merge_range
     from meritlens.collector.windows._state import load_range
 
     with contextlib.ExitStack() as stack:

@@ -16,14 +16,19 @@ from __future__ import annotations
 
 import os
 import re
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
 from meritlens.collector._settings import (
-    DEFAULT_DB, DEFAULT_URL, ENV_DB, ENV_LAKE, ENV_URL, HEALTH_PATH, address_file, resolve_token, SettingsError,
+    DEFAULT_DB,
+    DEFAULT_URL,
+    ENV_URL,
+    SETTINGS,
+    SettingsError,
+    address_file,
+    resolve_token,
 )
+from meritlens.collector._paths import HEALTH_PATH
 
 __all__ = ["ResolveError", "Source", "collector_url_beside", "describe_lock_holder", "is_lock_conflict",
            "open_file_or_explain", "resolve"]
@@ -117,17 +122,10 @@ def collector_url_beside(db: str) -> str | None:
 
 def _probe(url: str, token: str | None, ca_file: str | None) -> str | None:
     """None when a collector answers at ``url``; else why not (one line)."""
-    from meritlens.collector.cli._query import client_ssl_context  # imports duckdb: only on this path
+    from meritlens.collector.cli._client import CollectorClient  # only on this path
 
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    request = urllib.request.Request(url.rstrip("/") + HEALTH_PATH, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=5, context=client_ssl_context(url, ca_file)):
-            return None
-    except urllib.error.HTTPError:
-        return None  # it answered (a 401 is reported by the command itself, with the token advice)
-    except (urllib.error.URLError, OSError) as exc:
-        return str(getattr(exc, "reason", exc))
+    with CollectorClient(url, token=token, ca_file=ca_file, timeout=5) as client:
+        return client.probe(HEALTH_PATH)
 
 
 def resolve(db: str | None, url: str | None, *, token: str | None = None, token_file: str | None = None,
@@ -144,7 +142,7 @@ def resolve(db: str | None, url: str | None, *, token: str | None = None, token_
         if lake and (db is not None or url):
             raise ResolveError("--lake reads the lake's files: give it without --db and --url")
         # Like $MERITLENS_URL, $MERITLENS_LAKE never redirects a command given --db or --url.
-        lake = lake or (None if db is not None or url else os.environ.get(ENV_LAKE) or None)
+        lake = lake or (None if db is not None or url else os.environ.get(SETTINGS['lake'].env) or None)
         if lake:
             return _lake_source(lake, token, ca_file)
     path = db or DEFAULT_DB
@@ -159,7 +157,7 @@ def resolve(db: str | None, url: str | None, *, token: str | None = None, token_
                 raise ResolveError(f"cannot create {path}: the directory {parent} does not exist")
             return Source("file", path, None, token, ca_file)
         if db is not None:
-            raise ResolveError(f"no database at {path}: check --db (or ${ENV_DB}), or give --url to use a "
+            raise ResolveError(f"no database at {path}: check --db (or ${SETTINGS['db'].env}), or give --url to use a "
                                "running collector")
         fallback = collector_url_beside(path) or os.environ.get(ENV_URL) or DEFAULT_URL
         problem = _probe(fallback, token, ca_file)

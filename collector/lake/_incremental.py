@@ -18,9 +18,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from meritlens.analytics._accumulate import WindowBook
-from meritlens.analytics._time_buckets import BucketCutoffs
-from meritlens.analytics._windows import window_definitions_digest
+from meritlens.analytics.engine import BucketCutoffs, WindowBook, window_definitions_digest
 from meritlens.collector.lake._layout import Lake
 
 log = logging.getLogger("meritlens.collector.lake")

@@ -16,12 +16,18 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
-from meritlens.analytics._accumulate import WindowBook
-from meritlens.analytics._scale import DEFAULT_RELATIVE_ERROR, scale_for
+from meritlens.analytics.engine import (
+    BUCKET_KEY_COLUMNS,
+    DEFAULT_RELATIVE_ERROR,
+    BucketCutoffs,
+    WindowBook,
+    bucketed,
+    compact,
+    scale_for,
+)
 from meritlens.collector.lake._incremental import SavedRun, load_run, prune_states, save_run
 from meritlens.collector.lake._layout import SPANS_DIR, WINDOWS_DIR, Lake, unique_stem
 from meritlens.collector.lake._versions import current_version, publish_windows
-from meritlens.analytics._time_buckets import BUCKET_KEY_COLUMNS, BucketCutoffs, bucketed, compact
 from meritlens.collector.windows._engine import bucket_rows, fill_book
 
 log = logging.getLogger("meritlens.collector.lake")

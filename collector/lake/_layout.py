@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from meritlens.analytics._schema import COVERAGE_DDL, SPANS_DDL, WINDOWS_BY_TIME_DDL, WINDOWS_DDL
+from meritlens.analytics.engine import COVERAGE_DDL, SPANS_DDL, WINDOWS_BY_TIME_DDL, WINDOWS_DDL
 
 SPANS_DIR = "spans"
 WINDOWS_DIR = "windows"

@@ -20,15 +20,24 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as pads
 
-from meritlens.analytics._schema import (
-    COVERAGE_COLUMN_NAMES, COVERAGE_DDL, COVERAGE_TABLE, SPANS_DDL, SPANS_TABLE, WINDOW_BUCKET_STATE_DDL,
-    WINDOW_BUCKET_STATE_TABLE, WINDOWS_BY_TIME_DDL, WINDOWS_BY_TIME_TABLE, WINDOWS_DDL, WINDOWS_TABLE,
+from meritlens.analytics.engine import (
+    BUCKET_KEY_COLUMNS,
+    COVERAGE_COLUMN_NAMES,
+    COVERAGE_DDL,
+    COVERAGE_TABLE,
+    SPANS_DDL,
+    SPANS_TABLE,
+    STORE_DDL,
+    WINDOWS_BY_TIME_DDL,
+    WINDOWS_BY_TIME_TABLE,
+    WINDOWS_DDL,
+    WINDOWS_TABLE,
+    WINDOW_BUCKET_STATE_DDL,
+    WINDOW_BUCKET_STATE_TABLE,
 )
-from meritlens.analytics._views import STORE_DDL
 from meritlens.collector.lake._layout import (
     COVERAGE_DIR, SPANS_DIR, Lake, coverage_schema, spans_schema, unique_stem, windows_by_time_schema, windows_schema,
 )
-from meritlens.analytics._time_buckets import BUCKET_KEY_COLUMNS
 from meritlens.collector.lake._incremental import run_state_schema, state_file
 from meritlens.collector.lake._versions import current_by_time_file, current_version, current_windows_file
 from meritlens.collector.store._results import QueryResult
@@ -133,7 +142,7 @@ class LakeReader:
     # --- writing what readers record ----------------------------------------------------------------
     def record_coverage(self, report) -> None:
         """A readiness check as a file of its own under ``coverage/`` (the `coverage` view shows the latest)."""
-        from meritlens.analytics._readiness import coverage_row
+        from meritlens.analytics.engine import coverage_row
 
         row = dict(zip(COVERAGE_COLUMN_NAMES, coverage_row(report)))
         checked = row["checked_at"]

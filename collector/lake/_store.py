@@ -9,7 +9,8 @@ from meritlens.collector.lake._writer import SegmentWriter, default_collector_id
 
 
 class LakeStore(LakeReader):
-    """`SpanStore`'s interface over a lake: `IngestPipeline` stages into the writer, readers query the lake."""
+    """A `CollectorStore` (collector/store/_sink.py) over a lake: `IngestPipeline` stages into the
+    writer, readers query the lake."""
 
     def __init__(self, root: str, collector_id: str | None = None, *, stage_move_s: float | None = None):
         super().__init__(Lake(root), must_exist=False)

@@ -12,7 +12,7 @@ from typing import Callable
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from meritlens.analytics._schema import WINDOW_COLUMN_NAMES, WINDOWS_BY_TIME_COLUMN_NAMES
+from meritlens.analytics.engine import WINDOWS_BY_TIME_COLUMN_NAMES, WINDOW_COLUMN_NAMES
 from meritlens.collector.lake._layout import (
     BY_TIME_DIR,
     CURRENT,

@@ -80,7 +80,7 @@ def decode_lean(body: bytes, media_type: str) -> DecodedRequest:
 
 
 def _decode_json(body: bytes) -> DecodedRequest:
-    if not body.strip():
+    if not body:  # an empty request, as an empty protobuf body is; whitespace alone is no JSON document
         return DecodedRequest(ExportTraceServiceRequest())
     try:
         doc = json.loads(body)

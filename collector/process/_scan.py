@@ -1,5 +1,5 @@
 """The native scanner's side of normalization: its plan, its Arrow buffers made arrays, and the
-rows it leaves to finish (a target or a cost to fill) or to the Python walk (`_normalize._span_row`,
+rows it leaves to finish (a target or a cost to fill) or to the Python walk (`_walk._span_row`,
 the reference the scanner is tested against)."""
 
 from __future__ import annotations
@@ -7,7 +7,9 @@ from __future__ import annotations
 import pyarrow as pa
 
 from meritlens.collector.process import _otlp
-from meritlens.collector.process._normalize import (
+from meritlens.collector.process._native import native as _spanscan
+from meritlens.collector.process._options import NormalizeOptions, fallback_target, price_span
+from meritlens.collector.process._walk import (
     _ARROW_TYPES,
     _INT64_MAX,
     _PRICED_BY_COLLECTOR,
@@ -15,15 +17,11 @@ from meritlens.collector.process._normalize import (
     _PROMOTED_SLOTS,
     _ROW_LAYOUT,
     FIRST_CHUNK_EVENTS,
-    NormalizeOptions,
     SpanBatch,
     _attributes,
-    _normalize,
     _resource_context,
     _span_row,
-    _spanscan,
-    fallback_target,
-    price_span,
+    walk_normalize,
 )
 from meritlens.instrumentation import conventions as c
 
@@ -60,7 +58,7 @@ def _array(name: str, rows: int, buffers: tuple) -> pa.Array:
 
 
 def scan_normalize(lean, body: bytes, options: NormalizeOptions, checks) -> SpanBatch:
-    """`_normalize` with the per-span work done by the native scanner; the spans it leaves (see its C
+    """`walk_normalize` with the per-span work done by the native scanner; the spans it leaves (see its C
     source) go through `_span_row`, and the rows that need a fallback target or a price are finished here."""
     contexts = [_resource_context(lean_rs) for lean_rs in lean.resource_spans]
     resources = [
@@ -71,7 +69,7 @@ def scan_normalize(lean, body: bytes, options: NormalizeOptions, checks) -> Span
     scopes = [[_otlp.full_scope(ss.scope).name or None for ss in lean_rs.scope_spans] for lean_rs in lean.resource_spans]
     scanned = _spanscan.scan(body, _scan_plan(options, checks), resources, scopes)
     if scanned is None:  # a body shape the scanner leaves to the Python walk (protobuf groups)
-        return _normalize(lean, None, options, checks)
+        return walk_normalize(lean, None, options, checks)
     columns, rows, python_spans, finish = scanned
     arrays = [_array(name, rows, buffers) for name, buffers in zip(_ROW_LAYOUT, columns)]
     batch = SpanBatch(arrays=arrays)

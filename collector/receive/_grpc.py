@@ -28,7 +28,6 @@ from meritlens.collector.process import _otlp
 from meritlens.collector.receive._auth import AUTHORIZATION, BearerToken
 from meritlens.collector.receive._ingest import Ingest, IngestError, bad_request, overloaded
 from meritlens.collector.receive._refusals import RefusalLog
-from meritlens.collector.serve import _health
 
 log = logging.getLogger("meritlens.collector.grpc")
 
@@ -56,12 +55,12 @@ class TraceServiceReceiver(trace_service_pb2_grpc.TraceServiceServicer):
         """One OTLP export: ``requests`` yields the call's single serialized message."""
         metadata = dict(context.invocation_metadata() or ())
         if not self._token.accepts(metadata.get(AUTHORIZATION)):
-            await _abort(context, IngestError(
+            await self._abort(context, IngestError(
                 401, code_pb2.UNAUTHENTICATED,
                 "missing or wrong bearer token: send metadata 'authorization: Bearer <token>'",
             ))
         if self._active >= self._max_concurrent_rpcs:
-            await _abort(context, overloaded(
+            await self._abort(context, overloaded(
                 f"the collector is handling {self._active} gRPC calls already (--grpc-max-concurrent-rpcs)",
                 "grpc_calls"))
         self._active += 1
@@ -86,8 +85,11 @@ class TraceServiceReceiver(trace_service_pb2_grpc.TraceServiceServicer):
             except IngestError as err:
                 failure = err
         if failure is not None:
-            await _abort(context, failure)
+            await self._abort(context, failure)
         return _otlp.export_response(outcome.rejected, outcome.message)
+
+    async def _abort(self, context: grpc.aio.ServicerContext, err: IngestError) -> None:
+        await _abort(context, self._ingest.refused(err))
 
 
 _REFUSALS = RefusalLog()
@@ -95,8 +97,6 @@ _REFUSALS = RefusalLog()
 
 async def _abort(context: grpc.aio.ServicerContext, err: IngestError) -> None:
     code = _GRPC_CODES.get(err.rpc_code, grpc.StatusCode.UNKNOWN)
-    if err.overload:
-        _health.overloaded(err.overload)
     _REFUSALS.note(code.name, "gRPC TraceService/Export", err.message, context.peer())
     status = _otlp.rpc_status(err.rpc_code, err.message, err.retry_after_s)
     trailing = [(STATUS_DETAILS_KEY, status.SerializeToString())]

@@ -1,38 +1,27 @@
-"""The OTLP/HTTP receiver and the read-only SQL endpoint (aiohttp)."""
+"""The OTLP/HTTP receiver (aiohttp), with the token and drain middlewares of the collector's HTTP server."""
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import importlib
 import json
 import logging
-import uuid
 import zlib
-from typing import Callable
 
 import aiohttp
 from aiohttp import web
 from google.rpc import code_pb2
 
-from meritlens.analytics._window_io import WindowRejected, windows_from_json
 from meritlens.collector.process import _otlp
 from meritlens.collector.receive._auth import AUTHORIZATION, BearerToken
 from meritlens.collector.receive._ingest import Ingest, IngestError, Reservation, bad_request, overloaded, too_large
 from meritlens.collector.receive._refusals import RefusalLog
-from meritlens.collector.serve import _health
-from meritlens.collector.store._results import json_default
-from meritlens.collector._settings import (
-    DASHBOARD_PATH, EXPERIMENTS_PATH, HEALTH_PATH, READINESS_PATH, SQL_PATH, STATIC_PATH_PREFIX, TRACES_PATH,
-    WINDOWS_PATH,
-)
-from meritlens.collector.store._sqlguard import QueryRefused, QueryTimeout
-from meritlens.collector.store._store import SpanStore
+from meritlens.collector._paths import DASHBOARD_PATH, STATIC_PATH_PREFIX, TRACES_PATH
 
 log = logging.getLogger("meritlens.collector.http")
 
 _CHUNK = 64 * 1024
-_SQL_BODY_LIMIT = 1024 * 1024
+CLIENT_MAX_SIZE = 1024 * 1024
+"""The largest body aiohttp reads whole for a route (the OTLP route streams its own, up to --max-body-bytes)."""
 
 
 class _Inflater:
@@ -109,8 +98,6 @@ async def read_body(request: web.Request, limit: int, reservation: Reservation) 
 
 
 def _status_response(media_type: str, err: IngestError, headers: dict | None = None) -> web.Response:
-    if err.overload:
-        _health.overloaded(err.overload)
     headers = dict(headers or {})
     if err.retry_after_s is not None:
         headers["Retry-After"] = str(max(1, round(err.retry_after_s)))
@@ -157,27 +144,17 @@ def _reason(response: web.StreamResponse) -> str:
 
 
 class HttpReceiver:
-    """Routes: POST /v1/traces (OTLP), POST /api/sql (read-only SQL), POST /api/readiness,
-    POST /api/windows, POST /api/experiments, GET /healthz.
+    """POST /v1/traces (OTLP), and what every route of the collector's HTTP server goes through: the
+    bearer token and the drain at shutdown.
 
     With a token configured, every route needs `Authorization: Bearer <token>`, except GET of the
     dashboard page and its static files (they hold no data; the page sends the token on its calls).
     """
 
-    def __init__(
-        self, ingest: Ingest, store: SpanStore, *, max_body_bytes: int, token: BearerToken,
-        sql_max_rows: int, sql_timeout_s: float, sql_concurrency: int = 4,
-        window_lag: Callable[[], tuple[int, int]] = lambda: (0, 0),
-    ):
+    def __init__(self, ingest: Ingest, *, max_body_bytes: int, token: BearerToken):
         self._ingest = ingest
-        self._store = store
-        self._window_lag = window_lag
-        """(batches, rows) committed that the windows do not include yet."""
         self._max_body_bytes = max_body_bytes
         self._token = token
-        self._sql_max_rows = sql_max_rows
-        self._sql_timeout_s = sql_timeout_s
-        self._sql_slots = asyncio.Semaphore(sql_concurrency)
         self._active = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -185,30 +162,11 @@ class HttpReceiver:
         self.refusals = RefusalLog()
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._track, self._auth], client_max_size=_SQL_BODY_LIMIT)
+        """An application with the OTLP route and the token and drain middlewares, which apply to
+        every route installed in it later (collector/serve/ installs the others)."""
+        app = web.Application(middlewares=[self._track, self._auth], client_max_size=CLIENT_MAX_SIZE)
         app.router.add_route("*", TRACES_PATH, self.traces)
-        app.router.add_route("*", SQL_PATH, self.sql)
-        app.router.add_get(HEALTH_PATH, self.health)
-        app.router.add_route("*", READINESS_PATH, self._on_first_request("serve._evidence", "readiness_handler"))
-        app.router.add_route("*", WINDOWS_PATH, self.windows)
-        app.router.add_route("*", EXPERIMENTS_PATH, self._on_first_request("cli._experiment_io", "experiments_handler"))
         return app
-
-    def _on_first_request(self, module: str, factory: str):
-        """A handler made by ``factory(store)`` of ``module``, imported when the route is first
-        asked for (off the event loop): profiles, readiness and experiments need pydantic and
-        the analytics models, which a collector that only receives spans never loads."""
-        handler = None
-
-        async def route(request: web.Request) -> web.StreamResponse:
-            nonlocal handler
-            if handler is None:
-                loaded = await asyncio.get_running_loop().run_in_executor(
-                    None, importlib.import_module, f"meritlens.collector.{module}")
-                handler = getattr(loaded, factory)(self._store)
-            return await handler(request)
-
-        return route
 
     async def drain(self, timeout: float) -> bool:
         """Refuse new requests (503, Connection: close) and wait up to ``timeout`` seconds for the
@@ -229,7 +187,7 @@ class HttpReceiver:
         if self._draining:
             err = overloaded("the collector is shutting down", "shutting_down")
             if request.path == TRACES_PATH:
-                response = _status_response(_reply_type(request), err)
+                response = _status_response(_reply_type(request), self._ingest.refused(err))
             else:
                 response = web.json_response({"error": err.message}, status=503,
                                              headers={"Retry-After": str(err.retry_after_s)})
@@ -258,17 +216,6 @@ class HttpReceiver:
             return _status_response(_reply_type(request), IngestError(401, code_pb2.UNAUTHENTICATED, message), headers)
         return web.json_response({"error": message}, status=401, headers=headers)
 
-    async def health(self, request: web.Request) -> web.Response:
-        batches, rows = self._window_lag()
-        body = {"status": "ok", "windows_lag": {"batches": batches, "rows": rows},
-                "staged_rows": self._store.staged_rows(), "overloaded_exports": _health.overloaded_totals()}
-        limiter = self._ingest.limiter
-        if limiter is not None:
-            body["memory"] = {"limit_bytes": limiter.config.limit, "soft_limit_bytes": limiter.config.soft_limit,
-                              "anonymous_bytes": limiter.usage, "in_flight_bytes": self._ingest.budget.used,
-                              "refusing_exports": limiter.limited}
-        return web.json_response(body)
-
     async def traces(self, request: web.Request) -> web.Response:
         media_type = (request.content_type or "").lower()
         reply_type = _reply_type(request)
@@ -284,65 +231,9 @@ class HttpReceiver:
                 body = await read_body(request, self._max_body_bytes, reservation)
                 outcome = await self._ingest.export(body, media_type, reservation)
             except IngestError as err:
-                return _status_response(reply_type, err)
+                return _status_response(reply_type, self._ingest.refused(err))
         return web.Response(
             status=200,
             body=_otlp.encode_response(media_type, outcome.rejected, outcome.message),
             content_type=media_type,
         )
-
-    async def sql(self, request: web.Request) -> web.Response:
-        if request.method != "POST":
-            return web.json_response({"error": f"use POST with {{\"sql\": ...}} on {SQL_PATH}"}, status=405)
-        try:
-            payload = await request.json()
-            sql = payload["sql"]
-            if not isinstance(sql, str):
-                raise TypeError
-        except web.HTTPRequestEntityTooLarge:
-            return web.json_response({"error": f"the SQL request is larger than {_SQL_BODY_LIMIT} bytes"}, status=413)
-        except (ValueError, KeyError, TypeError):
-            return web.json_response({"error": 'body must be a JSON object {"sql": "<query>"}'}, status=400)
-        run = functools.partial(
-            self._store.query, sql, max_rows=self._sql_max_rows, timeout_s=self._sql_timeout_s
-        )
-        async with self._sql_slots:
-            try:
-                result = await asyncio.get_running_loop().run_in_executor(None, run)
-            except QueryRefused as exc:
-                return web.json_response({"error": f"query refused: {exc}"}, status=400)
-            except QueryTimeout as exc:
-                return web.json_response({"error": f"{exc}; narrow it or raise --sql-timeout"}, status=400)
-            except Exception as exc:  # a DuckDB error in the user's SQL
-                text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                return web.json_response({"error": text}, status=400)
-        body = {
-            "columns": result.columns, "types": result.types, "rows": result.rows,
-            "truncated": result.truncated, "row_limit": self._sql_max_rows,
-        }
-        if result.windows_behind:
-            body["windows_behind"] = True
-        return web.Response(body=json.dumps(body, default=json_default), content_type="application/json")
-
-
-    async def windows(self, request: web.Request) -> web.Response:
-        """POST {"windows": [...]}: validate every window, then insert-or-replace them all (or none)."""
-        if request.method != "POST":
-            return web.json_response({"error": f'use POST with {{"windows": [...]}} on {WINDOWS_PATH}'}, status=405)
-        try:
-            payload = json.loads(await request.read())
-        except web.HTTPRequestEntityTooLarge:
-            return web.json_response({"error": "the windows request is too large; send fewer windows at once"}, status=413)
-        except ValueError:
-            return web.json_response({"error": 'body must be JSON: {"windows": [...]}'}, status=400)
-        try:
-            windows = windows_from_json(payload)
-        except WindowRejected as exc:
-            return web.json_response({"error": str(exc)}, status=400)
-        try:
-            written = await asyncio.get_running_loop().run_in_executor(None, self._store.write_windows, windows)
-        except Exception:
-            incident = uuid.uuid4().hex[:12]
-            log.exception("writing windows failed (incident %s)", incident)
-            return web.json_response({"error": f"writing windows failed (incident {incident})"}, status=500)
-        return web.json_response({"written": written})

@@ -25,10 +25,12 @@ import pyarrow as pa
 from google.rpc import code_pb2
 
 from meritlens.collector.process import _otlp
-from meritlens.collector.process._normalize import NormalizeOptions, SpanBatch, normalize
+from meritlens.collector.process._normalize import normalize
+from meritlens.collector.process._options import NormalizeOptions
+from meritlens.collector.process._walk import SpanBatch
 from meritlens.collector.receive._memory import MemoryLimiter
-from meritlens.collector.serve import _health
-from meritlens.collector.serve._pipeline import IngestPipeline, Overloaded
+from meritlens.collector.receive._pipeline import IngestPipeline, Overloaded
+from meritlens.collector.receive._report import NO_HEALTH, IngestHealth, refusal_reason
 from meritlens.collector._settings import RETRY_AFTER_SECONDS, request_memory_bytes
 
 _DECODE_THREAD = "meritlens-decode"
@@ -40,7 +42,7 @@ _MAX_REASONS_IN_MESSAGE = 20
 
 class IngestError(Exception):
     """A request that is answered with an error: HTTP status, RPC code, message, maybe a retry delay
-    and, for an overload, which limit refused it (`_health.OVERLOAD_REASONS`)."""
+    and, for an overload, which limit refused it (`_report.OVERLOAD_REASONS`)."""
 
     def __init__(self, http_status: int, rpc_code: int, message: str, *, retry_after_s: float | None = None,
                  overload: str | None = None):
@@ -143,14 +145,17 @@ class ExportOutcome:
 
 
 class Ingest:
-    """The shared receive path. One instance serves both receivers of a collector."""
+    """The shared receive path. One instance serves both receivers of a collector; it reports the
+    spans it received, acknowledged and refused to ``health``, and so do the receivers, through
+    `refused`, each export they answer as overloaded."""
 
     def __init__(
         self, pipeline: IngestPipeline, budget: InflightBudget, *, max_spans_per_request: int,
         limits: _otlp.SpanLimits, normalize_options: NormalizeOptions = NormalizeOptions(), decode_threads: int = 2,
-        limiter: MemoryLimiter | None = None,
+        limiter: MemoryLimiter | None = None, health: IngestHealth = NO_HEALTH,
     ):
         self._pipeline = pipeline
+        self.health = health
         self.budget = budget
         self.limiter = limiter
         self._max_spans = max_spans_per_request
@@ -172,11 +177,18 @@ class Ingest:
     def close(self) -> None:
         self._executor.shutdown(wait=True)
 
+    def refused(self, err: IngestError) -> IngestError:
+        """``err``, which a receiver answers now: an overload is reported to ``health``."""
+        if err.overload:
+            self.health.overloaded(err.overload)
+        return err
+
     async def export(self, body: bytes, media_type: str, reservation: Reservation) -> ExportOutcome:
         """Store the spans of one decompressed OTLP body; returns once they are committed.
 
         ``reservation`` must already hold the body's bytes; this adds what its decoded copies cost.
-        Raises IngestError for anything that is not a (possibly partial) success.
+        Raises IngestError for anything that is not a (possibly partial) success. A request refused
+        before its spans were counted (an unreadable body) refuses no countable span.
         """
         loop = asyncio.get_running_loop()
         try:
@@ -186,35 +198,47 @@ class Ingest:
         except Exception:  # a decoder bug must not take the server down; the client gets a Status
             raise _internal("decoding the request failed") from None
         spans = _otlp.count_spans(decoded.lean)
-        _health.received(spans)
-        if spans > self._max_spans:
-            raise IngestError(
-                413, code_pb2.INVALID_ARGUMENT,
-                f"the request carries {spans} spans; the limit is {self._max_spans} per request; send smaller batches",
-            )
-        reservation.ensure(request_memory_bytes(len(body), spans))
+        self.health.received(spans)
         try:
-            batch, table = await loop.run_in_executor(self._executor, self._prepare, decoded)
-        except _otlp.BadRequest as exc:  # a part of the body only parsed while normalizing
-            raise bad_request(str(exc)) from None
-        except Exception:
-            raise _internal("normalizing the spans failed") from None
-        del decoded
-        if table is not None:
+            if spans > self._max_spans:
+                raise IngestError(
+                    413, code_pb2.INVALID_ARGUMENT,
+                    f"the request carries {spans} spans; the limit is {self._max_spans} per request; send smaller"
+                    " batches",
+                )
+            reservation.ensure(request_memory_bytes(len(body), spans))
             try:
-                await self._pipeline.submit(table)
-            except Overloaded as exc:
-                raise overloaded(str(exc), "write_queue") from None
+                batch, table = await loop.run_in_executor(self._executor, self._prepare, decoded)
+            except _otlp.BadRequest as exc:  # a part of the body only parsed while normalizing
+                raise bad_request(str(exc)) from None
             except Exception:
-                # Nothing of this request was acknowledged; the client may retry (idempotent).
-                incident = uuid.uuid4().hex[:12]
-                log.exception("storing spans failed (incident %s)", incident)
-                raise overloaded(f"storing spans failed (incident {incident})", "store_failed") from None
+                raise _internal("normalizing the spans failed") from None
+            del decoded
+            if table is not None:
+                await self._submit(table)
+        except IngestError as err:
+            if spans:
+                self.health.refused(refusal_reason(err.http_status), spans)
+            raise
         refused = batch.refused
         message = "; ".join(refused[:_MAX_REASONS_IN_MESSAGE])
         if len(refused) > _MAX_REASONS_IN_MESSAGE:
             message += f"; and {len(refused) - _MAX_REASONS_IN_MESSAGE} more"
+        self.health.accepted(batch.size)
+        if refused:
+            self.health.refused("invalid", len(refused))
         return ExportOutcome(accepted=batch.size, rejected=len(refused), message=message)
+
+    async def _submit(self, table: pa.Table) -> None:
+        try:
+            await self._pipeline.submit(table)
+        except Overloaded as exc:
+            raise overloaded(str(exc), "write_queue") from None
+        except Exception:
+            # Nothing of this request was acknowledged; the client may retry (idempotent).
+            incident = uuid.uuid4().hex[:12]
+            log.exception("storing spans failed (incident %s)", incident)
+            raise overloaded(f"storing spans failed (incident {incident})", "store_failed") from None
 
     def _prepare(self, decoded: _otlp.DecodedRequest):
         return prepare(decoded, self._limits, self._normalize_options)

@@ -1,1 +1,1 @@
-"""Serving: the collector process, its write pipeline, API handlers and the dashboard."""
+"""Serving: the collector process, the API routes beside OTLP, its health counters and the dashboard."""

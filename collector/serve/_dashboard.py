@@ -28,14 +28,23 @@ from importlib import resources
 import pyarrow as pa
 from aiohttp import web
 
-from meritlens.analytics._catalogue import CATALOGUE, METRICS
-from meritlens.analytics._schema import SPANS_TABLE, WINDOW_COLUMN_NAMES, WINDOWS_TABLE
-from meritlens.analytics._task_samples import TASK_SAMPLE_METRICS, task_samples_sql
-from meritlens.analytics._views import COVERAGE_VIEW
-from meritlens.analytics._windows import SCOPE_ALL, sql_string
+from meritlens.analytics.engine import (
+    APPLICATION_SPANS,
+    CATALOGUE,
+    COVERAGE_VIEW,
+    METRICS,
+    SCOPE_ALL,
+    SPANS_TABLE,
+    TASK_KEY,
+    TASK_SAMPLE_METRICS,
+    WINDOWS_TABLE,
+    WINDOW_COLUMN_NAMES,
+    sql_string,
+    task_samples_sql,
+)
 from meritlens.collector.store._results import json_default
 from meritlens.collector.serve._dashboard_api import Explorer
-from meritlens.collector._settings import (
+from meritlens.collector._paths import (
     API_ARROW_PATH,
     API_PROFILES_PATH,
     API_TARGETS_PATH,
@@ -46,8 +55,7 @@ from meritlens.collector._settings import (
     DASHBOARD_PATH,
     STATIC_PATH_PREFIX,
 )
-from meritlens.collector.store._store import SpanStore
-from meritlens.instrumentation.conventions import ROLE_APPLICATION
+from meritlens.collector.store._sink import SpanQueries
 
 log = logging.getLogger("meritlens.collector.dashboard")
 
@@ -85,13 +93,13 @@ ReadinessProvider = Callable[[str], dict]
 _TARGETS_SQL = f"""
 SELECT target_id,
   count(*) AS spans,
-  count(DISTINCT coalesce(task_id, trace_id)) AS tasks,
+  count(DISTINCT {TASK_KEY}) AS tasks,
   min(end_time) AS first_span_time,
   max(end_time) AS last_span_time,
   coalesce(list(DISTINCT assessment_id ORDER BY assessment_id) FILTER (WHERE assessment_id IS NOT NULL), [])
     AS assessments
 FROM {SPANS_TABLE}
-WHERE target_id IS NOT NULL AND role = '{ROLE_APPLICATION}'
+WHERE {APPLICATION_SPANS}
 GROUP BY target_id ORDER BY target_id
 """
 
@@ -117,9 +125,9 @@ def _error(status: int, message: str) -> web.Response:
 
 
 class Dashboard:
-    """The page and its endpoints over one SpanStore; `install(app)` adds the routes."""
+    """The page and its endpoints over one store (`SpanQueries`); `install(app)` adds the routes."""
 
-    def __init__(self, store: SpanStore, *, readiness: ReadinessProvider | None = None, token=None):
+    def __init__(self, store: SpanQueries, *, readiness: ReadinessProvider | None = None, token=None):
         self._store = store
         self._readiness = readiness
         self._token = token  # the collector's BearerToken: data is inlined only for a request it accepts

@@ -20,11 +20,12 @@ import math
 
 from aiohttp import web
 
-from meritlens.analytics._schema import WINDOW_COLUMN_NAMES, WINDOWS_TABLE
-from meritlens.analytics._views import COVERAGE_VIEW
-from meritlens.analytics._windows import (
+from meritlens.analytics.engine import (
+    COVERAGE_VIEW,
     DEFINITIONS_BY_METRIC,
     SCOPE_ALL,
+    WINDOWS_TABLE,
+    WINDOW_COLUMN_NAMES,
     sample_statistic,
     span_keys_digest,
     sql_string,

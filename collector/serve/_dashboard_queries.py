@@ -11,9 +11,17 @@ from __future__ import annotations
 import datetime as _dt
 from dataclasses import dataclass
 
-from meritlens.analytics._schema import SPANS_TABLE, WINDOWS_TABLE
-from meritlens.analytics._views import TASKS_VIEW
-from meritlens.analytics._windows import APPLICATION_SPANS, SCOPE_ALL, sql_string
+from meritlens.analytics.engine import (
+    APPLICATION_SPANS,
+    ERROR_SPAN,
+    SCOPE_ALL,
+    SPANS_TABLE,
+    TASKS_VIEW,
+    TASK_KEY,
+    WINDOWS_TABLE,
+    flagged_spans_sql,
+    sql_string,
+)
 
 RANGES: dict[str, _dt.timedelta | None] = {
     "hour": _dt.timedelta(hours=1),
@@ -119,7 +127,7 @@ def overview_sql() -> str:
 
     return f"""
 WITH s AS (
-  SELECT target_id, count(*) AS spans, count(DISTINCT coalesce(task_id, trace_id)) AS tasks,
+  SELECT target_id, count(*) AS spans, count(DISTINCT {TASK_KEY}) AS tasks,
     max(end_time) AS last_seen
   FROM {SPANS_TABLE} WHERE {APPLICATION_SPANS} GROUP BY target_id
 ),
@@ -167,22 +175,22 @@ GROUP BY bucket ORDER BY bucket"""
 
 
 _MODEL = "coalesce(response_model, request_model)"
-_CALL = "(input_tokens IS NOT NULL OR output_tokens IS NOT NULL OR cost_usd IS NOT NULL OR request_model IS NOT NULL)"
-_ERROR = "(status_code = 2 OR error_type IS NOT NULL)"
 
 
 def models_sql(target: str, span: TimeRange) -> str:
     """The target's LLM calls grouped by provider and model (the response's model, else the one
-    requested); cost is a sum over the priced calls, NULL when none was priced."""
+    requested); cost is a sum over the priced calls, NULL when none was priced. A call is what the
+    windows count as one (`is_call`: a wrapper around a call is not one)."""
     return f"""
+WITH {flagged_spans_sql(f" AND {_target_filter(target)}")}
 SELECT provider, {_MODEL} AS model, count(*) AS calls,
-  count(*) FILTER (WHERE {_ERROR}) AS errors,
+  count(*) FILTER (WHERE is_error) AS errors,
   sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens,
   sum(cost_usd) AS cost_usd, count(cost_usd) AS priced_calls,
   quantile_cont(duration_s, 0.5) AS latency_p50, quantile_cont(duration_s, 0.95) AS latency_p95,
   sum(retries) AS retries
-FROM {SPANS_TABLE}
-WHERE {APPLICATION_SPANS} AND {_target_filter(target)} AND {_CALL} AND {span.condition('end_time')}
+FROM flagged
+WHERE is_call AND {span.condition('end_time')}
 GROUP BY ALL ORDER BY cost_usd DESC NULLS LAST, calls DESC, model"""
 
 
@@ -198,9 +206,9 @@ def traces_sql(*, target: str | None, model: str | None, status: str | None, spa
     if model:
         having.append(f"bool_or({_MODEL} = {sql_string(model)})")
     if status == "error":
-        having.append(f"bool_or({_ERROR})")
+        having.append(f"bool_or({ERROR_SPAN})")
     elif status == "ok":
-        having.append(f"NOT bool_or({_ERROR})")
+        having.append(f"NOT bool_or({ERROR_SPAN})")
     elif status not in (None, ""):
         raise BadParameter(f"status must be ok or error, got {status!r}")
     return f"""
@@ -213,7 +221,7 @@ SELECT trace_id, min(start_time) AS start_time,
   list(DISTINCT {_MODEL} ORDER BY {_MODEL}) FILTER (WHERE {_MODEL} IS NOT NULL) AS models,
   sum(cost_usd) AS cost_usd, count(cost_usd) AS priced_spans,
   sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens,
-  count(*) FILTER (WHERE {_ERROR}) AS errors,
+  count(*) FILTER (WHERE {ERROR_SPAN}) AS errors,
   sum(retries) AS retries, sum(tool_calls) AS tool_calls
 FROM {SPANS_TABLE}
 GROUP BY trace_id

@@ -1,9 +1,9 @@
-"""Readiness checks that are recorded: inside the collector (POST /api/readiness) or on a free file.
+"""Readiness checks that are recorded: inside the collector (POST /api/readiness), or by a command
+on a file no collector holds (collector/cli/_readiness_io.py).
 
 A check computes the coverage report with the analytics code over the store's read-only query,
 then appends it to `coverage_checks`, so that the `coverage` view shows the latest check of each
-target. When a collector holds the DuckDB file, the check runs inside it; otherwise the command
-opens the file itself.
+target.
 """
 
 from __future__ import annotations
@@ -12,16 +12,21 @@ import asyncio
 
 from aiohttp import web
 
-from meritlens.analytics._profiles import ProfileError, TaskProfile, profile_from_dict
-from meritlens.analytics._readiness import CoverageReport, UnknownSubject, check_readiness, require_known
-from meritlens.analytics._windows import SCOPE_ALL
-from meritlens.collector.cli._query import opened_store, post_json
-from meritlens.collector.cli._resolve import Source
-from meritlens.collector._settings import READINESS_PATH
-from meritlens.collector.store._store import SpanStore
+from meritlens.analytics.engine import (
+    SCOPE_ALL,
+    CoverageReport,
+    ProfileError,
+    TaskProfile,
+    UnknownSubject,
+    check_readiness,
+    profile_from_dict,
+    require_known,
+)
+from meritlens.collector._paths import READINESS_PATH
+from meritlens.collector.store._sink import SpanQueries
 
 
-def check_and_record(store: SpanStore, profile: TaskProfile, *, target: str | None, scope: str) -> CoverageReport:
+def check_and_record(store: SpanQueries, profile: TaskProfile, *, target: str | None, scope: str) -> CoverageReport:
     """Compute the coverage report over ``store`` and record it; a target or scope that no span and
     no window has is refused (UnknownSubject) and nothing is recorded."""
     require_known(store.query, target or profile.target, scope)
@@ -30,8 +35,7 @@ def check_and_record(store: SpanStore, profile: TaskProfile, *, target: str | No
     return report
 
 
-# --- inside the collector -------------------------------------------------------------------------
-def readiness_handler(store: SpanStore):
+def readiness_handler(store: SpanQueries):
     """The handler of POST /api/readiness {"profile": {...}, "target": null, "scope": "all"} -> the
     coverage report."""
 
@@ -63,20 +67,3 @@ def readiness_handler(store: SpanStore):
         return web.json_response(report.model_dump(mode="json"))
 
     return readiness
-
-
-# --- from the command line ------------------------------------------------------------------------
-def readiness_through(source: Source, profile: TaskProfile, *, target: str | None, scope: str) -> CoverageReport:
-    """Ask the collector ``source`` points to to check and record readiness."""
-    body = post_json(source.url, READINESS_PATH, {"profile": profile.to_dict(), "target": target, "scope": scope},
-                     token=source.token, ca_file=source.ca_file)
-    return CoverageReport.model_validate(body)
-
-
-def check_readiness_at(profile: TaskProfile, *, target: str | None, scope: str, source: Source) -> CoverageReport:
-    """Check and record readiness where ``source`` points (collector/cli/_resolve.py): in the file
-    it names, on the lake (the check is a file of the lake's), or inside the collector."""
-    if source.is_collector:
-        return readiness_through(source, profile, target=target, scope=scope)
-    with opened_store(source, read_only=False) as store:
-        return check_and_record(store, profile, target=target, scope=scope)

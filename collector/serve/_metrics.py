@@ -18,9 +18,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from meritlens.analytics._catalogue import METRICS, Direction
-from meritlens.analytics._schema import SPANS_TABLE, WINDOWS_TABLE
-from meritlens.collector.serve import _health
+from meritlens.analytics.engine import METRICS, SPANS_TABLE, WINDOWS_TABLE, Direction
+from meritlens.collector.serve._health import Health
 
 METRICS_PATH = "/metrics"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -48,8 +47,9 @@ def _finite(value) -> bool:
 class WindowCollector:
     """A prometheus_client collector reading the store at each scrape."""
 
-    def __init__(self, store, readiness=None, window_lag=lambda: (0, 0), limiter=None):
+    def __init__(self, store, health: Health, readiness=None, window_lag=lambda: (0, 0), limiter=None):
         self._store = store
+        self._health = health
         self._readiness = readiness
         self._window_lag = window_lag
         self._limiter = limiter
@@ -96,7 +96,7 @@ class WindowCollector:
     def _store_health(self):
         # Read in this order so that a move of staged rows between the reads makes the duplicates
         # look smaller, never larger; the counter only grows.
-        accepted = _health.accepted_total()
+        accepted = self._health.accepted_total()
         staged = self._store.staged_rows()
         stored = self._span_rows() - self._stored_at_start
         self._duplicates = max(self._duplicates, int(accepted) - staged - stored)
@@ -155,17 +155,18 @@ class WindowCollector:
 
 
 class MetricsEndpoint:
-    """`GET /metrics` over one store: the windows' registry and the process's health registry."""
+    """`GET /metrics` over one store: the windows' registry and the collector's health registry."""
 
-    def __init__(self, store, readiness=None, window_lag=lambda: (0, 0), limiter=None):
+    def __init__(self, store, health: Health, readiness=None, window_lag=lambda: (0, 0), limiter=None):
+        self._health = health
         self._registry = CollectorRegistry(auto_describe=False)
-        self._registry.register(WindowCollector(store, readiness, window_lag, limiter))
+        self._registry.register(WindowCollector(store, health, readiness, window_lag, limiter))
 
     def install(self, app: web.Application) -> None:
         app.router.add_get(METRICS_PATH, self.metrics)
 
     def exposition(self) -> bytes:
-        return generate_latest(_health.REGISTRY) + generate_latest(self._registry)
+        return generate_latest(self._health.registry) + generate_latest(self._registry)
 
     async def metrics(self, request: web.Request) -> web.Response:
         body = await asyncio.get_running_loop().run_in_executor(None, self.exposition)

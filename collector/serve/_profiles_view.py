@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from meritlens.analytics._profiles import TaskProfile, load_profile
-from meritlens.analytics._readiness import check_readiness
-from meritlens.collector.store._store import SpanStore
+from meritlens.analytics.engine import TaskProfile, check_readiness, load_profile
+from meritlens.collector.store._sink import SpanQueries
 
 
 def profile_files(paths: tuple[str, ...] | list[str]) -> list[Path]:
@@ -40,12 +39,12 @@ class ProfileReadiness:
     """The `ReadinessProvider` of the dashboard: a target's coverage against every loaded profile
     that names it."""
 
-    def __init__(self, store: SpanStore, profiles: list[tuple[str, TaskProfile]]):
+    def __init__(self, store: SpanQueries, profiles: list[tuple[str, TaskProfile]]):
         self._store = store
         self._profiles = profiles
 
     @classmethod
-    def load(cls, store: SpanStore, paths) -> "ProfileReadiness":
+    def load(cls, store: SpanQueries, paths) -> "ProfileReadiness":
         return cls(store, load_profiles(paths))
 
     @property

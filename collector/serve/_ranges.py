@@ -9,8 +9,8 @@ import json
 
 from aiohttp import web
 
-from meritlens.analytics._schema import WINDOW_COLUMN_NAMES
-from meritlens.collector._settings import WINDOWS_RANGE_PATH
+from meritlens.analytics.engine import WINDOW_COLUMN_NAMES
+from meritlens.collector._paths import WINDOWS_RANGE_PATH
 from meritlens.collector.store._results import json_default
 
 

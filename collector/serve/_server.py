@@ -12,15 +12,17 @@ import pyarrow as pa
 from aiohttp import web
 
 from meritlens.collector.receive._auth import BearerToken
+from meritlens.collector.serve._api import ApiRoutes
 from meritlens.collector.serve._dashboard import Dashboard
-from meritlens.collector.serve._health import count_exports, time_writes
+from meritlens.collector.serve._health import Health
 from meritlens.collector.serve._metrics import MetricsEndpoint
 from meritlens.collector.receive._http import HttpReceiver
 from meritlens.collector.receive._ingest import InflightBudget, Ingest
 from meritlens.collector.receive._memory import MemoryLimiter
-from meritlens.collector.process._normalize import NATIVE_SCANNER, NormalizeOptions, check_target_fallback
+from meritlens.collector.process._normalize import NATIVE_SCANNER
+from meritlens.collector.process._options import NormalizeOptions, check_target_fallback
 from meritlens.collector.process._otlp import SpanLimits
-from meritlens.collector.serve._pipeline import IngestPipeline
+from meritlens.collector.receive._pipeline import IngestPipeline
 from meritlens.instrumentation.pricing import price_call
 from meritlens.collector._settings import (
     TARGET_FALLBACK_OFF,
@@ -62,19 +64,20 @@ class Collector:
                                    span_index_bytes=budget.span_index, staging=settings.stage_s > 0,
                                    stage_move_s=settings.stage_s)
         self.windows: WindowProcessor | None = None
+        self.health = Health()
         # DuckDB keeps up to a checkpoint's worth of rows in memory beside the rows of the INSERT under way
         move_bytes = max(1, (budget.duckdb - settings.checkpoint_wal_bytes) // 2)
         self.pipeline = IngestPipeline(self.store, max_pending_batches=settings.max_pending_batches,
-                                       move_bytes=move_bytes)
+                                       move_bytes=move_bytes, health=self.health)
         self.budget = InflightBudget(budget.in_flight)
         self.limiter = MemoryLimiter(settings.memory_limiter(), in_flight=lambda: self.budget.used)
         self.ingest = Ingest(
             self.pipeline, self.budget,
             max_spans_per_request=settings.max_spans_per_request,
             limits=SpanLimits(settings.max_attributes, settings.max_attribute_bytes),
-            normalize_options=normalize_options(settings), limiter=self.limiter,
+            normalize_options=normalize_options(settings), limiter=self.limiter, health=self.health,
         )
-        self.token = BearerToken(settings.token)
+        self.token = BearerToken(settings.bearer_token())
         self.readiness = None  # the dashboard's ReadinessProvider, from `serve --profile`
         if settings.profiles:
             from meritlens.collector.serve._profiles_view import ProfileReadiness
@@ -118,18 +121,15 @@ class Collector:
                  " state %dMiB, key locator %dMiB, key filter %dMiB, the process %dMiB", budget.limit >> 20,
                  self.limiter.config.soft_limit >> 20, budget.in_flight >> 20, budget.duckdb >> 20,
                  budget.window_state >> 20, budget.span_index >> 20, budget.key_filter >> 20, budget.process >> 20)
-        self._http = HttpReceiver(
-            self.ingest, self.store, max_body_bytes=s.max_body_bytes, token=self.token,
-            sql_max_rows=s.sql_max_rows, sql_timeout_s=s.sql_timeout_s,
-            window_lag=window_lag,
-        )
+        self._http = HttpReceiver(self.ingest, max_body_bytes=s.max_body_bytes, token=self.token)
         app = self._http.app()
+        ApiRoutes(self.store, self.ingest, self.health, sql_max_rows=s.sql_max_rows, sql_timeout_s=s.sql_timeout_s,
+                  window_lag=window_lag).install(app)
         Dashboard(self.store, readiness=self.readiness, token=self.token).install(app)
-        MetricsEndpoint(self.store, readiness=self.readiness, window_lag=window_lag, limiter=self.limiter).install(app)
+        MetricsEndpoint(self.store, self.health, readiness=self.readiness, window_lag=window_lag,
+                        limiter=self.limiter).install(app)
         if self.windows is not None:
             RangeWindowsEndpoint(self.windows, self.store.db_name).install(app)
-        count_exports(self.ingest)
-        time_writes(self.pipeline)
         # `_stop_http` waits for the requests in progress itself; what aiohttp then waits for is answers
         # already being written
         self._runner = web.AppRunner(app, auto_decompress=False, access_log=None, shutdown_timeout=_CLOSE_WAIT_S)

@@ -1,1 +1,2 @@
-"""Storing: the DuckDB span store (open, idempotent append, staging, read-only queries)."""
+"""Storing: the DuckDB span store (open, idempotent append, read-only queries), the staging every
+span store shares, and what a span store offers."""

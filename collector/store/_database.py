@@ -8,17 +8,17 @@ from dataclasses import dataclass
 
 import duckdb
 
-from meritlens.analytics._schema import (
+from meritlens.analytics.engine import (
     ADDED_WINDOW_COLUMNS,
     SPANS_TABLE,
+    STORE_DDL,
+    WINDOWS_TABLE,
     WINDOW_COLUMNS,
     WINDOW_STATE_COLUMN_NAMES,
     WINDOW_STATE_TABLE,
     WINDOW_WATERMARK_TABLE,
-    WINDOWS_TABLE,
+    sql_string,
 )
-from meritlens.analytics._views import STORE_DDL
-from meritlens.analytics._windows import sql_string
 from meritlens.collector.store._sqlguard import LOCKED_DOWN, lock_configuration
 
 log = logging.getLogger("meritlens.collector.store")

@@ -3,12 +3,29 @@ hashes its `KeyLocator` and the window processor's filter take."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from meritlens.analytics._schema import SPAN_COLUMN_NAMES, SPANS_TABLE
+from meritlens.analytics.engine import SPANS_TABLE, SPAN_COLUMN_NAMES
 from meritlens.collector.store._database import timestamp_sql
+
+
+class CommitClock:
+    """Commit times in µs since the epoch, each later than every earlier one (and than ``last``):
+    the windows' watermark and the lake's readers order batches by them."""
+
+    def __init__(self, last: int = 0):
+        self.last = last
+        self._lock = threading.Lock()
+
+    def next(self) -> int:
+        with self._lock:
+            self.last = max(time.time_ns() // 1000, self.last + 1)
+            return self.last
 
 
 def stamp_received_at(rows: pa.Table, received_us: int) -> pa.Table:

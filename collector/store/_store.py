@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
@@ -22,8 +21,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from meritlens.analytics._schema import SPANS_TABLE, WINDOW_COLUMN_NAMES, WINDOWS_TABLE
-from meritlens.analytics._windows import WINDOW_INPUT_COLUMNS
+from meritlens.analytics.engine import SPANS_TABLE, WINDOWS_TABLE, WINDOW_COLUMN_NAMES, WINDOW_INPUT_COLUMNS
 from meritlens.collector._settings import (
     DEFAULT_CHECKPOINT_WAL_BYTES,
     DEFAULT_SPAN_INDEX_BYTES,
@@ -37,25 +35,20 @@ from meritlens.collector.store._keyfilter import KeyLocator
 from meritlens.collector.store._keyhash import key_hashes
 from meritlens.collector.store._results import QueryResult
 from meritlens.collector.store._rows import (
-    concat,
+    CommitClock,
     first_of_each_span,
     ranges_sql,
     row_key_hashes,
     stamp_received_at,
 )
 from meritlens.collector.store._sqlguard import ArrowQuery, check_read_only, run_read_only
-from meritlens.collector.store._staging import StagingLog, read_staged, set_aside, staging_path
+from meritlens.collector.store._stager import Stager, remove_log, take_up
+from meritlens.collector.store._staging import staging_path
 
 if TYPE_CHECKING:
-    from meritlens.analytics._readiness import CoverageReport
+    from meritlens.analytics.engine import CoverageReport
 
 log = logging.getLogger("meritlens.collector.store")
-
-STAGING_LOG_KEEP_BYTES = 64 * 1024 * 1024
-"""Up to this size the staging log keeps records already stored in DuckDB while exports staged during
-a move wait in it (a restart stores them again, harmlessly: stored spans are skipped); beyond it a
-move also stores those exports, with staging held, and empties the log."""
-
 
 @dataclass(frozen=True)
 class WriteResult:
@@ -90,7 +83,7 @@ class SpanStore:
     ``memory_limit_bytes`` caps DuckDB's buffer pool (None: DuckDB's default, 80% of RAM).
     ``span_index_bytes`` bounds the `KeyLocator` that finds stored keys. With ``staging``, `stage`
     makes batches durable in a log next to the file and a later `move_staged` commits them in one
-    INSERT (`_staging`); `append` commits at once."""
+    INSERT (`Stager`); `append` commits at once."""
 
     def __init__(self, path: str, *, read_only: bool = False, memory_limit_bytes: int | None = None,
                  db_threads: int | None = None, checkpoint_wal_bytes: int = DEFAULT_CHECKPOINT_WAL_BYTES,
@@ -101,11 +94,9 @@ class SpanStore:
         self.read_only = read_only
         self.memory_limit_bytes = memory_limit_bytes
         self._options = DatabaseOptions(memory_limit_bytes, db_threads, checkpoint_wal_bytes, row_group_rows)
-        self._row_group_rows = row_group_rows
         self._staging = staging and path != ":memory:" and not read_only
-        self._stage_move_rows = stage_move_rows
-        self._stage_move_s = stage_move_s
-        self._max_staged_rows = max_staged_rows
+        self._stager = Stager(staging_path(path), place=f"to be stored in {path}", move_rows=stage_move_rows,
+                              move_s=stage_move_s, max_rows=max_staged_rows, row_group_rows=row_group_rows)
         self._db: Database | None = None
         self._span_cursor: duckdb.DuckDBPyConnection | None = None
         self._reader: duckdb.DuckDBPyConnection | None = None
@@ -114,29 +105,13 @@ class SpanStore:
         """Serializes span inserts (on ``_span_cursor``)."""
         self.write_lock = threading.RLock()
         """Serializes the writers of the other tables (windows, experiments, coverage) on ``_db.con``."""
-        self._log: StagingLog | None = None
-        self._log_lock = threading.Lock()
-        self._log_keep_bytes = STAGING_LOG_KEEP_BYTES
-        """Serializes the staging log's appends and its emptying (`stage`, `move_staged`)."""
-        self._changed = threading.Condition()
-        """Guards the staging counts, the commit count and the waiters."""
-        self._staged: list[pa.Table] = []
-        self._staged_rows = 0
-        """Rows acknowledged from the staging log and not yet committed in DuckDB."""
-        self._staged_total = 0
-        """Rows staged since start. They move in staging order, so the first
-        ``_staged_total - _staged_rows`` of them are committed."""
-        self._staged_since = 0.0
-        self._move_retry_at = 0.0
-        """When to try a failed move again; 0 while the last move succeeded (`stage` waits at its
-        bound for a working mover, and refuses rows beyond it after a failed one)."""
-        self._readers_waiting = 0
-        self._closing = False
+        self._changed = self._stager.changed
+        """Guards the staging counts and the commit count, which change together."""
         self.commits = 0
         """Batches committed since start."""
         self.stored_rows = 0
         """Spans in the file (counted at start, then what each append inserted)."""
-        self.last_received_us = 0
+        self._clock = CommitClock()
         self.held_spans_at_start = False
         self._locator = KeyLocator(span_index_bytes)
         self._locator_lock = threading.Lock()
@@ -148,10 +123,17 @@ class SpanStore:
         self.freshness: Callable[[float], bool] | None = None
         """Called with ``query_wait_s`` before a query: waits until the windows include what was
         acknowledged before it, and says whether they do (the window processor)."""
-        self.on_move_demand: Callable[[], None] | None = None
-        """Called (from a reader's thread) when a query waits for staged rows: the stager should move
-        them now (`IngestPipeline` wakes its mover)."""
         self.stats = {"duplicate_checks": 0}
+
+    @property
+    def on_move_demand(self) -> Callable[[], None] | None:
+        """Called (from a reader's thread) when a query waits for staged rows: the mover should move
+        them now (`IngestPipeline` wakes its mover)."""
+        return self._stager.on_move_demand
+
+    @on_move_demand.setter
+    def on_move_demand(self, callback: Callable[[], None] | None) -> None:
+        self._stager.on_move_demand = callback
 
     @property
     def db_name(self) -> str:
@@ -166,29 +148,26 @@ class SpanStore:
         if self.read_only:
             return
         self._span_cursor = self._db.cursor()
-        self.last_received_us = self._max_received_us()
+        self._clock.last = self._max_received_us()
         self._fill_locator()
         self._take_up_staged()
-        self.last_received_us, self.stored_rows = self._db.con.execute(
+        self._clock.last, self.stored_rows = self._db.con.execute(
             f"SELECT coalesce(max(epoch_us(received_at)), 0), count(*) FROM {SPANS_TABLE}").fetchall()[0]
         self.held_spans_at_start = self.stored_rows > 0
         if self._staging:
-            self._log = StagingLog(staging_path(self.path))
-            self._log.open()
+            self._stager.open()
 
     def shutdown(self) -> None:
         """Store what is staged, checkpoint and close. Stop the window processor first."""
         if self._db is None:
             return
         self.close_queue()
-        moved = self._log is None or self._move_at_shutdown()
+        moved = not self._staging or self._stager.move_at_shutdown(self._store_moved)
         for cursor in (self._span_cursor, self._reader):
             if cursor is not None:
                 cursor.close()
         self._db.close(checkpoint=True)
-        if self._log is not None:
-            self._log.close(remove=moved)
-            self._log = None
+        self._stager.close(remove=moved)
         self._db = self._span_cursor = self._reader = None
 
     def connection(self) -> duckdb.DuckDBPyConnection:
@@ -199,9 +178,7 @@ class SpanStore:
 
     def close_queue(self) -> None:
         """Wake every waiter: a shutdown is under way (writers stop waiting)."""
-        with self._changed:
-            self._closing = True
-            self._changed.notify_all()
+        self._stager.close_queue()
 
     def _max_received_us(self) -> int:
         return int(self._db.con.execute(f"SELECT coalesce(max(epoch_us(received_at)), 0) FROM {SPANS_TABLE}"
@@ -221,36 +198,14 @@ class SpanStore:
         """Commit what a previous process acknowledged into its staging log but did not move (it
         stopped without a clean shutdown). They count as spans it committed: the window processor
         follows them when it opens, as it follows spans a crashed process committed."""
-        path = staging_path(self.path)
-        found = read_staged(path)
-        if not found.file_bytes:
-            return
-        if found.tables:
-            try:
-                result = self._append(concat(found.tables), follow=False, wait=False, announce=False)
-            except Exception:
-                aside = set_aside(path)
-                log.exception("the %d staged batches in %s could not be stored; the file is kept as %s",
-                              len(found.tables), path, aside)
-                return
-            log.info("stored %d spans (%d already stored) that the previous run acknowledged in %s",
-                     result.inserted, result.duplicates, path)
-        if found.torn_bytes:
-            # a write cut short by a crash was never acknowledged; anything else there is kept for a person
-            aside = set_aside(path)
-            log.warning("%s ended with %d bytes that are no whole record (a write cut short by a crash is"
-                        " never acknowledged); the file is kept as %s", path, found.torn_bytes, aside)
-        elif not self._staging:
-            os.unlink(path)
 
-    def _move_at_shutdown(self) -> bool:
-        try:
-            self.move_staged()
-        except Exception:  # noqa: BLE001 - the staging log keeps them; the next start stores them
-            log.exception("storing the staged spans at shutdown failed; %s keeps them for the next start",
-                          self._log.path)
-            return False
-        return True
+        def store(table: pa.Table) -> str:
+            result = self._append(table, follow=False, wait=False, announce=False)
+            return f"stored {result.inserted} spans ({result.duplicates} already stored)"
+
+        take_up(staging_path(self.path), store, set_aside_failure=True)
+        if not self._staging:
+            remove_log(staging_path(self.path))
 
     # --- writing spans --------------------------------------------------------------------------
     def append(self, table: pa.Table, *, follow: bool = True, wait: bool = True) -> WriteResult:
@@ -263,94 +218,39 @@ class SpanStore:
         """Make span rows durable in the staging log; they are committed in DuckDB by a later
         `move_staged` (another thread's, when `move_due` says so), together with the batches staged
         after them. A store without staging appends them at once. Raises when they are not durable."""
-        if self._log is None:
+        if not self._staging:
             self.append(table)
             return
-        with self._changed:
-            # At the bound, wait for the mover (it may itself wait for the windows in a burst); refuse
-            # only when its last move failed, or the store is closing.
-            while self._staged_rows >= self._max_staged_rows:
-                if self._move_retry_at or self._closing:
-                    raise RuntimeError(f"{self._staged_rows} staged span rows are waiting to be stored in "
-                                       f"{self.path}, the most allowed: storing them fails (see the log)")
-                self._changed.wait(1.0)
-        with self._log_lock:
-            self._log.append(table)
-            with self._changed:
-                if not self._staged:
-                    self._staged_since = time.monotonic()
-                self._staged.append(table)
-                self._staged_rows += table.num_rows
-                self._staged_total += table.num_rows
+        self._stager.stage(table)
 
     def move_due(self) -> float | None:
         """Seconds until the staged rows should be moved (0: now), or None when none are staged."""
-        with self._changed:
-            if not self._staged:
-                return None
-            now = time.monotonic()
-            if now < self._move_retry_at:
-                return self._move_retry_at - now
-            if self._staged_rows >= self._stage_move_rows or self._readers_waiting or self._closing:
-                return 0.0
-            return max(0.0, self._staged_since + self._stage_move_s - now)
+        return self._stager.move_due()
 
     def move_staged(self) -> int:
-        """Commit the staged rows in one INSERT (see `append`), then empty the staging log.
-        Returns the rows moved. On failure they stay staged, to be tried again a second later.
+        """Commit the staged rows in one INSERT (see `append`), then empty the staging log; returns
+        the rows moved. Every staged row is moved when a query waits for them, the store is closing,
+        or the oldest has waited ``stage_move_s``; otherwise only whole row groups of them, in
+        staging order: DuckDB writes those to the file compressed at once, and the rest would wait
+        uncompressed in its memory until a checkpoint (`Stager.move`)."""
+        return self._stager.move(self._store_moved)
 
-        Every staged row is moved when a query waits for them, the store is closing, or the oldest
-        has waited ``stage_move_s``; otherwise only whole row groups of them, in staging order: DuckDB
-        writes those to the file compressed at once, and the rest would wait uncompressed in its
-        memory until a checkpoint. The log is emptied only when DuckDB holds every row it holds;
-        past `STAGING_LOG_KEEP_BYTES` the rows staged during the move are stored too, with staging held."""
-        with self._changed:
-            staged, rows = list(self._staged), self._staged_rows
-            if not (self._readers_waiting or self._closing
-                    or time.monotonic() >= self._staged_since + self._stage_move_s):
-                rows = rows // self._row_group_rows * self._row_group_rows or rows  # whole row groups, if any
-        if not staged:
-            return 0
-        moved = self._move(staged, rows)
-        with self._log_lock:
-            with self._changed:
-                rest = list(self._staged)
-            if rest:
-                if self._log.size <= self._log_keep_bytes:
-                    return moved  # they wait for the next move; the log keeps the stored records beside them
-                moved += self._move(rest)
-            self._log.clear()
-        return moved
-
-    def _move(self, staged: list[pa.Table], rows: int | None = None) -> int:
-        """Store ``staged`` (the first staged tables), or only their first ``rows`` rows."""
-        table, rest = concat(staged), None
-        if rows is not None and rows < table.num_rows:
-            table, rest = table.slice(0, rows), table.slice(rows)
-        try:
-            result = self._append(table, follow=True, wait=True, moved=len(staged), rest=rest)
-        except BaseException:
-            with self._changed:
-                self._move_retry_at = time.monotonic() + 1.0
-                self._changed.notify_all()  # a `stage` waiting at the bound refuses now
-            raise
-        with self._changed:
-            self._move_retry_at = 0.0
-        return result.received
+    def _store_moved(self, table: pa.Table, taken: Callable[[], None]) -> None:
+        self._append(table, follow=True, wait=True, taken=taken)
 
     def _append(self, table: pa.Table, *, follow: bool, wait: bool, announce: bool = True,
-                moved: int = 0, rest: pa.Table | None = None) -> WriteResult:
+                taken: Callable[[], None] | None = None) -> WriteResult:
         """`append`; ``announce=False`` hands the batch to no one (spans committed before the window
-        processor opens, which it takes up then); ``moved``: the first staged batches, which this
-        batch commits (they stop counting as staged in the step where the batch counts as committed,
-        so a waiting query cannot miss them), but for ``rest``, their last rows, which stay staged."""
+        processor opens, which it takes up then); ``taken``: the batch holds staged rows, which stop
+        counting as staged in the step where the batch counts as committed (so a waiting query
+        cannot miss them)."""
         if self._span_cursor is None:
             raise RuntimeError("the store is not started, or was opened read-only")
         received = table.num_rows
         with self._span_lock:
             if wait and self.before_commit is not None:
                 self.before_commit()
-            received_us = self._next_received_us()
+            received_us = self._clock.next()
             table = stamp_received_at(table, received_us)
             keys = key_hashes(table)
             first = first_of_each_span(table, keys.column("s").to_numpy())
@@ -361,11 +261,8 @@ class SpanStore:
                 self._locator.add(row_key_hashes(keys), received_us, gated=keys.column("s").to_numpy())
             with self._changed:
                 self.commits += 1
-                if moved:  # ``received`` rows leave staging; the rest of the moved tables stays in their place
-                    self._staged[:moved] = [] if rest is None else [rest]
-                    self._staged_rows -= received
-                if moved and self._staged:  # the rest, or staged during this move: their second starts about now
-                    self._staged_since = time.monotonic()
+                if taken is not None:
+                    taken()
                 self.stored_rows += inserted
                 seq = self.commits
                 self._changed.notify_all()
@@ -390,10 +287,10 @@ class SpanStore:
         finally:
             cursor.unregister("_incoming")
 
-    def _next_received_us(self) -> int:
-        """A commit time in µs, later than every earlier batch's: the windows' watermark orders batches by it."""
-        self.last_received_us = max(time.time_ns() // 1000, self.last_received_us + 1)
-        return self.last_received_us
+    @property
+    def last_received_us(self) -> int:
+        """The latest commit time (µs since the epoch): the windows' watermark orders batches by it."""
+        return self._clock.last
 
     def ranges(self, hashes: np.ndarray, until_us: int | None = None, *, gated: bool = True) -> list[tuple[int, int]]:
         """The commit-time ranges that may hold rows with any of these key hashes (`KeyLocator.ranges`)."""
@@ -405,30 +302,15 @@ class SpanStore:
         """Wait until every row staged before the call is committed; return the commit count then
         (None on timeout). A waiting reader makes the mover move every staged row at once."""
         with self._changed:
-            staged = self._staged_total
-
-            def committed() -> bool:
-                return self._staged_total - self._staged_rows >= staged
-
-            if committed():
-                return self.commits
-            self._readers_waiting += 1
-            self._changed.notify_all()
-            if self._staged_rows and self.on_move_demand is not None:
-                self.on_move_demand()
-            try:
-                return self.commits if self._changed.wait_for(committed, timeout) else None
-            finally:
-                self._readers_waiting -= 1
+            return self.commits if self._stager.wait_moved(timeout) else None
 
     @property
     def readers_waiting(self) -> bool:
-        return self._readers_waiting > 0
+        return self._stager.readers_waiting
 
     def staged_rows(self) -> int:
         """Acknowledged span rows in the staging log that DuckDB does not hold yet."""
-        with self._changed:
-            return self._staged_rows
+        return self._stager.rows()
 
     # --- the other tables -----------------------------------------------------------------------
     def write_experiment(self, manifest, *, create: bool = False):
@@ -436,7 +318,7 @@ class SpanStore:
         transaction, after ``check_update`` against the stored one; returns it as stored (with its
         created/updated times). Raises ExperimentError for an update that rewrites the past, or with
         ``create`` when the experiment exists."""
-        from meritlens.analytics._experiments import save_manifest
+        from meritlens.analytics.engine import save_manifest
 
         with self.write_lock:
             con = self._db.con
@@ -450,7 +332,7 @@ class SpanStore:
 
     def record_coverage(self, report: CoverageReport) -> None:
         """Append a readiness check to `coverage_checks` (the `coverage` view shows the latest)."""
-        from meritlens.analytics._readiness import coverage_row, record_coverage_sql  # pydantic: on first use
+        from meritlens.analytics.engine import coverage_row, record_coverage_sql  # pydantic: on first use
 
         with self.write_lock:
             self._db.con.execute(record_coverage_sql(), coverage_row(report))

@@ -8,8 +8,7 @@ import logging
 
 import duckdb
 
-from meritlens.analytics._accumulate import WindowBook, WindowKey
-from meritlens.analytics._time_buckets import BucketCutoffs
+from meritlens.analytics.engine import BucketCutoffs, WindowBook, WindowKey
 from meritlens.collector.windows import _state
 
 log = logging.getLogger("meritlens.collector.windows")

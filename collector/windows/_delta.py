@@ -16,9 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from meritlens.analytics._schema import SPANS_TABLE
-from meritlens.analytics._windows import SCOPE_ALL, WINDOW_INPUT_COLUMNS, sample_rows_sql
-from meritlens.collector.process._normalize import _ARROW_TYPES
+from meritlens.analytics.engine import SCOPE_ALL, SPANS_TABLE, WINDOW_INPUT_COLUMNS, sample_rows_sql
+from meritlens.collector.process._walk import _ARROW_TYPES
 from meritlens.collector.store._database import timestamp_sql
 from meritlens.collector.store._keyfilter import GrowingKeyFilter
 from meritlens.collector.store._keyhash import string_hashes

@@ -1,8 +1,8 @@
 """The window seam: spans in, window rows out.
 
 Every engine computes windows in the same two steps. First the *samples* of the spans: one row per
-task and per application span that gives a sample or a fact (`sample_rows_sql`, the definitions in
-`meritlens.analytics._windows`); an engine may compute them however it likes (DuckDB here, Spark on a
+task and per application span that gives a sample or a fact (`sample_rows_sql`, over the window
+definitions of `meritlens.analytics`); an engine may compute them however it likes (DuckDB here, Spark on a
 cluster) as long as the rows are those. Then the samples go into a `WindowBook` (the mergeable
 aggregates of `meritlens.analytics._accumulate`), which gives the rows: exact sums, distributions
 that are a function of the samples alone (exact while few, a fixed-scale histogram beyond) and
@@ -11,7 +11,6 @@ order-free evidence digests, so the rows are the same whatever the order and bat
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
 from typing import Iterable, Iterator, Protocol
 from urllib.parse import quote
@@ -20,10 +19,18 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from meritlens.analytics._accumulate import DEFAULT_SCALE, WindowBook
-from meritlens.analytics._time_buckets import BUCKET_KEY_COLUMNS, BucketCutoffs, bucket_range, bucketed
-from meritlens.analytics._schema import SPANS_TABLE
-from meritlens.analytics._windows import WINDOW_INPUT_COLUMNS, Window, sample_rows_sql
+from meritlens.analytics.engine import (
+    BUCKET_KEY_COLUMNS,
+    DEFAULT_SCALE,
+    SPANS_TABLE,
+    WINDOW_INPUT_COLUMNS,
+    BucketCutoffs,
+    Window,
+    WindowBook,
+    bucket_range,
+    bucketed,
+    sample_rows_sql,
+)
 from meritlens.collector.windows._partitions import partition_spans
 
 BATCH_ROWS = 65_536
@@ -69,9 +76,7 @@ def bucket_rows(book: WindowBook, keys, db_name: str, computed_at: _dt.datetime)
     for key in sorted(keys):
         start, end = bucket_range(key)
         span = f"&from={quote(start.isoformat(), safe='')}&to={quote(end.isoformat(), safe='')}"
-        for w in book.windows(key, db_name, computed_at):
-            rows.append((dataclasses.replace(w, evidence_uri=w.evidence_uri and w.evidence_uri + span), start,
-                         key[3] // 1_000_000))
+        rows.extend((w, start, key[3] // 1_000_000) for w in book.windows(key, db_name, computed_at, span))
     return rows
 
 

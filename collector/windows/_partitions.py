@@ -1,7 +1,7 @@
 """Partitions of stored spans that a window rebuild can read one at a time.
 
 A sample is exact only when the statement computing it sees every application span of its task
-and every application span of each of that task's traces (`meritlens.analytics._windows`). So
+and every application span of each of that task's traces (`meritlens.analytics._tasks`). So
 traces and tasks form a bipartite graph (an edge per application span: its trace — its task key),
 and a partition must be a union of its connected components.
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from meritlens.analytics._windows import APPLICATION_SPANS
+from meritlens.analytics.engine import APPLICATION_SPANS
 
 log = logging.getLogger("meritlens.collector.partitions")
 

@@ -24,20 +24,24 @@ from typing import Callable
 
 import pyarrow as pa
 
-from meritlens.analytics._accumulate import WindowBook, WindowId, WindowKey, delta_keys
-from meritlens.analytics._scale import DEFAULT_RELATIVE_ERROR, scale_for
-from meritlens.analytics._time_buckets import (
+from meritlens.analytics.engine import (
     BUCKET_KEY_COLUMNS,
+    DEFAULT_RELATIVE_ERROR,
+    SPANS_TABLE,
     BucketCutoffs,
     RangeWindows,
+    WindowBook,
+    WindowId,
+    WindowKey,
     bucketed,
     compact,
+    delta_keys,
     keys_in,
     merge_plan,
     merge_range,
+    scale_for,
+    window_definitions_digest,
 )
-from meritlens.analytics._schema import SPANS_TABLE
-from meritlens.analytics._windows import window_definitions_digest
 from meritlens.collector._settings import (
     DEFAULT_DB_MEMORY_BYTES,
     DEFAULT_KEY_FILTER_BYTES,

@@ -9,9 +9,7 @@ from typing import Iterator
 import duckdb
 import pyarrow as pa
 
-from meritlens.analytics._accumulate import WindowBook
-from meritlens.analytics._schema import SPANS_TABLE
-from meritlens.analytics._time_buckets import BucketCutoffs
+from meritlens.analytics.engine import SPANS_TABLE, BucketCutoffs, WindowBook
 from meritlens.collector.store._database import timestamp_sql
 from meritlens.collector.windows._engine import DuckDBEngine, fill_book
 

@@ -1,6 +1,6 @@
 """The Spark engine: the sample rows of a span lake computed by Apache Spark.
 
-The samples are the single node's (`sample_rows_sql` of `meritlens.analytics._windows`), carried to
+The samples are the single node's (`sample_rows_sql` of `meritlens.analytics._samples`), carried to
 Spark SQL by sqlglot, with the few DuckDB-only constructs rewritten in the syntax tree (nothing of the
 definitions is restated here):
 
@@ -29,9 +29,16 @@ import pyarrow.dataset as pads
 import sqlglot
 from sqlglot import exp
 
-from meritlens.analytics import _windows
-from meritlens.analytics._schema import SPANS_DDL, SPANS_TABLE
-from meritlens.analytics._windows import APPLICATION_SPANS, TASK_KEY, WINDOW_INPUT_COLUMNS, sample_rows_sql
+from meritlens.analytics.engine import (
+    APPLICATION_SPANS,
+    KEY_HIGH,
+    KEY_LOW,
+    SPANS_DDL,
+    SPANS_TABLE,
+    TASK_KEY,
+    WINDOW_INPUT_COLUMNS,
+    sample_rows_sql,
+)
 
 BATCH_ROWS = 65_536
 MAX_ROUNDS = 20
@@ -62,8 +69,8 @@ class _Rewrite:
 
     def __init__(self) -> None:
         self.key_halves = {
-            sqlglot.parse_one(_windows._KEY_HIGH, read="duckdb"): _spark(_md5_half("span_md5", 0)),
-            sqlglot.parse_one(_windows._KEY_LOW, read="duckdb"): _spark(_md5_half("span_md5", 8)),
+            sqlglot.parse_one(KEY_HIGH, read="duckdb"): _spark(_md5_half("span_md5", 0)),
+            sqlglot.parse_one(KEY_LOW, read="duckdb"): _spark(_md5_half("span_md5", 8)),
         }
 
     def __call__(self, node: exp.Expression) -> exp.Expression:

@@ -15,23 +15,24 @@ import logging
 import duckdb
 import pyarrow as pa
 
-from meritlens.analytics._schema import (
+from meritlens.analytics.engine import (
+    BUCKET_KEY_COLUMNS,
+    EVIDENCE_MEDIA_TYPE,
     SPANS_TABLE,
+    WINDOWS_BY_TIME_COLUMN_NAMES,
+    WINDOWS_BY_TIME_TABLE,
+    WINDOWS_TABLE,
     WINDOW_BUCKET_CUTOFFS_TABLE,
     WINDOW_BUCKET_STATE_TABLE,
-    WINDOW_COLUMN_NAMES,
     WINDOW_COLUMNS,
+    WINDOW_COLUMN_NAMES,
     WINDOW_KEY_COLUMNS,
     WINDOW_STATE_TABLE,
     WINDOW_WATERMARK_COLUMN_NAMES,
     WINDOW_WATERMARK_TABLE,
-    WINDOWS_BY_TIME_COLUMN_NAMES,
-    WINDOWS_BY_TIME_TABLE,
-    WINDOWS_TABLE,
+    BucketCutoffs,
+    WindowBook,
 )
-from meritlens.analytics._accumulate import WindowBook
-from meritlens.analytics._time_buckets import BUCKET_KEY_COLUMNS, BucketCutoffs
-from meritlens.analytics._windows import EVIDENCE_MEDIA_TYPE
 from meritlens.collector.store._database import count, transaction
 
 log = logging.getLogger("meritlens.collector.windows")

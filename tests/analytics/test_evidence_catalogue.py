@@ -9,7 +9,7 @@ import pytest
 from meritlens.analytics import CATALOGUE, METRIC_IDS, METRICS, Aggregation, MetricGroup, get_metric
 from meritlens.analytics._catalogue import MetricKind, SampleUnit, Source
 from meritlens.analytics._docs import BEGIN, END, catalogue_block
-from meritlens.analytics._windows import PLUGIN_ONLY_METRICS, SPAN_WINDOW_METRICS, WINDOW_DEFINITIONS
+from meritlens.analytics._definitions import PLUGIN_ONLY_METRICS, SPAN_WINDOW_METRICS, WINDOW_DEFINITIONS
 from tests.store_under_test import StoreUnderTest
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "evidence.md"

@@ -27,7 +27,7 @@ from meritlens.analytics._distribution import (
     sample_variance,
 )
 from meritlens.analytics._scale import relative_error_of, scale_for
-from meritlens.analytics._windows import SAMPLE_ROW_COLUMNS, SAMPLE_VALUES
+from meritlens.analytics._samples import SAMPLE_ROW_COLUMNS, SAMPLE_VALUES
 
 _QS = (0.0, 0.01, 0.25, 0.5, 0.9, 0.95, 0.99, 0.999, 1.0)
 

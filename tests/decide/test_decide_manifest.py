@@ -8,9 +8,9 @@ import hashlib
 import pytest
 
 from meritlens.analytics._catalogue import Direction
-from meritlens.analytics._compare import MetricRule, Verdict, constraint_met, judge
+from meritlens.analytics._rules import MetricRule, Verdict, constraint_met, judge
 from meritlens.analytics._catalogue import Aggregation
-from meritlens.analytics._experiments import (
+from meritlens.analytics._manifest import (
     Arm,
     ExperimentError,
     ExperimentManifest,

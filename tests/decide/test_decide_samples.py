@@ -14,8 +14,10 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
 
 from meritlens.analytics import Arm, ExperimentManifest
-from meritlens.analytics._compare import default_rule, load_arm_data, statistic_for
-from meritlens.analytics._windows import SPAN_WINDOW_METRICS, Window
+from meritlens.analytics._arm_samples import load_arm_data
+from meritlens.analytics._rules import default_rule, statistic_for
+from meritlens.analytics._definitions import SPAN_WINDOW_METRICS
+from meritlens.analytics._windows import Window
 from meritlens.collector import reader
 from meritlens.instrumentation import conventions as c
 from tests.decide.decide_support import TARGET, running_collector

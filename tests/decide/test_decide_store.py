@@ -21,7 +21,7 @@ from tests.decide.decide_support import (
     running_collector,
     send_with_sdk,
 )
-from meritlens.analytics._experiments import Arm, ExperimentManifest
+from meritlens.analytics._manifest import Arm, ExperimentManifest
 
 CASES = [f"ticket-{i:03d}" for i in range(30)]
 

@@ -43,7 +43,7 @@ def _fresh_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Each test starts unconfigured, with no user prices and no once-only warnings already spent."""
     monkeypatch.delenv(pricing.PRICE_FILE_ENV, raising=False)
     pricing._reset_for_tests()
-    _state._reported.clear()
+    _state.warn_once.forget()
     yield
     ml.shutdown()
     pricing._reset_for_tests()

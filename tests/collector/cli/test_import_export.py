@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from meritlens.analytics._windows import SPAN_WINDOW_METRICS
+from meritlens.analytics._definitions import SPAN_WINDOW_METRICS
 from meritlens.instrumentation import conventions as c
 from tests.collector.collector_proc import CollectorProcess as TokenCollector
 from tests.conftest import CollectorProcess, run_cli, run_sql

@@ -159,6 +159,11 @@ def test_spark_windows_of_three_collectors_equal_one_node(tmp_path, cluster):
     on_lake = lake_sql(lake, by_time)
     assert on_lake == json.loads(run_cli("sql", by_time, "--db", single_db, "--format", "json").stdout)
     assert len(on_lake) > 100 and {r["target_id"] for r in on_lake} >= {"bot-a", "bulk-bot"}
+    # and the windows of a time range, merged from them
+    ranged = [json.loads(run_cli("windows", "--between", "2023-01-01", "2024-01-01", *where, "--format", "json")
+                         .stdout) for where in (("--lake", str(lake)), ("--db", single_db))]
+    assert [{k: r[k] for k in _COMPARED} for r in ranged[0]] == [{k: r[k] for k in _COMPARED} for r in ranged[1]]
+    assert sum(r["sample_count"] for r in ranged[0] if r["metric"] == "input_tokens") > 1300
     computed = lake_sql(lake, "select count(distinct computed_at) as runs, max(computed_at) is not null as dated "
                               "from windows")
     assert computed == [{"runs": 1, "dated": True}]  # one run's windows, never a mix

@@ -17,9 +17,9 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from meritlens.collector.receive import _ingest
-from meritlens.collector.process import _normalize
+from meritlens.collector.process import _walk
 from meritlens.collector.process import _otlp
-from meritlens.collector.process._normalize import NormalizeOptions
+from meritlens.collector.process._options import NormalizeOptions
 from meritlens.instrumentation import conventions as c
 from tests.otlp_builders import make_request, make_span, wire_field
 
@@ -182,7 +182,7 @@ def test_a_long_value_is_refused_when_the_request_is_longer_than_the_text_limit(
 
 def test_the_attribute_cache_stays_within_its_bounds():
     made = []
-    cache = _normalize._BoundedCache(lambda key: made.append(key) or key.upper(), entries=3, max_bytes=4)
+    cache = _walk._BoundedCache(lambda key: made.append(key) or key.upper(), entries=3, max_bytes=4)
     assert [cache[k] for k in (b"a", b"b", b"a", b"toolong")] == [b"A", b"B", b"A", b"TOOLONG"]
     assert made == [b"a", b"b", b"toolong"] and b"toolong" not in cache
     for key in (b"c", b"d", b"e"):

@@ -1,6 +1,6 @@
 """The native span scanner (`collector/process/_spanscan.c`) against the Python walk it stands in for.
 
-The receive path normalizes a protobuf body with the scanner; the Python walk (`_normalize._normalize`)
+The receive path normalizes a protobuf body with the scanner; the Python walk (`_walk.walk_normalize`)
 is the reference. Every case here normalizes one body both ways and requires the same Arrow table,
 the same refusals, or a BadRequest from both: random requests, wire-level shapes (fields repeated, merged,
 unknown, of the wrong wire type, groups) and byte-level mutations of valid bodies.
@@ -18,9 +18,11 @@ from hypothesis import strategies as st
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from meritlens.collector.process import _normalize, _scan
+from meritlens.collector.process import _normalize, _scan, _walk
+from meritlens.collector.process._native import native as spanscan
 from meritlens.collector.process import _otlp
-from meritlens.collector.process._normalize import FIRST_CHUNK_EVENTS, PROMOTED, NormalizeOptions
+from meritlens.collector.process._options import NormalizeOptions
+from meritlens.collector.process._walk import FIRST_CHUNK_EVENTS, PROMOTED
 from meritlens.instrumentation import conventions as c
 from tests.otlp_builders import make_request, make_span, wire_field, wire_tag, wire_varint
 
@@ -69,15 +71,15 @@ def assert_same(body: bytes, limits: _otlp.SpanLimits = WIDE, options: Normalize
 
 def test_the_native_scanner_is_built_and_takes_ordinary_spans():
     """`pip install` builds the extension; an ordinary request leaves no span to the Python walk."""
-    assert _normalize._spanscan is not None, "collector/process/_spanscan.c was not built (pip install -e .)"
+    assert spanscan is not None, "collector/process/_spanscan.c was not built (pip install -e .)"
     spans = [make_span({c.TARGET_ID: "t", c.GEN_AI_REQUEST_MODEL: "m", c.GEN_AI_USAGE_INPUT_TOKENS: 3}) for _ in range(5)]
     body = make_request(spans).SerializeToString()
     lean = _otlp.LeanRequest.FromString(body)
     checks = _otlp.SpanChecks(lean, WIDE, len(body))
     resources = [(None, None, (), False)]
-    scanned = _normalize._spanscan.scan(body, _scan._scan_plan(FILLING, checks), resources, [[None]])
+    scanned = spanscan.scan(body, _scan._scan_plan(FILLING, checks), resources, [[None]])
     columns, rows, python_spans, finish = scanned
-    assert python_spans == [] and len(columns) == len(_normalize._ROW_LAYOUT) and rows == 5
+    assert python_spans == [] and len(columns) == len(_walk._ROW_LAYOUT) and rows == 5
     trace_ids = _scan._array("trace_id", rows, columns[_scan._COLUMN["trace_id"]])
     assert trace_ids.to_pylist() == [s.trace_id.hex() for s in spans]
     assert [row for row, *_ in finish] == list(range(5))  # no cost: each is priced afterwards
@@ -87,11 +89,11 @@ def test_the_native_scanner_is_built_and_takes_ordinary_spans():
 
 def test_a_broken_plan_is_a_clear_error_not_a_crash():
     with pytest.raises(TypeError, match="16-tuple"):
-        _normalize._spanscan.scan(b"", (), [], [])
+        spanscan.scan(b"", (), [], [])
     plan = list(_scan._scan_plan(FILLING, None))
     plan[3] = 999  # the role slot
     with pytest.raises(ValueError, match="not a valid scan plan"):
-        _normalize._spanscan.scan(b"", tuple(plan), [], [])
+        spanscan.scan(b"", tuple(plan), [], [])
 
 
 # --- random requests ------------------------------------------------------------------------------
@@ -267,7 +269,7 @@ def _scan_unchecked(body: bytes):
     """The scanner on ``body``, whether or not protobuf parses it."""
     plan = _scan._scan_plan(FILLING, _otlp.SpanChecks(_otlp.LeanRequest(), TIGHT, 0))
     resources = [("svc", "{}", ((0, "t"),), False)] * 4
-    return _normalize._spanscan.scan(body, plan, resources, [[None] * 4] * 4)
+    return spanscan.scan(body, plan, resources, [[None] * 4] * 4)
 
 
 @settings(max_examples=300, deadline=None)
@@ -289,7 +291,7 @@ def test_the_scanner_survives_bodies_protobuf_refuses(seed, data):
         return  # an attribute or a text that is not valid protobuf
     if scanned is not None:
         columns, rows, python_spans, finish = scanned
-        arrays = [_scan._array(name, rows, buffers) for name, buffers in zip(_normalize._ROW_LAYOUT, columns)]
+        arrays = [_scan._array(name, rows, buffers) for name, buffers in zip(_walk._ROW_LAYOUT, columns)]
         for array in arrays:
             array.validate(full=True)
         assert all(0 <= row < rows for row, *_ in python_spans + finish)
@@ -312,7 +314,7 @@ def test_the_scanner_leaves_spans_it_cannot_read_to_the_python_walk(where, repla
         _otlp.LeanRequest.FromString(body)
     columns, rows, python_spans, finish = _scan_unchecked(body)
     assert [row for row, *_ in python_spans] == [0] and rows == 1 and finish == []
-    for name, buffers in zip(_normalize._ROW_LAYOUT, columns):
+    for name, buffers in zip(_walk._ROW_LAYOUT, columns):
         _scan._array(name, rows, buffers).validate(full=True)
     columns, rows, python_spans, finish = _scan_unchecked(seed)
     assert python_spans == [] and rows == 1  # the same span, unharmed, is the scanner's

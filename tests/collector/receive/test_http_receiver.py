@@ -120,6 +120,15 @@ def test_empty_requests_succeed(collector):
     assert collector.sql("select count(*) n from spans") == [{"n": 0}]
 
 
+@pytest.mark.parametrize("body", [b" ", b" \r\n\t ", b" " * (10 * 1024 * 1024)], ids=["space", "mixed", "10MB"])
+def test_a_json_body_of_whitespace_only_is_refused(collector, body):
+    r = httpx.post(collector.traces_url, content=body, headers=JS, timeout=60)
+    assert r.status_code == 400, r.text
+    status = _status(r)
+    assert status.code == code_pb2.INVALID_ARGUMENT and "body is not valid JSON" in status.message
+    assert collector.sql("select count(*) n from spans") == [{"n": 0}]
+
+
 def test_spans_with_invalid_ids_are_refused_one_by_one(collector):
     good = json_span(_attrs(**{c.TARGET_ID: "bot"}))
     short = json_span([], trace_id="abcd")

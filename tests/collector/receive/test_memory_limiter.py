@@ -19,8 +19,7 @@ from google.rpc import error_details_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from prometheus_client.parser import text_string_to_metric_families
 
-from meritlens.collector._settings import (
-    ENV_MEMORY_SPIKE, MemoryBudget, MemoryLimiterConfig, ServerSettings, SettingsError)
+from meritlens.collector._settings import SETTINGS, MemoryBudget, MemoryLimiterConfig, ServerSettings, SettingsError
 from meritlens.collector.receive._memory import MemoryLimiter, anonymous_resident_bytes
 from tests.cli_runner import run_cli
 from tests.collector.collector_proc import CollectorProcess, make_request
@@ -76,7 +75,7 @@ class Sampler:
 def test_above_the_soft_limit_exports_are_refused_memory_stays_under_the_limit_and_nothing_is_lost(tmp_path):
     args = ("--memory-limit", f"{LIMIT // MiB}MiB", "--max-body-bytes", "2MiB", "--max-spans-per-request", "200",
             "--max-attribute-bytes", "64KiB")
-    env = {ENV_MEMORY_SPIKE: str(LIMIT - SOFT_LIMIT)}
+    env = {SETTINGS["memory_spike"].env: str(LIMIT - SOFT_LIMIT)}
     http_batches, grpc_batches = range(0, 8 * 20), range(1000, 1000 + 4 * 20)
     bodies = {b: _request(b) for b in (*http_batches, *grpc_batches)}
     acked: set[int] = set()
@@ -257,8 +256,8 @@ def test_the_budget_keeps_every_part_inside_the_limit_with_the_caps_counted_from
     (("--memory-limit", "400MiB"), {}, "the memory limit must be at least 493MiB, got 400MiB: a quarter of it holds"),
     (("--memory-limit", "1GiB", "--max-body-bytes", "64MiB"), {}, "the memory limit must be at least 1280MiB"),
     (("--memory-limit", "1GiB", "--checkpoint-wal-bytes", "256MiB"), {}, "DuckDB needs twice the checkpoint WAL"),
-    ((), {ENV_MEMORY_SPIKE: "1MiB"}, "MERITLENS_MEMORY_SPIKE must be at least an eighth of the memory limit (64MiB)"),
-    ((), {ENV_MEMORY_SPIKE: "512MiB"}, "spike headroom must be positive and below its limit"),
+    ((), {SETTINGS["memory_spike"].env: "1MiB"}, "MERITLENS_MEMORY_SPIKE must be at least an eighth of the memory limit (64MiB)"),
+    ((), {SETTINGS["memory_spike"].env: "512MiB"}, "spike headroom must be positive and below its limit"),
 ])
 def test_a_memory_limit_that_cannot_hold_the_collector_is_refused_in_one_line(tmp_path, args, env, message):
     result = run_cli("serve", "--db", str(tmp_path / "x.duckdb"), *args, check=False, env=env)

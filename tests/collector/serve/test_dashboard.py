@@ -7,7 +7,7 @@ import urllib.parse
 import httpx
 import pytest
 
-from meritlens.analytics._windows import PLUGIN_ONLY_METRICS, SPAN_WINDOW_METRICS
+from meritlens.analytics._definitions import PLUGIN_ONLY_METRICS, SPAN_WINDOW_METRICS
 from meritlens.instrumentation import conventions as c
 from tests.browser import DevToolsPage, dump_dom, parse_dom, screenshot, squash
 from tests.collector.collector_proc import CollectorProcess as TokenCollector

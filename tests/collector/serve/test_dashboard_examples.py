@@ -84,6 +84,16 @@ def test_each_target_page_of_the_examples(fed, tmp_path, target):
     assert screenshot(url, tmp_path / "target.png", tmp_path / "chromium", size=(1280, 1600)) == (1280, 1600)
 
 
+def test_the_calls_by_model_are_the_calls_the_windows_count(fed):
+    """Target by target, the dashboard's calls per model add up to the LLM calls of the windows' rule
+    (the `tasks` view's `llm_calls`: LLM-like spans that wrap no other call)."""
+    for target in EXAMPLES.values():
+        by_model = _api(fed, "models", target=target)["models"]
+        [counted] = fed.sql(f"select sum(llm_calls) as calls from tasks where target_id = '{target}'")
+        assert counted["calls"] > 0
+        assert sum(m["calls"] for m in by_model) == counted["calls"], target
+
+
 def test_traces_a_trace_and_evidence_of_the_examples_stay_on_this_machine(fed, tmp_path):
     traces = _api(fed, "traces", target="order-bot/agent")["traces"]
     assert len(traces) == 3 and all(t["tool_calls"] == 1 for t in traces)

@@ -10,7 +10,7 @@ import urllib.parse
 import httpx
 import pytest
 
-from meritlens.analytics._windows import span_keys_digest
+from meritlens.analytics._evidence import span_keys_digest
 from meritlens.instrumentation import conventions as c
 from tests.browser import DevToolsPage, dump_dom, parse_dom, screenshot, squash
 from tests.collector.dashboard_spans import MODEL, T0, TARGET, TASK5_TRACE, XSS_TARGET, known_spans, post
@@ -70,6 +70,23 @@ def test_a_target_over_time_and_by_model_is_computed_per_bucket(collector):
     assert (model["provider"], model["model"], model["calls"], model["priced_calls"]) == ("acme", MODEL, 6, 5)
     assert model["cost_usd"] == pytest.approx(0.6) and model["input_tokens"] == 500
     assert model["latency_p50"] == pytest.approx(2.0)
+
+
+def test_a_wrapper_around_a_call_is_no_call_of_its_model(collector):
+    """An observed function around an instrumented call: the wrapper names the model it asked for but
+    carries no usage; the call under it is the one call, by model as in the windows."""
+    trace = bytes.fromhex("ef" * 16)
+    target = {c.TARGET_ID: "wrap-bot/answer", c.TASK_ID: "t-wrap"}
+    asked = {c.GEN_AI_OPERATION_NAME: "chat", c.GEN_AI_REQUEST_MODEL: MODEL}
+    wrapper = make_span({**target, **asked}, trace_id=trace, span_id=bytes.fromhex("01" * 8), start_ns=T0,
+                        duration_s=2.0, name="answer")
+    call = make_span({**target, **asked, c.GEN_AI_USAGE_INPUT_TOKENS: 30}, trace_id=trace,
+                     span_id=bytes.fromhex("02" * 8), parent_span_id=bytes.fromhex("01" * 8), start_ns=T0 + 10**8,
+                     duration_s=1.0, name=f"chat {MODEL}")
+    post(collector, [wrapper, call])
+    [model] = _get(collector, "/api/dashboard/models", target="wrap-bot/answer")["models"]
+    assert (model["model"], model["calls"], model["input_tokens"]) == (MODEL, 1, 30)
+    assert collector.sql("select llm_calls from tasks where target_id = 'wrap-bot/answer'") == [{"llm_calls": 1}]
 
 
 def test_traces_are_listed_filtered_and_opened_as_a_span_tree(collector):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import duckdb
 
-from meritlens.collector._settings import DEFAULT_CHECKPOINT_WAL_BYTES, ENV_CHECKPOINT_WAL_BYTES, ServerSettings
+from meritlens.collector._settings import DEFAULT_CHECKPOINT_WAL_BYTES, SETTINGS, ServerSettings
 from tests.store_under_test import StoreUnderTest
 from meritlens.instrumentation import conventions as c
 from tests.analytics.evidence_helpers import Ids, S, Span, T0, span_rows
@@ -43,5 +43,5 @@ def test_the_store_checkpoints_at_the_configured_wal_size(tmp_path):
 
 
 def test_the_environment_sets_the_checkpoint_wal_size(monkeypatch):
-    monkeypatch.setenv(ENV_CHECKPOINT_WAL_BYTES, "8MiB")
-    assert ServerSettings().checkpoint_wal_bytes == 8 * 1024 * 1024
+    monkeypatch.setenv(SETTINGS["checkpoint_wal_bytes"].env, "8MiB")
+    assert ServerSettings.from_env().checkpoint_wal_bytes == 8 * 1024 * 1024

@@ -5,7 +5,7 @@ from __future__ import annotations
 import duckdb
 import pytest
 
-from meritlens.collector._settings import DEFAULT_DB_THREADS, ENV_DB_THREADS, ServerSettings, SettingsError
+from meritlens.collector._settings import DEFAULT_DB_THREADS, SETTINGS, ServerSettings, SettingsError
 from tests.store_under_test import StoreUnderTest
 from tests.collector.collector_proc import CollectorProcess
 
@@ -20,7 +20,7 @@ def test_the_collector_runs_duckdb_on_the_configured_threads(tmp_path):
         assert _threads(collector) == 1
     with CollectorProcess(tmp_path / "two.duckdb", args=("--no-grpc", "--db-threads", "2")) as collector:
         assert _threads(collector) == 2
-    with CollectorProcess(tmp_path / "env.duckdb", args=("--no-grpc",), env={ENV_DB_THREADS: "3"}) as collector:
+    with CollectorProcess(tmp_path / "env.duckdb", args=("--no-grpc",), env={SETTINGS["db_threads"].env: "3"}) as collector:
         assert _threads(collector) == 3
 
 
@@ -35,6 +35,6 @@ def test_a_store_opened_without_the_setting_keeps_duckdbs_default(tmp_path):
 
 
 def test_threads_must_be_positive(monkeypatch):
-    monkeypatch.setenv(ENV_DB_THREADS, "0")
+    monkeypatch.setenv(SETTINGS["db_threads"].env, "0")
     with pytest.raises(SettingsError, match="DuckDB threads must be positive, got 0"):
-        ServerSettings().validate()
+        ServerSettings.from_env().validate()

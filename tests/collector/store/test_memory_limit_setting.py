@@ -3,7 +3,7 @@ its share of it (135MiB at the default; `MemoryBudget`)."""
 
 from __future__ import annotations
 
-from meritlens.collector._settings import ENV_MEMORY_LIMIT, MemoryBudget
+from meritlens.collector._settings import SETTINGS, MemoryBudget
 from tests.collector.collector_proc import CollectorProcess
 
 
@@ -16,5 +16,5 @@ def test_the_collector_gives_duckdb_its_share_of_the_limit(tmp_path):
         assert _limit(collector) == "135.0 MiB"
     with CollectorProcess(tmp_path / "flag.duckdb", args=("--no-grpc", "--memory-limit", "1GiB")) as collector:
         assert _limit(collector) == f"{MemoryBudget.of(1 << 30).duckdb >> 20}.0 MiB" == "315.0 MiB"
-    with CollectorProcess(tmp_path / "env.duckdb", args=("--no-grpc",), env={ENV_MEMORY_LIMIT: "768MiB"}) as collector:
+    with CollectorProcess(tmp_path / "env.duckdb", args=("--no-grpc",), env={SETTINGS["memory_limit"].env: "768MiB"}) as collector:
         assert _limit(collector) == "225.0 MiB"

@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from meritlens.collector.process import _otlp
 from meritlens.collector.receive._ingest import prepare
-from meritlens.collector.process._normalize import NormalizeOptions
+from meritlens.collector.process._options import NormalizeOptions
 from meritlens.collector.store._staging import StagingLog, read_staged, staging_path
 from tests.store_under_test import StoreUnderTest
 from meritlens.instrumentation import conventions as c
@@ -255,7 +255,7 @@ def test_a_move_stores_whole_row_groups_written_to_the_file_and_keeps_the_rest_s
         assert sorted(r[0] for r in stored) == sorted(first)
         assert _persistent_row_groups(store) == [(0, 2048, True)]  # in the file before any checkpoint
 
-        store._staged_since -= 61  # the rest is due: all of it moves, a row group smaller than a whole one
+        store._stager._since -= 61  # the rest is due: all of it moves, a row group smaller than a whole one
         assert store.move_staged() == 952
         assert store.staged_rows() == 0 and _logged_rows(db) == 0
         groups = _persistent_row_groups(store)
@@ -276,11 +276,11 @@ def test_a_query_waiting_for_staged_rows_moves_them_all_not_only_whole_row_group
     store = _started_store(db, **_GROUPS_OF_2048)
     try:
         store.stage(_prepared(0, 2500))
-        store._readers_waiting += 1  # what `query` does while it waits for them
+        store._stager._readers_waiting += 1  # what `query` does while it waits for them
         try:
             assert store.move_staged() == 2500
         finally:
-            store._readers_waiting -= 1
+            store._stager._readers_waiting -= 1
         store.update_windows()
         assert store.query("select count(*) from spans").rows == [(2500,)]
     finally:
@@ -369,7 +369,7 @@ def test_rows_staged_during_a_move_keep_the_log_until_a_later_move_stores_them(t
 def test_a_grown_log_is_emptied_by_a_move_that_also_stores_what_was_staged_during_it(tmp_path):
     db = str(tmp_path / "grown.duckdb")
     store = _started_store(db)
-    store._log_keep_bytes = 0  # every log is over the size up to which it keeps stored records
+    store._stager._keep_log_bytes = 0  # every log is over the size up to which it keeps stored records
     try:
         store.stage(_prepared(0, 40))
         assert _move_with_a_stage_during_its_insert(store, _prepared(1, 25)) == [40, 25]
@@ -491,7 +491,7 @@ def test_staged_rows_are_bounded_while_storing_them_fails(tmp_path, monkeypatch)
 
 
 def test_waiting_queries_wake_the_mover_and_take_no_export_slots(tmp_path):
-    from meritlens.collector.serve._pipeline import IngestPipeline
+    from meritlens.collector.receive._pipeline import IngestPipeline
 
     store = StoreUnderTest(str(tmp_path / "wake.duckdb"), staging=True)
     store.start()

@@ -17,7 +17,7 @@ import duckdb
 import pytest
 
 from meritlens.analytics._schema import SPANS_DDL
-from meritlens.analytics._windows import WINDOW_INPUT_COLUMNS
+from meritlens.analytics._samples import WINDOW_INPUT_COLUMNS
 from meritlens.collector.windows import _rebuild as rebuild_module
 from meritlens.collector.windows._partitions import partition_spans
 from tests.store_under_test import StoreUnderTest

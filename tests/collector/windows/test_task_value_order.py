@@ -13,7 +13,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from meritlens.analytics._schema import SPANS_TABLE
-from meritlens.analytics._windows import sample_rows_sql, tasks_view_sql
+from meritlens.analytics._samples import sample_rows_sql
+from meritlens.analytics._tasks import tasks_view_sql
 from meritlens.collector.store._rows import stamp_received_at
 from tests.analytics.evidence_helpers import CallSpec, Ids, TaskSpec, span_rows
 

@@ -10,13 +10,9 @@ import pytest
 
 from meritlens.analytics._schema import SPAN_COLUMN_NAMES
 from meritlens.analytics._accumulate import group_samples
-from meritlens.analytics._windows import (
-    SAMPLE_ROW_COLUMNS,
-    SAMPLE_VALUES,
-    SPAN_WINDOW_METRICS,
-    WINDOW_INPUT_COLUMNS,
-    sample_rows_sql,
-)
+from meritlens.analytics._distribution import SUM_SCALE
+from meritlens.analytics._definitions import SPAN_WINDOW_METRICS
+from meritlens.analytics._samples import SAMPLE_ROW_COLUMNS, SAMPLE_VALUES, WINDOW_INPUT_COLUMNS, sample_rows_sql
 from meritlens.collector.store._rows import stamp_received_at
 from tests.analytics.evidence_helpers import span_rows
 from tests.collector.windows.test_incremental_windows import _random_spans
@@ -91,10 +87,11 @@ def test_grouped_samples_are_each_metrics_values_per_target_and_scope_in_row_ord
                               ("b", "x", "fact__tasks"), ("c", "x", "input_tokens")]
     tokens = groups[("b", "all", "input_tokens")]
     assert tokens.v.tolist() == [10.0, 30.0] and tokens.first_end_us.tolist() == [1, 3]
-    assert tokens.success.tolist() == [False, True]
+    assert tokens.successes == 1 and tokens.total == 40 << SUM_SCALE and tokens.squares == 1000 << (2 * SUM_SCALE)
+    assert (tokens.first_end_min, tokens.last_end_max) == (1, 3)
     assert tokens.key_high == (big + 9) % (1 << 64) and tokens.key_low == 4
     assert groups[("b", "all", "fact__tasks")].end_ns.tolist() == [1, 6]
     assert groups[("b", "all", "fact__tasks")].key_high == (big + 6) % (1 << 64)
     assert groups[("c", "x", "input_tokens")].v.tolist() == [40.0] and groups[("c", "x", "input_tokens")].key_low == 4
-    assert groups[("a", "all", "retry_rate")].span_count.tolist() == [2]
+    assert groups[("a", "all", "retry_rate")].spans == 2
     assert group_samples(_wide(rows).slice(0, 0)) == {}

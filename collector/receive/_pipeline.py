@@ -21,11 +21,13 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from dataclasses import dataclass
 
 import pyarrow as pa
 
-from meritlens.collector.store._store import SpanStore
+from meritlens.collector.receive._report import NO_HEALTH, IngestHealth
+from meritlens.collector.store._sink import SpanSink
 
 log = logging.getLogger("meritlens.collector.pipeline")
 
@@ -44,12 +46,14 @@ class _Pending:
 
 
 class IngestPipeline:
-    """Serializes span writes to a SpanStore, coalescing batches that arrive while a write is
-    running; a mover thread stores staged batches in DuckDB meanwhile."""
+    """Serializes span writes to a span sink, coalescing batches that arrive while a write is
+    running; a mover thread stores staged batches meanwhile. Each durable write's time is reported
+    to ``health``."""
 
-    def __init__(self, store: SpanStore, *, max_pending_batches: int = 64, max_coalesced_rows: int = 50_000,
-                 move_bytes: int | None = None):
+    def __init__(self, store: SpanSink, *, max_pending_batches: int = 64, max_coalesced_rows: int = 50_000,
+                 move_bytes: int | None = None, health: IngestHealth = NO_HEALTH):
         self._store = store
+        self._health = health
         self._move_bytes = move_bytes
         self._staged_bytes = 0
         """Arrow bytes this pipeline staged that no move has taken yet (writer and mover: ``_bytes_lock``)."""
@@ -131,6 +135,7 @@ class IngestPipeline:
         group = [p for p in group if not p.future.done()]  # done before its write: the request was cancelled
         if not group:
             return
+        started = time.perf_counter()
         try:
             table = pa.concat_tables([p.table for p in group]) if len(group) > 1 else group[0].table
             self._store.stage(table)
@@ -141,6 +146,8 @@ class IngestPipeline:
             for p in group:
                 p.loop.call_soon_threadsafe(_set_exception, p.future, exc)
             return
+        finally:
+            self._health.wrote(time.perf_counter() - started)
         log.debug("%d rows from %d requests are durable", table.num_rows, len(group))
         for p in group:
             p.loop.call_soon_threadsafe(_set_result, p.future, None)
