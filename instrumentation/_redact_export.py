@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import threading
 from collections import Counter
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.resources import Resource
@@ -93,8 +94,8 @@ class RedactingSpanExporter(SpanExporter):
         events = [self._event(event, tally) for event in span.events]
         links = [self._link(link, tally) for link in span.links]
         resource = self._resource(span.resource, tally)
-        same_events = all(a is b for a, b in zip(events, span.events))
-        same_links = all(a is b for a, b in zip(links, span.links))
+        same_events = all(a is b for a, b in zip(events, span.events, strict=True))
+        same_links = all(a is b for a, b in zip(links, span.links, strict=True))
         if (name is span.name and attributes is None and description is status.description
                 and resource is span.resource and same_events and same_links):
             return span

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 Spans = Iterator[tuple[int, int]]
 
@@ -129,7 +129,8 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in (
              r"|0(?<![\w.+-]0)\d{1,4}(?:[ -]\d{2,8}){1,4}(?![\w-]|\.\d)",
              r"\+[0-9][0-9 ().-]{7}|(?:[0-9]{3}[ .-]|\) ?)[0-9]{3}[ .-][0-9]{4}|"
              + _BOUNDARY + r"0[0-9]{1,4}[ -][0-9]{2}",
-             (_DIGITS,), "phone numbers: international (+CC …), (NNN) NNN-NNNN, NNN-NNN-NNNN, national from 0 in groups",
+             (_DIGITS,),
+             "phone numbers: international (+CC …), (NNN) NNN-NNNN, NNN-NNN-NNNN, national from 0 in groups",
              _phone_spans),
     _builtin("payment_card", r"\d(?<![\w.]\d)(?:[ -]?\d){12,18}(?![\w])", _NUMBER_BOUNDARY + r"[0-9](?:[ -]?[0-9]){12}",
              (_DIGITS,), "payment card numbers: 13 to 19 digits, in groups or not, that pass the Luhn check",

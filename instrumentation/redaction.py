@@ -21,9 +21,10 @@ import os
 import re
 import tomllib
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from meritlens.instrumentation import conventions as c
 from meritlens.instrumentation._redaction_patterns import BUILTINS, UserPattern, user_pattern
@@ -284,7 +285,7 @@ class Redactor:
             return self.text(value, tally)
         if isinstance(value, (list, tuple)):
             items = [self._content(v, tally) for v in value]
-            return value if all(a is b for a, b in zip(items, value)) else type(value)(items)
+            return value if all(a is b for a, b in zip(items, value, strict=True)) else type(value)(items)
         if isinstance(value, dict):
             new = {k: self._content(v, tally) for k, v in value.items()}
             return value if all(new[k] is v for k, v in value.items()) else new

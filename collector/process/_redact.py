@@ -101,7 +101,7 @@ class SpanRedactor:
         results: dict[str, tuple[bool, str | None, Counter]] = {}
         changed_at: list[int] = []
         changed: list[str | None] = []
-        for row, value in zip(rows, column.take(candidates).to_pylist()):
+        for row, value in zip(rows, column.take(candidates).to_pylist(), strict=True):
             if value is None:
                 continue
             result = results.get(value)

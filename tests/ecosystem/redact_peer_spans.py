@@ -37,13 +37,12 @@ def main() -> None:
     which, policy, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     os.environ.setdefault("OTEL_SEMCONV_STABILITY_OPT_IN", "gen_ai_latest_experimental")
     os.environ.setdefault("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "SPAN_ONLY")
+    from drive_openai import instrument_with  # beside this script, which runs as a subprocess
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    from drive_openai import instrument_with  # beside this script, which runs as a subprocess
 
     from meritlens.instrumentation import RedactingSpanExporter
 

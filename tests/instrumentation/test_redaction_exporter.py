@@ -42,7 +42,7 @@ def test_every_part_of_a_span_is_redacted_and_identifiers_kept(tmp_path):
                 c.TASK_ID: EMAIL, c.TARGET_ID: "shop/answer", c.GEN_AI_USAGE_INPUT_TOKENS: 12,
                 "gen_ai.prompt.0.content": f"mail {EMAIL}",  # OpenLLMetry's content attributes
                 "gen_ai.completion.0.content": "call +1 555 123 4567",
-                "llm.input_messages.0.message.content": f"card 4111 1111 1111 1111",  # OpenInference's
+                "llm.input_messages.0.message.content": "card 4111 1111 1111 1111",  # OpenInference's
                 c.GEN_AI_INPUT_MESSAGES: MESSAGES, "user.id": "u-17", "db.password": "hunter2",
                 "tags": ("a", EMAIL),
             })
@@ -53,7 +53,8 @@ def test_every_part_of_a_span_is_redacted_and_identifiers_kept(tmp_path):
     (child, _) = exported.get_finished_spans()
     policy = exporter.policy
     assert child.name == "lookup [redacted:email]"
-    assert child.status.status_code is StatusCode.ERROR and child.status.description == "no account for [redacted:email]"
+    assert child.status.status_code is StatusCode.ERROR
+    assert child.status.description == "no account for [redacted:email]"
     assert dict(child.attributes) == {
         c.GEN_AI_RESPONSE_ID: "chatcmpl-4111111111111111", c.GEN_AI_REQUEST_MODEL: "gpt-4o-mini",
         c.TASK_ID: EMAIL, c.TARGET_ID: "shop/answer", c.GEN_AI_USAGE_INPUT_TOKENS: 12,

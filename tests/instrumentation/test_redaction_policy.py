@@ -171,8 +171,8 @@ def test_message_json_is_decoded_masked_and_stays_json(tmp_path):
     r = Redactor(policy(tmp_path, EVERY_BUILTIN))
     messages = [{"role": "user", "parts": [{"type": "text", "content": "Hi,\nI am \"Jane\" (jane@example.com),"
                                                                           " café +1 555 123 4567"}]},
-                {"role": "assistant", "parts": [{"type": "tool_call", "id": "call_1", "name": "lookup",
-                                                 "arguments": json.dumps({"email": "jane@example.com", "n": 4111111111111111})}]}]
+                {"role": "assistant", "parts": [{"type": "tool_call", "id": "call_1", "name": "lookup", "arguments":
+                                                 json.dumps({"email": "jane@example.com", "n": 4111111111111111})}]}]
     tally = Counter()
     for encoded in (json.dumps(messages), json.dumps(messages, ensure_ascii=False, indent=2)):
         out = json.loads(r.text(encoded, tally))

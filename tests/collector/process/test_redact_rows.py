@@ -76,10 +76,9 @@ def test_every_redacted_column_is_rewritten_and_the_others_stay(redactor):
     hashed = redactor.policy.hash_text("u-1")
     assert (first["name"], first["status_message"]) == ("send [redacted:email]", "bounced: [redacted:email]")
     attributes = json.loads(first["attributes"])
+    masked = messages.replace(EMAIL, "[redacted:email]").replace("CUST-1234567", "[redacted:customer_number]")
     assert attributes == {c.GEN_AI_RESPONSE_ID: "chatcmpl-4111111111111111", "user.id": hashed, "note": "ok",
-                          c.GEN_AI_INPUT_MESSAGES: json.dumps(json.loads(messages.replace(EMAIL, "[redacted:email]")
-                                                                         .replace("CUST-1234567", "[redacted:customer_number]")),
-                                                              separators=(",", ":"))}
+                          c.GEN_AI_INPUT_MESSAGES: json.dumps(json.loads(masked), separators=(",", ":"))}
     assert json.loads(first["events"])[0]["attributes"] == {"content": "mail [redacted:email]", "user.id": hashed}
     assert json.loads(first["links"])[0]["attributes"] == {"from": "[redacted:ipv4]"}
     assert json.loads(first["resource"]) == json.loads(second["resource"]) == {c.SERVICE_NAME: "shop",
