@@ -127,11 +127,11 @@ def _error(status: int, message: str) -> web.Response:
 class Dashboard:
     """The page and its endpoints over one store (`SpanQueries`); `install(app)` adds the routes."""
 
-    def __init__(self, store: SpanQueries, *, readiness: ReadinessProvider | None = None, token=None):
+    def __init__(self, store: SpanQueries, *, readiness: ReadinessProvider | None = None, token=None, redactor=None):
         self._store = store
         self._readiness = readiness
         self._token = token  # the collector's BearerToken: data is inlined only for a request it accepts
-        self._explorer = Explorer(store, readiness)
+        self._explorer = Explorer(store, readiness, redactor)
         self._index = _static_text("index.html")
         self._static = {name: _static_text(name) for name in _STATIC_FILES}
 
