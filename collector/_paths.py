@@ -23,3 +23,6 @@ API_PROFILES_PATH = "/api/dashboard/profiles"
 API_ARROW_PATH = "/api/arrow"
 ARROW_STREAM_MEDIA_TYPE = "application/vnd.apache.arrow.stream"
 ARROW_ROW_COUNT_HEADER = "X-Meritlens-Row-Count"
+FORGET_PATH = "/api/forget"
+"""POST {"where": "<SQL condition over spans>", "yes": false}: the spans it matches, removed with "yes" (the
+windows then equal those of a collector that never received them)."""

@@ -47,8 +47,10 @@ def _finite(value) -> bool:
 class WindowCollector:
     """A prometheus_client collector reading the store at each scrape."""
 
-    def __init__(self, store, health: Health, readiness=None, window_lag=lambda: (0, 0), limiter=None):
+    def __init__(self, store, health: Health, readiness=None, window_lag=lambda: (0, 0), limiter=None,
+                 redactor=None):
         self._store = store
+        self._redactor = redactor
         self._health = health
         self._readiness = readiness
         self._window_lag = window_lag
@@ -70,6 +72,18 @@ class WindowCollector:
             yield from self._memory()
         if self._readiness is not None:
             yield from self._profiles()
+        if self._redactor is not None:
+            yield from self._redactions()
+
+    def _redactions(self):
+        counts = self._redactor.counts()
+        family = CounterMetricFamily(
+            "meritlens_redactions", "Values the redaction policy changed before storing them, by rule and action: "
+            "masked and hashed count matches replaced and values hashed whole, dropped attributes removed.",
+            labels=["rule", "action"])
+        for rule, action in self._redactor.policy.rule_names:  # every rule from the start, so a rate() sees it
+            family.add_metric([rule, action], counts.get((rule, action), 0))
+        yield family
 
     def _windows(self):
         rows = self._store.query(_WINDOWS_SQL).rows
@@ -98,7 +112,7 @@ class WindowCollector:
         # look smaller, never larger; the counter only grows.
         accepted = self._health.accepted_total()
         staged = self._store.staged_rows()
-        stored = self._span_rows() - self._stored_at_start
+        stored = self._span_rows() - self._stored_at_start + self._health.forgotten_total()
         self._duplicates = max(self._duplicates, int(accepted) - staged - stored)
         yield CounterMetricFamily("meritlens_spans_stored", "Spans this collector stored in the span table.",
                                   value=stored)
@@ -157,10 +171,11 @@ class WindowCollector:
 class MetricsEndpoint:
     """`GET /metrics` over one store: the windows' registry and the collector's health registry."""
 
-    def __init__(self, store, health: Health, readiness=None, window_lag=lambda: (0, 0), limiter=None):
+    def __init__(self, store, health: Health, readiness=None, window_lag=lambda: (0, 0), limiter=None,
+                 redactor=None):
         self._health = health
         self._registry = CollectorRegistry(auto_describe=False)
-        self._registry.register(WindowCollector(store, health, readiness, window_lag, limiter))
+        self._registry.register(WindowCollector(store, health, readiness, window_lag, limiter, redactor))
 
     def install(self, app: web.Application) -> None:
         app.router.add_get(METRICS_PATH, self.metrics)

@@ -22,6 +22,7 @@ from meritlens.collector.receive._memory import MemoryLimiter
 from meritlens.collector.process._normalize import NATIVE_SCANNER
 from meritlens.collector.process._options import NormalizeOptions, check_target_fallback
 from meritlens.collector.process._otlp import SpanLimits
+from meritlens.collector.process._redact import SpanRedactor
 from meritlens.collector.receive._pipeline import IngestPipeline
 from meritlens.instrumentation.pricing import price_call
 from meritlens.collector._settings import (
@@ -31,6 +32,7 @@ from meritlens.collector._settings import (
     is_loopback,
 )
 from meritlens.collector.store._store import SpanStore
+from meritlens.collector.serve._forget import ForgetEndpoint
 from meritlens.collector.serve._ranges import RangeWindowsEndpoint
 from meritlens.collector.windows._processor import WindowProcessor
 
@@ -69,6 +71,7 @@ class Collector:
         move_bytes = max(1, (budget.duckdb - settings.checkpoint_wal_bytes) // 2)
         self.pipeline = IngestPipeline(self.store, max_pending_batches=settings.max_pending_batches,
                                        move_bytes=move_bytes, health=self.health)
+        self.redactor = SpanRedactor.from_file(settings.redact) if settings.redact else None
         self.budget = InflightBudget(budget.in_flight)
         self.limiter = MemoryLimiter(settings.memory_limiter(), in_flight=lambda: self.budget.used)
         self.ingest = Ingest(
@@ -76,6 +79,7 @@ class Collector:
             max_spans_per_request=settings.max_spans_per_request,
             limits=SpanLimits(settings.max_attributes, settings.max_attribute_bytes),
             normalize_options=normalize_options(settings), limiter=self.limiter, health=self.health,
+            redactor=self.redactor,
         )
         self.token = BearerToken(settings.bearer_token())
         self.readiness = None  # the dashboard's ReadinessProvider, from `serve --profile`
@@ -125,11 +129,12 @@ class Collector:
         app = self._http.app()
         ApiRoutes(self.store, self.ingest, self.health, sql_max_rows=s.sql_max_rows, sql_timeout_s=s.sql_timeout_s,
                   window_lag=window_lag).install(app)
-        Dashboard(self.store, readiness=self.readiness, token=self.token).install(app)
+        Dashboard(self.store, readiness=self.readiness, token=self.token, redactor=self.redactor).install(app)
         MetricsEndpoint(self.store, self.health, readiness=self.readiness, window_lag=window_lag,
-                        limiter=self.limiter).install(app)
+                        limiter=self.limiter, redactor=self.redactor).install(app)
         if self.windows is not None:
             RangeWindowsEndpoint(self.windows, self.store.db_name).install(app)
+            ForgetEndpoint(self.windows, self.health).install(app)
         # `_stop_http` waits for the requests in progress itself; what aiohttp then waits for is answers
         # already being written
         self._runner = web.AppRunner(app, auto_decompress=False, access_log=None, shutdown_timeout=_CLOSE_WAIT_S)
