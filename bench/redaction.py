@@ -1,7 +1,12 @@
-"""What a redaction policy costs the collector: the CPU time of `SpanRedactor.redact` per span, against the CPU
-time of turning the same requests into rows (decode, normalize, Arrow), on the spans of bench/spangen.py.
+"""What a redaction policy costs the collector, with the example policy (examples/redaction.toml, a fresh key
+beside a copy of it).
 
-Two cases, with the example policy (examples/redaction.toml, a fresh key beside a copy of it):
+``ingest``: the throughput of bench/ingest.py (the real collector, spans queryable in `spans` and `windows`)
+with `serve --redact` against without, in alternating runs (the machine's load changes between them), on
+bench/spangen.py's spans as generated.
+
+``cpu``: the CPU time of `SpanRedactor.redact` per span, against the CPU time of turning the same requests into
+rows (decode, normalize, Arrow), in two cases:
 
 * clean: the spans as generated, with nothing the policy acts on (the common case: each batch is searched
   once, nothing is decoded);
@@ -11,7 +16,8 @@ Two cases, with the example policy (examples/redaction.toml, a fresh key beside 
 Checks: every clean batch comes back as the same table; in the content case no address is left and the counts
 equal what was written. Exits non-zero otherwise.
 
-usage: python bench/redaction.py [--spans 100000] [--batch 1000] [--share 0.05] [--policy examples/redaction.toml]
+usage: python bench/redaction.py ingest [--spans 300000] [--rounds 3] [--batch 1000] [--clients 2]
+       python bench/redaction.py cpu [--spans 100000] [--batch 1000] [--share 0.05] [--policy PATH]
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import pyarrow.compute as pc
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import ingest  # noqa: E402
 import spangen  # noqa: E402
 
 from meritlens.collector.process import _otlp  # noqa: E402
@@ -53,6 +60,26 @@ def _with_content(table: pa.Table, share: float, first: int) -> tuple[pa.Table, 
     return table.set_column(index, table.field(index), pa.array(events, pa.string())), written
 
 
+def _policy_copy(folder: str, policy: Path) -> Path:
+    shutil.copy(policy, Path(folder) / policy.name)
+    (Path(folder) / "redaction.key").write_bytes(os.urandom(32))
+    return Path(folder) / policy.name
+
+
+def run_ingest(spans: int = 300_000, rounds: int = 3, batch: int = 1000, clients: int = 2,
+               policy: Path = EXAMPLE) -> dict:
+    """Alternating bench/ingest.py runs without and with the policy: each run's spans/s, and the load."""
+    runs: dict[str, list[float]] = {"none": [], "policy": []}
+    loads = []
+    with tempfile.TemporaryDirectory() as folder:
+        serve_args = ("--redact", str(_policy_copy(folder, policy)))
+        for _ in range(rounds):
+            for name, args in (("none", ()), ("policy", serve_args)):
+                loads.append(os.getloadavg()[0])
+                runs[name].append(ingest.run(spans, batch, clients, serve_args=args)["spans_per_s"])
+    return {"runs": runs, "load_min": min(loads), "load_max": max(loads)}
+
+
 def run(spans: int = 100_000, batch: int = 1000, share: float = 0.05, policy: Path = EXAMPLE) -> dict:
     stream = spangen.SpanStream(0)
     requests = list(stream.requests(spans, batch))
@@ -65,10 +92,8 @@ def run(spans: int = 100_000, batch: int = 1000, share: float = 0.05, policy: Pa
     count = sum(t.num_rows for t in tables)
 
     with tempfile.TemporaryDirectory() as folder:
-        shutil.copy(policy, Path(folder) / policy.name)
-        (Path(folder) / "redaction.key").write_bytes(os.urandom(32))
-        clean = SpanRedactor.from_file(Path(folder) / policy.name)
-        content = SpanRedactor.from_file(Path(folder) / policy.name)
+        path = _policy_copy(folder, policy)
+        clean, content = SpanRedactor.from_file(path), SpanRedactor.from_file(path)
 
     started = time.process_time()
     unchanged = sum(clean.redact(table) is table for table in tables)
@@ -95,12 +120,24 @@ def run(spans: int = 100_000, batch: int = 1000, share: float = 0.05, policy: Pa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--spans", type=int, default=100_000)
+    parser.add_argument("part", choices=("ingest", "cpu"))
+    parser.add_argument("--spans", type=int, default=None, help="spans a run (ingest: 300,000; cpu: 100,000)")
+    parser.add_argument("--rounds", type=int, default=3, help="ingest: runs without and with the policy each")
     parser.add_argument("--batch", type=int, default=1000)
-    parser.add_argument("--share", type=float, default=0.05, help="share of the LLM calls given content to mask")
+    parser.add_argument("--clients", type=int, default=2, help="ingest: sending threads")
+    parser.add_argument("--share", type=float, default=0.05, help="cpu: share of the LLM calls given content to mask")
     parser.add_argument("--policy", type=Path, default=EXAMPLE)
     args = parser.parse_args()
-    r = run(args.spans, args.batch, args.share, args.policy)
+    if args.part == "ingest":
+        r = run_ingest(args.spans or 300_000, args.rounds, args.batch, args.clients, args.policy)
+        none, policy = (sorted(r["runs"][k]) for k in ("none", "policy"))
+        print(f"{args.spans or 300_000:,} spans a run, {args.rounds} runs each, alternating; load average "
+              f"{r['load_min']:.1f}-{r['load_max']:.1f}")
+        print("no policy:      " + ", ".join(f"{v:,.0f}" for v in none) + " spans/s queryable")
+        print("example policy: " + ", ".join(f"{v:,.0f}" for v in policy) + " spans/s queryable")
+        print(f"median with the policy: {policy[len(policy) // 2] / none[len(none) // 2]:.0%} of without")
+        return
+    r = run(args.spans or 100_000, args.batch, args.share, args.policy)
     print(f"{r['spans']:,} spans in {r['batches']} batches of ~{args.batch}; load average {r['load']:.1f}")
     print(f"normalize (decode, rows, Arrow): {r['normalize_us']:.2f} µs CPU a span")
     print(f"redact, nothing to mask:         {r['clean_us']:.2f} µs CPU a span "

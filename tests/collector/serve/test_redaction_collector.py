@@ -1,6 +1,7 @@
 """`meritlens serve --redact`: the real collector process, sent spans by the OpenTelemetry SDK's OTLP exporter,
 stores them with the policy applied (attributes, event attributes, message JSON, names), leaves identifiers as
-they are, counts by rule in /metrics and on the dashboard, logs no secret, and refuses an invalid policy."""
+they are, counts by rule in /metrics and on the dashboard, logs no secret, and refuses an invalid policy;
+`meritlens import` into a file applies the same policy."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from opentelemetry.trace import SpanKind
 from meritlens.instrumentation.redaction import load_policy
 from tests.browser import dump_dom, parse_dom, squash
 from tests.collector.collector_proc import run_serve_refused
-from tests.conftest import CollectorProcess
+from tests.conftest import CollectorProcess, run_cli, run_sql
+from tests.otlp_builders import make_request, make_span
 from tests.redaction_support import example_policy, write_policy
 
 # One value for each built-in pattern of the example policy, and for its user pattern.
@@ -127,3 +129,16 @@ def test_an_invalid_policy_refuses_to_start_in_one_line_naming_the_rule(tmp_path
     [line] = proc.stderr.strip().splitlines()
     assert "mask.patterns.ticket" in line and "lookbehind" in line and str(policy_path) in line
     assert not db.exists()
+
+
+def test_import_into_a_file_applies_the_collectors_policy(tmp_path):
+    policy_path = example_policy(tmp_path)
+    request = tmp_path / "spans.pb"
+    request.write_bytes(make_request([make_span({"meritlens.target.id": "bot", "note": PROMPT, "user.id": USER})])
+                        .SerializeToString())
+    db = tmp_path / "m.duckdb"
+    run_cli("import", str(request), "--db", str(db), env={"MERITLENS_REDACT": str(policy_path)})
+    [row] = run_sql("SELECT attributes FROM spans", db=db)
+    attributes = json.loads(row["attributes"])
+    assert attributes["note"] == "Contact me: " + "; ".join(f"{name} [redacted:{name}]" for name in SECRETS)
+    assert attributes["user.id"] == load_policy(policy_path).hash_text(USER)
