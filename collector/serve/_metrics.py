@@ -58,6 +58,7 @@ class WindowCollector:
         """(batches, rows) committed that the windows do not include yet (the window processor's)."""
         self._stored_at_start = self._span_rows()
         self._duplicates = 0
+        self._stored = 0
 
     def _span_rows(self) -> int:
         return self._store.query(f"SELECT count(*) FROM {SPANS_TABLE}").rows[0][0]
@@ -112,7 +113,9 @@ class WindowCollector:
         # look smaller, never larger; the counter only grows.
         accepted = self._health.accepted_total()
         staged = self._store.staged_rows()
-        stored = self._span_rows() - self._stored_at_start + self._health.forgotten_total()
+        # a forget deletes rows before it counts them: the counter never goes back meanwhile
+        stored = self._stored = max(self._stored,
+                                    self._span_rows() - self._stored_at_start + self._health.forgotten_total())
         self._duplicates = max(self._duplicates, int(accepted) - staged - stored)
         yield CounterMetricFamily("meritlens_spans_stored", "Spans this collector stored in the span table.",
                                   value=stored)
