@@ -9,7 +9,7 @@ from aiohttp import web
 
 from meritlens.collector._paths import FORGET_PATH
 from meritlens.collector.serve._health import Health
-from meritlens.collector.windows._forget import ForgetError, forget
+from meritlens.collector.windows._forget import ForgetError, condition, forget
 
 
 class ForgetEndpoint:
@@ -35,6 +35,7 @@ class ForgetEndpoint:
                                      status=400)
         async with self._one:
             try:
+                where = condition((), where)  # one expression, whoever sent it
                 report = await asyncio.get_running_loop().run_in_executor(
                     None, lambda: forget(self._processor, where, act=act))
             except ForgetError as exc:
