@@ -68,16 +68,20 @@ def _policy_copy(folder: str, policy: Path) -> Path:
 
 def run_ingest(spans: int = 300_000, rounds: int = 3, batch: int = 1000, clients: int = 2,
                policy: Path = EXAMPLE) -> dict:
-    """Alternating bench/ingest.py runs without and with the policy: each run's spans/s, and the load."""
+    """Alternating bench/ingest.py runs without and with the policy: each run's spans/s queryable and the
+    collector's CPU time a span while sending (less disturbed by other work on the machine), and the load."""
     runs: dict[str, list[float]] = {"none": [], "policy": []}
+    cpu: dict[str, list[float]] = {"none": [], "policy": []}
     loads = []
     with tempfile.TemporaryDirectory() as folder:
         serve_args = ("--redact", str(_policy_copy(folder, policy)))
         for _ in range(rounds):
             for name, args in (("none", ()), ("policy", serve_args)):
                 loads.append(os.getloadavg()[0])
-                runs[name].append(ingest.run(spans, batch, clients, serve_args=args)["spans_per_s"])
-    return {"runs": runs, "load_min": min(loads), "load_max": max(loads)}
+                r = ingest.run(spans, batch, clients, serve_args=args)
+                runs[name].append(r["spans_per_s"])
+                cpu[name].append(r["cpu_pct"] / 100 * r["acked_s"] / r["sent"] * 1e6)
+    return {"runs": runs, "cpu_us": cpu, "load_min": min(loads), "load_max": max(loads)}
 
 
 def run(spans: int = 100_000, batch: int = 1000, share: float = 0.05, policy: Path = EXAMPLE) -> dict:
@@ -136,6 +140,10 @@ def main() -> None:
         print("no policy:      " + ", ".join(f"{v:,.0f}" for v in none) + " spans/s queryable")
         print("example policy: " + ", ".join(f"{v:,.0f}" for v in policy) + " spans/s queryable")
         print(f"median with the policy: {policy[len(policy) // 2] / none[len(none) // 2]:.0%} of without")
+        cpu_none, cpu_policy = (sorted(r["cpu_us"][k]) for k in ("none", "policy"))
+        print("collector CPU a span while sending, no policy:      " + ", ".join(f"{v:.1f}" for v in cpu_none) + " µs")
+        print("collector CPU a span while sending, example policy: " + ", ".join(f"{v:.1f}" for v in cpu_policy)
+              + f" µs (median {cpu_policy[len(cpu_policy) // 2] / cpu_none[len(cpu_none) // 2]:.0%} of without)")
         return
     r = run(args.spans or 100_000, args.batch, args.share, args.policy)
     print(f"{r['spans']:,} spans in {r['batches']} batches of ~{args.batch}; load average {r['load']:.1f}")

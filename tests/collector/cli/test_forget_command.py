@@ -56,7 +56,7 @@ def test_forgotten_spans_leave_the_windows_of_a_collector_that_never_received_th
         assert forgetting.sql("SELECT count(*) AS n FROM spans")[0]["n"] == len(spans) - len(gone_first)
         metrics = httpx.get(forgetting.url + "/metrics").text
         assert f"meritlens_spans_forgotten_total {float(len(gone_first))}" in metrics
-    # no collector holds the file now: forget works on it
+    # with no collector holding the file, forget opens the file itself
     done = run_cli("forget", "--db", str(forgetting.db), "--trace-id", trace, "--yes")
     assert done.returncode == 0, done.stderr
     assert f"removed {len(gone_later)} span" in done.stdout
