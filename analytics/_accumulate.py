@@ -29,21 +29,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from meritlens.analytics._catalogue import Aggregation
 from meritlens.analytics._definitions import FACT_PREFIX, FACTS, WINDOW_DEFINITIONS, ValueRule, WindowDefinition
-from meritlens.analytics._distribution import (
-    Distribution,
-    bucket_indices,
-    exact_square_sum,
-    exact_sum,
-    segment_sums,
-    sample_stddev,
-    scaled_to_float,
-)
+from meritlens.analytics._distribution import Distribution, sample_stddev, scaled_to_float
 from meritlens.analytics._evidence import digest_from_sums, evidence_uri
-from meritlens.analytics._samples import SAMPLE_VALUES
+from meritlens.analytics._sample_columns import (
+    _NO_SAMPLES,
+    KEY_COLUMNS,
+    SampleColumns,
+    WindowId,
+    WindowKey,
+    delta_keys,
+    group_samples,
+)
 from meritlens.analytics._scale import DEFAULT_RELATIVE_ERROR, scale_for
 from meritlens.analytics._windows import EVIDENCE_MEDIA_TYPE, Window, WindowState
 
@@ -52,11 +51,6 @@ EXTREME_DEPTH = 8
 """Distinct first/last times kept per window: a removal of every sample of all of them (and nothing as
 good added) needs the window recomputed; a growing task only widens its times, so its delta never does."""
 DEFAULT_SCALE = scale_for(DEFAULT_RELATIVE_ERROR)
-KEY_COLUMNS = ("target_id", "scope")
-WindowKey = tuple
-"""A key's values of its key columns: (target_id, scope), or a bucket's (`_time_buckets.BUCKET_KEY_COLUMNS`)."""
-WindowId = tuple
-"""A key and a metric: (target_id, scope, [bucket start, bucket width,] metric)."""
 
 
 class _Extreme:
@@ -215,12 +209,15 @@ class WindowAccumulator:
         if not (times_known and values_known):
             self.needs_recompute = True
 
-    def merge(self, other: "WindowAccumulator") -> None:
+    def merge(self, other: "WindowAccumulator", times: bool = True) -> None:
         """Take ``other``'s samples in (the same metric and scale): the state of both sets of samples,
-        as of a window over a longer time (`WindowBook.merge_keys`)."""
+        as of a window over a longer time (`WindowBook.merge_keys`). Without ``times`` only what the
+        statistics over the values read (`_state_view`) is merged, most of a merge's cost saved: the
+        samples' first and last times are left out, so a row rendered from it has none."""
         held, other_held = self.values.n, other.values.n
         extremes = self._extremes if self.definition.value_rule is ValueRule.THROUGHPUT else self._extremes[:2]
-        known = all([mine.merge(theirs, held, other_held) for mine, theirs in zip(extremes, other._extremes)])
+        known = not times or all([mine.merge(theirs, held, other_held)
+                                  for mine, theirs in zip(extremes, other._extremes)])
         self.values.merge(other.values)
         self.total += other.total
         self.squares += other.squares
@@ -332,109 +329,6 @@ def _from_us(us: int | None) -> _dt.datetime | None:
     return _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc) + _dt.timedelta(microseconds=us)
 
 
-@dataclass
-class SampleColumns:
-    """The samples of one window in one delta: arrays (see ``SAMPLE_ROW_COLUMNS``), and the sums a
-    window adds up, computed for every window of a delta at once (`group_samples`)."""
-
-    v: np.ndarray
-    first_end_us: np.ndarray
-    last_end_us: np.ndarray
-    start_ns: np.ndarray
-    end_ns: np.ndarray
-    key_high: int
-    key_low: int
-    total: int = 0
-    squares: int = 0
-    successes: int = 0
-    spans: int = 0
-    first_end_min: int | None = None
-    last_end_max: int | None = None
-    buckets: np.ndarray | None = None
-    """The values' histogram bucket indices (of their magnitudes; zeros' are meaningless), when computed."""
-
-    @classmethod
-    def of(cls, v: np.ndarray, first_end_us: np.ndarray, last_end_us: np.ndarray, start_ns: np.ndarray,
-           end_ns: np.ndarray, *, successes: int = 0, spans: int | None = None, key_high: int = 0,
-           key_low: int = 0) -> "SampleColumns":
-        """One window's samples with their sums computed here (`group_samples` computes them for many
-        windows at once)."""
-        v = np.asarray(v, dtype=float)
-        return cls(v, first_end_us, last_end_us, start_ns, end_ns, key_high, key_low, exact_sum(v),
-                   exact_square_sum(v), successes, v.size if spans is None else spans,
-                   int(first_end_us.min()) if v.size else None, int(last_end_us.max()) if v.size else None)
-
-
-_NO_SAMPLES = SampleColumns(*(np.empty(0, dtype=t) for t in (float, np.int64, np.int64, np.int64, np.int64)), 0, 0)
-
-
-def group_samples(table: pa.Table, key_columns: tuple[str, ...] = KEY_COLUMNS,
-                  scale: int | None = None) -> dict[WindowId, SampleColumns]:
-    """Sample rows (``SAMPLE_ROW_COLUMNS``, and any other ``key_columns``) as the samples of each key
-    and metric with any (a fact is a metric ``FACT_PREFIX + name`` here), each in the rows' order;
-    with ``scale``, with the values' histogram bucket indices."""
-    if table.num_rows == 0:
-        return {}
-    codes = np.zeros(table.num_rows, dtype=np.int64)
-    for name in key_columns:  # one integer per distinct key
-        encoded = table.column(name).combine_chunks().dictionary_encode()
-        codes = codes * len(encoded.dictionary) + encoded.indices.to_numpy(zero_copy_only=False)
-    order = np.argsort(codes, kind="stable")
-    starts = np.flatnonzero(np.diff(codes[order], prepend=-1))
-    keys = [tuple(table.column(n)[int(order[i])].as_py() for n in key_columns) for i in starts.tolist()]
-
-    def column(name: str, dtype) -> np.ndarray:
-        values = table.column(name)
-        if name == "success":  # NULL: no outcome, not a success
-            values = pc.fill_null(values, False)
-        return values.to_numpy(zero_copy_only=False).astype(dtype, copy=False)[order]
-
-    first_end, last_end = column("first_end_us", np.int64), column("last_end_us", np.int64)
-    start, end = column("start_ns", np.int64), column("end_ns", np.int64)
-    success, span_count = column("success", np.int64), column("span_count", np.int64)
-    key_high, key_low = column("key_high", np.uint64), column("key_low", np.uint64)
-    groups: dict[WindowId, SampleColumns] = {}
-    for metric in SAMPLE_VALUES:
-        values = table.column(metric)
-        if values.null_count == len(values):
-            continue
-        rows = np.flatnonzero(pc.is_valid(values).to_numpy(zero_copy_only=False)[order])
-        v = values.to_numpy(zero_copy_only=False)[order[rows]].astype(float, copy=False)
-        lo = np.searchsorted(rows, starts)  # each key's first row among the samples
-        hi = np.append(lo[1:], rows.size)
-        held = np.flatnonzero(hi > lo)
-        first = lo[held]
-        # sums over consecutive non-empty runs (the key sums wrap at 2**64 like the digest), for all keys at once
-        highs = np.add.reduceat(key_high[rows], first).tolist()
-        lows = np.add.reduceat(key_low[rows], first).tolist()
-        successes = np.add.reduceat(success[rows], first).tolist()
-        spans = np.add.reduceat(span_count[rows], first).tolist()
-        fact = metric.startswith(FACT_PREFIX)  # a fact is counted, not summed
-        totals, squares = ([0] * first.size,) * 2 if fact else segment_sums(v, first)
-        fe, le, st, en = first_end[rows], last_end[rows], start[rows], end[rows]
-        # each key's first end and last end, and (vectorized) the values' buckets
-        firsts = np.minimum.reduceat(fe, first).tolist()
-        lasts = np.maximum.reduceat(le, first).tolist()
-        magnitude = np.abs(v)
-        buckets = None if fact or scale is None else bucket_indices(np.where(magnitude > 0, magnitude, 1.0), scale)
-        for g, i, j, h, l, t, q, su, sp, f0, l1 in zip(held.tolist(), first.tolist(), hi[held].tolist(), highs, lows,
-                                                       totals, squares, successes, spans, firsts, lasts):
-            groups[(*keys[g], metric)] = SampleColumns(v[i:j], fe[i:j], le[i:j], st[i:j], en[i:j], int(h), int(l),
-                                                       t, q, su, sp, f0, l1,
-                                                       None if buckets is None else buckets[i:j])
-    return groups
-
-
-def delta_keys(*tables: pa.Table | None, key_columns: tuple[str, ...] = KEY_COLUMNS) -> set[WindowKey]:
-    """The keys with a row in any of the sample tables."""
-    keys: set[WindowKey] = set()
-    for table in tables:
-        if table is not None and table.num_rows:
-            distinct = table.select(list(key_columns)).group_by(list(key_columns)).aggregate([])
-            keys |= set(zip(*(distinct.column(name).to_pylist() for name in key_columns)))
-    return keys
-
-
 _DEFINITIONS = {d.metric: d for d in WINDOW_DEFINITIONS}
 _BLOB_HEADER = struct.Struct("<I")
 
@@ -516,9 +410,10 @@ class WindowBook:
                 self.add_key(key)
             self._windows[key][metric] = held or WindowAccumulator.empty(_DEFINITIONS[metric], self.scale)
 
-    def merged(self, keys: list[WindowKey], into: WindowKey) -> "WindowBook":
+    def merged(self, keys: list[WindowKey], into: WindowKey, times: bool = True) -> "WindowBook":
         """A book holding one key, ``into``, whose state is that of all ``keys``' samples together
-        (e.g. the hours of a day). Keys this book does not hold add nothing."""
+        (e.g. the hours of a day). Keys this book does not hold add nothing. ``times``: see
+        `WindowAccumulator.merge` (False: for statistics over the values only)."""
         merged = WindowBook(self.scale)
         merged.add_key(into)
         accumulators, facts = merged._windows[into], merged._facts[into]
@@ -528,7 +423,7 @@ class WindowBook:
             for name, count in self._facts[key].items():
                 facts[name] += count
             for metric, accumulator in self._windows[key].items():  # read, never changed
-                accumulators[metric].merge(accumulator)
+                accumulators[metric].merge(accumulator, times)
         return merged
 
     def state(self, key: WindowKey, metric: str) -> WindowAccumulator | None:

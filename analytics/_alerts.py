@@ -157,8 +157,8 @@ class AlertEvaluation:
                 "alpha": self.alpha, "method": self.method, "asymptotic": self.asymptotic, "counts": self.counts}
 
 
-def evaluate(rule: AlertRule, current: WindowAccumulator, *, baseline: WindowAccumulator | None = None,
-             firing: bool = False) -> AlertEvaluation:
+def evaluate_rule(rule: AlertRule, current: WindowAccumulator, *, baseline: WindowAccumulator | None = None,
+                  firing: bool = False) -> AlertEvaluation:
     """Evaluate ``rule`` on ``current``, the state of the samples of its current range so far;
     ``firing``: the rule's state before this evaluation; ``baseline``: a regression's baseline state."""
     if current.definition.metric != rule.metric:
@@ -263,5 +263,5 @@ def no_data(state: WindowAccumulator | None, now_us: int, range_us: int) -> NoDa
     return NoData(now_us - last >= range_us, last, now_us - last)
 
 
-__all__ = ["AlertEvaluation", "AlertRule", "Evidence", "MONTH_US", "NoData", "RuleKind", "evaluate", "no_data",
+__all__ = ["AlertEvaluation", "AlertRule", "Evidence", "MONTH_US", "NoData", "RuleKind", "evaluate_rule", "no_data",
            "sequence_start"]

@@ -51,7 +51,8 @@ def _quote(text: str) -> str:
 
 
 _ROW_SOURCES = ("_tasks.py", "_definitions.py", "_samples.py", "_evidence.py", "_windows.py", "_sql.py",
-                "_accumulate.py", "_time_buckets.py", "_distribution.py", "_scale.py", "_catalogue.py", "_schema.py")
+                "_accumulate.py", "_sample_columns.py", "_time_buckets.py", "_distribution.py", "_scale.py",
+                "_catalogue.py", "_schema.py")
 """The modules whose code computes a window row from the spans: the span predicates and task fields,
 the definitions, the sample SQL, the digest, the window model and its states, the accumulator (of
 the windows and of the windows by time) and the catalogue (tests/analytics/test_window_row_sources.py checks that every module they import is

@@ -176,5 +176,19 @@ def plan(state: WindowAccumulator, change: float, *, confidence: float = 0.95, p
     return SamplePlan(baseline=s.mean, samples=n, method="two_sample_t", **common)
 
 
-__all__ = ["DEFAULT_POWER", "MAX_SAMPLES", "SamplePlan", "plan", "quantile_power",
+def plan_relative(state: WindowAccumulator, relative_change: float, **options) -> SamplePlan:
+    """`plan` for a change of ``relative_change`` times the statistic's value in ``state`` (0.1: 10% higher,
+    -0.1: 10% lower); ``options`` are `plan`'s."""
+    statistic = statistic_of(state.definition, options.get("aggregation"), options.get("quantile"))
+    if statistic is None:
+        raise ValueError(f"{state.definition.metric}: its value is not a statistic of its samples; no plan")
+    s = view(state)
+    q = quantile_level(statistic)
+    value = s.quantile(q) if q is not None else s.mean
+    if not value:
+        raise ValueError(f"a relative change of a {statistic} of {value} is no change")
+    return plan(state, relative_change * value, **options)
+
+
+__all__ = ["DEFAULT_POWER", "MAX_SAMPLES", "SamplePlan", "plan", "plan_relative", "quantile_power",
            "samples_for_means", "samples_for_quantile", "samples_for_rates"]

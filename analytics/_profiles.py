@@ -15,6 +15,11 @@ A profile is a TOML file::
     constraint = 0.9          # optional, in the metric's unit
     rationale = "one run per support ticket of the frozen set"
 
+    [[alerts]]                # optional: rules the collector evaluates (`_alert_rules`)
+    name = "success-floor"
+    kind = "constraint"
+    metric = "task_success"
+
 Loading checks every rule at once and reports each problem with the metric and field it is about.
 """
 
@@ -28,6 +33,7 @@ from typing import Annotated, Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
+from meritlens.analytics._alert_rules import ALERT_KEYS, ProfileAlert, alert_name, check_name, parse_alert
 from meritlens.analytics._catalogue import (
     METRICS,
     REPEATED_RUN_AGGREGATIONS,
@@ -91,7 +97,7 @@ PLAN_FIELDS: tuple[str, ...] = tuple(MetricPlan.model_fields)
 _FIELD_ADAPTERS = {
     name: TypeAdapter(Annotated[info.annotation, info]) for name, info in MetricPlan.model_fields.items()
 }
-PROFILE_KEYS = ("target", "description", "metrics")
+PROFILE_KEYS = ("target", "description", "metrics", "alerts")
 
 
 @dataclass(frozen=True)
@@ -219,11 +225,13 @@ def _validated_fields(metric_id: str, raw: Mapping[str, Any], problems: list[Pro
 class TaskProfile(BaseModel):
     """A validated task profile: the target and the plan of every required metric."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
     target: _Text
     description: str | None = None
     metrics: dict[str, MetricPlan] = Field(min_length=1)
+    alerts: tuple[ProfileAlert, ...] = Field(default=(), exclude=True)
+    """The alert rules (`[[alerts]]`), validated by `profile_from_dict`."""
 
     @model_validator(mode="after")
     def _check_rules(self) -> "TaskProfile":
@@ -257,7 +265,8 @@ class TaskProfile(BaseModel):
 
     def to_dict(self) -> dict[str, Any]:
         """The profile in the shape of its TOML file (JSON-ready)."""
-        return self.model_dump(mode="json", exclude_none=True)
+        shaped = self.model_dump(mode="json", exclude_none=True)
+        return {**shaped, "alerts": [a.to_dict() for a in self.alerts]} if self.alerts else shaped
 
 
 def profile_from_dict(data: Any, source: str | None = None) -> TaskProfile:
@@ -291,9 +300,29 @@ def profile_from_dict(data: Any, source: str | None = None) -> TaskProfile:
         problems += plan_problems(metric_id, values)
         if len(problems) == plan_problems_before:
             plans[metric_id] = MetricPlan(**values)
+    alerts = _alerts(data.get("alerts", []), plans, problems)
     if problems:
         raise ProfileError(problems, source)
-    return TaskProfile(target=target, description=description, metrics=plans)
+    return TaskProfile(target=target, description=description, metrics=plans, alerts=alerts)
+
+
+def _alerts(raw: Any, plans: dict[str, MetricPlan], problems: list[ProfileProblem]) -> tuple[ProfileAlert, ...]:
+    """The ``[[alerts]]`` entries, each problem named by the rule (its name, or its position)."""
+    if not isinstance(raw, list):
+        problems.append(ProfileProblem(None, "alerts", f"must be an array of tables ([[alerts]]), got {raw!r}"))
+        return ()
+    alerts, names = [], set()
+    for index, entry in enumerate(raw):
+        try:
+            check_name(entry, names)
+            alerts.append(parse_alert(entry, plans))
+        except ValueError as exc:
+            key, _, why = str(exc).partition(": ")
+            where = f"alerts[{alert_name(entry, index)}]"
+            named = key in ALERT_KEYS or isinstance(entry, Mapping) and key in entry
+            problems.append(ProfileProblem(None, f"{where}.{key}", why) if named and why
+                            else ProfileProblem(None, where, str(exc)))
+    return tuple(alerts)
 
 
 def load_profile(path: str | Path) -> TaskProfile:
@@ -319,6 +348,22 @@ def text_table(headers: list[str], rows: list[list[str]]) -> str:
 
 def _number(value: float | None) -> str:
     return "-" if value is None else significant(value)
+
+
+def _alert_row(alert: ProfileAlert) -> list[str]:
+    hours = lambda us: f"{us // 3_600_000_000}h"  # noqa: E731
+    rule = alert.rule
+    if rule is None:
+        when = f"no sample for {hours(alert.range_us)}"
+    else:
+        higher = METRICS[alert.metric].direction is Direction.HIGHER
+        if rule.kind.value == "constraint":
+            when = f"{rule.statistic} {'<' if higher else '>'} {rule.threshold:g} {METRICS[alert.metric].unit}"
+        else:
+            when = (f"{rule.statistic} {'below' if higher else 'above'} the {hours(alert.baseline_us)} before"
+                    f" by > {rule.tolerance:g}")
+    return [alert.name, alert.kind, alert.metric, when, "-" if rule is None else f"{rule.confidence:g}",
+            "-" if rule is None else str(rule.min_samples), hours(alert.range_us)]
 
 
 def format_plan(profile: TaskProfile, windows: Mapping[str, Any] | None = None, source: str | None = None) -> str:
@@ -353,6 +398,9 @@ def format_plan(profile: TaskProfile, windows: Mapping[str, Any] | None = None, 
             row.append("no window" if window is None else f"{window.state}, {window.sample_count} samples")
         rows.append(row)
     lines += ["", text_table(headers, rows)]
+    if profile.alerts:
+        lines += ["", text_table(["alert", "kind", "metric", "fires when", "confidence", "min samples", "range"],
+                                 [_alert_row(a) for a in profile.alerts])]
     cost = windows.get("total_task_cost") if windows is not None else None
     if cost is not None and cost.mean is not None and cost.count:
         lines.append(

@@ -187,22 +187,28 @@ def compare_all(pairs: Mapping[Hashable, tuple[WindowAccumulator, WindowAccumula
                 quantile: float | None = None) -> dict[Hashable, Regression]:
     """Regressions of many (target, metric) pairs tested together: the family is every pair that has
     enough samples on both sides and a supported statistic (decided by the sample counts alone, before
-    any interval), and each interval is at the family's Bonferroni level. The maps are by metric."""
+    any interval), and each interval is at the family's Bonferroni level. The maps are by metric, or
+    by a pair's key for that pair alone (e.g. a target's profile)."""
     min_samples, tolerance, aggregation = min_samples or {}, tolerance or {}, aggregation or {}
 
-    def options(state: WindowAccumulator) -> dict:
+    def options(key: Hashable, state: WindowAccumulator) -> dict:
         metric = state.definition.metric
-        return dict(min_samples=min_samples.get(metric), tolerance=tolerance.get(metric, 0.0),
-                    aggregation=aggregation.get(metric), quantile=quantile)
 
-    def tested(recent: WindowAccumulator, base: WindowAccumulator) -> bool:
-        o = options(recent)
+        def pick(by: Mapping, default=None):
+            return by[key] if key in by else by.get(metric, default)
+
+        return dict(min_samples=pick(min_samples), tolerance=pick(tolerance, 0.0), aggregation=pick(aggregation),
+                    quantile=quantile)
+
+    def tested(key: Hashable, recent: WindowAccumulator, base: WindowAccumulator) -> bool:
+        o = options(key, recent)
         needed = max(o["min_samples"] or 0, MIN_SAMPLES_FOR_REPEATED_CLAIM)
         return (statistic_of(recent.definition, o["aggregation"], quantile) is not None
                 and min(recent.values.n, base.values.n) >= needed)
 
-    family = max(1, sum(tested(r, b) for r, b in pairs.values()))
-    return {key: compare(r, b, confidence=confidence, family_size=family, **options(r)) for key, (r, b) in pairs.items()}
+    family = max(1, sum(tested(key, r, b) for key, (r, b) in pairs.items()))
+    return {key: compare(r, b, confidence=confidence, family_size=family, **options(key, r))
+            for key, (r, b) in pairs.items()}
 
 
 def quantile_name(q: float) -> str:

@@ -12,6 +12,7 @@ the state: a sample is put in, and later taken out of, the bucket the cutoffs in
 from __future__ import annotations
 
 import datetime as _dt
+import re
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -31,6 +32,16 @@ WEEKS_KEPT = 156
 BUCKET_KEY_COLUMNS = ("target_id", "scope", "bucket_start_us", "bucket_us")
 """A bucket window's key: (target, scope, bucket start, bucket width), both in µs."""
 NO_BUCKET = -1
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d|w)\s*$")
+_SECONDS = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> _dt.timedelta:
+    """``90m``, ``24h``, ``7d``, ``2w`` as a duration; ValueError names what was wrong."""
+    match = _DURATION.match(text) if isinstance(text, str) else None
+    if not match or float(match.group(1)) <= 0:
+        raise ValueError(f"{text!r} is not a duration such as 30m, 24h, 7d or 2w")
+    return _dt.timedelta(seconds=float(match.group(1)) * _SECONDS[match.group(2)])
 
 
 @dataclass(frozen=True)
@@ -157,4 +168,4 @@ def merge_range(book: WindowBook, since_us: int | None, until_us: int | None) ->
 
 __all__ = ["BUCKET_KEY_COLUMNS", "BucketCutoffs", "DAY_US", "DAYS_KEPT_WEEKS", "HOURS_KEPT_DAYS", "HOUR_US",
            "NO_BUCKET", "RangeWindows", "WEEKS_KEPT", "WEEK_US", "bucket_range", "bucketed", "compact", "keys_in",
-           "merge_plan", "merge_range"]
+           "merge_plan", "merge_range", "parse_duration"]

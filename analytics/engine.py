@@ -36,18 +36,27 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "_task_samples": ("TASK_SAMPLE_METRICS", "task_samples_sql"),
     "_evidence": ("span_keys_digest", "window_definitions_digest"),
     "_scale": ("DEFAULT_RELATIVE_ERROR", "scale_for"),
-    "_accumulate": ("DEFAULT_SCALE", "WindowBook", "WindowId", "WindowKey", "delta_keys"),
+    "_accumulate": ("DEFAULT_SCALE", "WindowAccumulator", "WindowBook", "WindowId", "WindowKey", "delta_keys"),
     "_time_buckets": (
-        "BUCKET_KEY_COLUMNS", "BucketCutoffs", "RangeWindows", "bucket_range", "bucketed", "compact", "keys_in",
-        "merge_plan", "merge_range",
+        "BUCKET_KEY_COLUMNS", "HOUR_US", "BucketCutoffs", "RangeWindows", "bucket_range", "bucketed", "compact",
+        "keys_in", "merge_plan", "merge_range", "parse_duration",
     ),
     "_window_io": ("WindowRejected", "window_to_json", "windows_from_json"),
+    # regressions and plans over the windows by time
+    "_regression_report": ("DEFAULT_BASELINE_US", "DEFAULT_RECENT_US", "ReportRanges", "hours_ending",
+                           "plan_report", "regression_report"),
+    "_regression_text": ("format_plans", "format_regressions"),
+    "_regressions": ("Change",),
+    "_planning": ("DEFAULT_POWER",),
     # profiles and readiness
     "_profiles": ("ProfileError", "TaskProfile", "format_plan", "load_profile", "profile_from_dict"),
     "_readiness": (
         "CoverageReport", "UnknownSubject", "check_readiness", "coverage_row", "format_report", "judged",
         "record_coverage_sql", "report_json", "require_known",
     ),
+    # alert rules
+    "_alerts": ("AlertRule", "RuleKind", "evaluate_rule", "no_data", "sequence_start"),
+    "_alert_rules": ("NO_DATA", "ProfileAlert"),
     # experiments and decisions
     "_manifest": ("Arm", "ExperimentError", "ExperimentManifest", "ExperimentNotFound", "validate_manifest"),
     "_manifest_store": ("list_experiments_sql", "load_experiment", "save_manifest"),

@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field, fields
 
 from meritlens.analytics.engine import DEFAULT_RELATIVE_ERROR, scale_for
+from meritlens.collector.alerts._config import AlertConfig
 
 ENV_URL = "MERITLENS_URL"
 """The collector the commands go through when given no --db (the commands' side only)."""
@@ -124,6 +125,9 @@ DEFAULT_WINDOW_MEMORY_BYTES = _DEFAULT_BUDGET.window_state
 """Window processor state kept in memory; beyond it, least recently written targets are rebuilt on demand."""
 DEFAULT_WINDOW_LAG_ROWS = 50_000
 """Committed span rows that may wait for the window processor; appends wait beyond it (bounds memory)."""
+SHUTDOWN_WINDOW_ROWS = 20_000
+"""At a graceful stop, a backlog of at most this many committed span rows is windowed before the state is
+saved (about a second's pass); a larger one is left to the next start, which follows it from the spans."""
 DEFAULT_WINDOW_GATHER_S = 1.0
 """How long the window thread lets committed batches gather before a pass (a waiting query ends it early)."""
 ROW_GROUP_ROWS = 16_384
@@ -390,9 +394,22 @@ class ServerSettings:
     collector_id: str | None = setting("--collector-id", None, "This collector's name on the lake, unique among "
                                        "its collectors.", shown="the host name")
     """This collector's name on the lake (its segments' prefix); default: the host name."""
+    alert_webhook_url: str | None = setting(
+        "--alert-webhook-url", None, "POST each alert event (fired, resolved) of the profiles' rules here as JSON, "
+        "at least once, retried with backoff (docs/alerts.md).")
+    alert_webhook_secret_file: str | None = setting(
+        "--alert-webhook-secret-file", None, "File whose contents are the HMAC-SHA256 key signing each alert "
+        "delivery (header X-Meritlens-Signature).")
+    alert_interval_s: float = setting(
+        "--alert-interval", AlertConfig.interval_s, "Seconds between evaluations of the alert rules when no "
+        "window changes (no-data rules, a new range).", kind="float")
+    alert_retry_s: float = setting(
+        "--alert-retry", AlertConfig.retry_s, "Seconds before a failed alert delivery is tried again; doubled after "
+        "each failure, up to 10 minutes.", kind="float")
 
     profiles: tuple[str, ...] = ()
-    """Task profiles (TOML files, or directories of them) the dashboard checks readiness against."""
+    """Task profiles (TOML files, or directories of them): the dashboard checks readiness against them,
+    and the collector evaluates their alert rules."""
 
     @classmethod
     def declared(cls) -> dict[str, Setting]:
@@ -415,6 +432,10 @@ class ServerSettings:
         if self.token is None and self.token_file is None:
             return None
         return resolve_token(self.token, self.token_file)
+
+    def alert_config(self) -> AlertConfig:
+        return AlertConfig(self.alert_webhook_url, self.alert_webhook_secret_file, self.alert_interval_s,
+                           self.alert_retry_s)
 
     def memory_budget(self) -> "MemoryBudget":
         return MemoryBudget.of(self.memory_limit)
@@ -469,6 +490,10 @@ class ServerSettings:
             raise SettingsError(f"{SETTINGS['memory_spike'].env} must be at least an eighth of the memory limit"
                                 f" ({_mib(self.memory_budget().spike)}), got {_mib(self.memory_spike)}")
         self.memory_limiter().validate()
+        try:
+            self.alert_config().validate()
+        except ValueError as exc:
+            raise SettingsError(str(exc)) from None
         try:
             scale_for(self.quantile_error)
         except ValueError as exc:

@@ -135,6 +135,14 @@ class CollectorClient:
         except ValueError:
             raise QueryError(f"the collector at {self.url} answered {path} with no JSON") from None
 
+    def get_json(self, path: str) -> dict:
+        """GET ``path``: its JSON reply."""
+        with self.get_stream(path) as (_, body):
+            try:
+                return json.loads(body.read())
+            except ValueError:
+                raise QueryError(f"the collector at {self.url} answered {path} with no JSON") from None
+
     @contextmanager
     def get_stream(self, path: str, params: dict | None = None) -> Iterator[tuple[httpx.Headers, io.BufferedReader]]:
         """GET ``path``: the reply's headers and its body as a file read as it arrives."""

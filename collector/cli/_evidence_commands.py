@@ -9,6 +9,7 @@ import click
 
 from meritlens.collector.cli._exit import answer
 from meritlens.collector.cli._options import connection_options, format_option
+from meritlens.collector.cli._regressions import ask, confidence_option, duration_us
 
 
 @click.group()
@@ -16,14 +17,46 @@ def profile() -> None:
     """Task profiles: which metrics a decision needs and how they are sampled."""
 
 
+def _share(ctx, param, value: str | None) -> float | None:
+    """``10%`` (or ``0.1``) as 0.1."""
+    if value is None:
+        return None
+    text = value.strip()
+    try:
+        share = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a change such as 10% or 0.1") from None
+    if not 0 < share < 10:
+        raise click.BadParameter(f"{value!r}: the change to detect is a positive share such as 10%")
+    return share
+
+
+def _power(ctx, param, value: float) -> float:
+    if not 0 < value < 1:
+        raise click.BadParameter(f"power is a probability strictly between 0 and 1 (0.8), not {value}")
+    return value
+
+
 @profile.command("check")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--detect", metavar="CHANGE", callback=_share, default=None,
+              help="Also plan: the samples per side each metric needs for a regression to show a change this large "
+                   "in its bad direction (10%: 10% higher latency, 10% lower success rate), from the stored windows.")
+@click.option("--power", type=float, default=0.8, show_default=True, callback=_power,
+              help="With --detect: the probability that the regression shows the change.")
+@confidence_option
+@click.option("--baseline", default="7d", show_default=True, metavar="DURATION",
+              help="With --detect: plan from the windows by time of this long up to now.")
 @connection_options(lake=True)
-def profile_check(file: str, connection) -> None:
+def profile_check(file: str, detect: float | None, power: float, confidence: float, baseline: str,
+                  connection) -> None:
     """Validate the profile FILE: print its plan, or every problem it has.
 
     When the windows can be read (a database or collector, see --db/--url), the plan shows each
-    metric's current state and an estimate of the runs' application cost."""
+    metric's current state and an estimate of the runs' application cost. With --detect, how many
+    samples each metric needs to detect that change: power analysis for rates and means, simulation
+    from the stored distribution for quantiles, at --confidence over the metrics planned (Bonferroni),
+    so min_samples comes from numbers."""
     from meritlens.analytics.engine import SCOPE_ALL, ProfileError, Window, format_plan, list_windows_sql, load_profile
     from meritlens.collector.cli._query import QueryError, run_query
 
@@ -52,6 +85,27 @@ def profile_check(file: str, connection) -> None:
     click.echo(format_plan(task_profile, current, source=file))
     if note:
         click.echo(note)
+    if detect is not None:
+        click.echo()
+        click.echo(_sample_plans(task_profile, source, detect, power, confidence, baseline))
+
+
+def _sample_plans(task_profile, source, detect: float, power: float, confidence: float, baseline: str) -> str:
+    """The plans of --detect as text, or the line saying why there is no stored distribution to plan from."""
+    from meritlens.analytics.engine import format_plans
+    from meritlens.collector.cli._query import QueryError
+    from meritlens.collector.windows._questions import PlanQuestion
+
+    if source is None:
+        return "no stored distribution to plan from: no store or collector was found (see --db/--url/--lake)"
+    question = PlanQuestion(task_profile.to_dict(), detect, power, confidence,
+                            baseline_us=duration_us(baseline, "--baseline"))
+    since, until = question.span()
+    try:
+        plans = ask(source, question, since, until, lambda book: question.answer(book, since, until))
+    except QueryError as exc:
+        return f"no stored distribution to plan from: {exc}"
+    return format_plans(plans)
 
 
 @click.command()

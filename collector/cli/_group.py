@@ -8,6 +8,7 @@ import sys
 
 import click
 
+from meritlens.collector.cli._alerts import alerts
 from meritlens.collector.cli._evaluate import evaluate, list_metrics, observations
 from meritlens.collector.cli._evidence_commands import profile, readiness
 from meritlens.collector.cli._experiments import compare, experiment, frontier
@@ -15,6 +16,7 @@ from meritlens.collector.cli._forget import forget
 from meritlens.collector.cli._lake_commands import lake_group
 from meritlens.collector.cli._output import first_sentence
 from meritlens.collector.cli._query_commands import sql, windows
+from meritlens.collector.cli._regressions import regressions
 from meritlens.collector.cli._serve import serve
 from meritlens.collector.cli._transfer import export_command, import_command
 
@@ -25,6 +27,8 @@ ERRORS = ("2 any error (usage, a path that is not there, an unreachable collecto
 NEGATIVE_ANSWERS = {
     "readiness": "not ready (coverage; with --baseline, coverage or the baseline)",
     "profile check": "the profile has problems (each is printed)",
+    "alerts": "an alert rule fires (and is not silenced)",
+    "regressions": "some metric is worse",
     "experiment finish": "the arm's spans break the manifest",
     "compare": "an arm's spans break the manifest (the arm is refused)",
     "frontier": "an arm's spans break the manifest (the arm is left out)",
@@ -69,11 +73,11 @@ def _finish_help(command: click.Command, name: str) -> None:
     if isinstance(command, click.Group):
         for sub_name, sub in command.commands.items():
             _finish_help(sub, f"{name} {sub_name}")
-    else:
+    if not isinstance(command, click.Group) or command.invoke_without_command:
         command.epilog = exit_status_help(name)
 
 
-for _command in (serve, sql, windows, profile, readiness, evaluate, list_metrics, observations, experiment, compare,
-                 frontier, import_command, export_command, forget, lake_group):
+for _command in (serve, sql, windows, regressions, profile, readiness, alerts, evaluate, list_metrics, observations,
+                 experiment, compare, frontier, import_command, export_command, forget, lake_group):
     cli.add_command(_command)
     _finish_help(_command, _command.name)

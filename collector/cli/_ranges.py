@@ -6,9 +6,9 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import os
-import re
+from typing import Iterator
 
-from meritlens.analytics.engine import WINDOW_COLUMN_NAMES
+from meritlens.analytics.engine import WINDOW_COLUMN_NAMES, parse_duration
 from meritlens.collector._paths import WINDOWS_RANGE_PATH
 from meritlens.collector.cli._client import CollectorClient, QueryError
 from meritlens.collector.cli._query import opened_store
@@ -16,16 +16,7 @@ from meritlens.collector.store._sqlguard import open_read_only
 from meritlens.collector.cli._resolve import Source
 from meritlens.collector.store._results import QueryResult
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d|w)\s*$")
-_SECONDS = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def parse_duration(text: str) -> _dt.timedelta:
-    """``90m``, ``24h``, ``7d``, ``2w`` as a duration; ValueError names what was wrong."""
-    match = _DURATION.match(text)
-    if not match or float(match.group(1)) <= 0:
-        raise ValueError(f"{text!r} is not a duration such as 30m, 24h, 7d or 2w")
-    return _dt.timedelta(seconds=float(match.group(1)) * _SECONDS[match.group(2)])
+__all__ = ["parse_duration", "parse_time", "range_result", "to_us"]
 
 
 def parse_time(text: str) -> _dt.datetime:
@@ -62,21 +53,26 @@ def range_result(source: Source, since_us: int | None, until_us: int | None, *, 
     return QueryResult(list(WINDOW_COLUMN_NAMES), [], rows), covered
 
 
+@contextlib.contextmanager
+def bucket_connection(source: Source) -> Iterator[tuple[object, str]]:
+    """(a read-only connection to the saved windows by time, the database's name) of a file or lake source."""
+    with contextlib.ExitStack() as stack:
+        if source.is_lake:
+            reader = stack.enter_context(opened_store(source, read_only=True))
+            yield stack.enter_context(contextlib.closing(reader.connection())), reader.db_name
+            return
+        try:
+            con = stack.enter_context(contextlib.closing(open_read_only(source.db)))
+        except Exception as exc:  # noqa: BLE001 - one line naming the file
+            raise QueryError(f"cannot open {source.db}: {str(exc).splitlines()[0]}") from None
+        yield con, os.path.basename(source.db)
+
+
 def _merged_here(source: Source, since_us, until_us, target, scope):
     from meritlens.analytics.engine import merge_range
     from meritlens.collector.windows._state import load_range
 
-    with contextlib.ExitStack() as stack:
-        if source.is_lake:
-            reader = stack.enter_context(opened_store(source, read_only=True))
-            con = stack.enter_context(contextlib.closing(reader.connection()))
-            db_name = reader.db_name
-        else:
-            try:
-                con = stack.enter_context(contextlib.closing(open_read_only(source.db)))
-            except Exception as exc:  # noqa: BLE001 - one line naming the file
-                raise QueryError(f"cannot open {source.db}: {str(exc).splitlines()[0]}") from None
-            db_name = os.path.basename(source.db)
+    with bucket_connection(source) as (con, db_name):
         ranged = merge_range(load_range(con, since_us, until_us, target, scope), since_us, until_us)
     windows = ranged.windows(db_name, _dt.datetime.now(_dt.timezone.utc))
     rows = [tuple(getattr(w, c) for c in WINDOW_COLUMN_NAMES) for w in windows]

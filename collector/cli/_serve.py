@@ -24,7 +24,7 @@ def _settings_options(command):
 @click.option("--no-grpc", is_flag=True, help="Do not start the OTLP/gRPC receiver.")
 @click.option("--profile", "profiles", multiple=True, type=click.Path(exists=True),
               help="A task profile (TOML), or a directory of them; the dashboard at / shows each "
-                   "profile's target's readiness. Repeatable.")
+                   "profile's target's readiness, and the collector evaluates its [[alerts]] rules. Repeatable.")
 @click.pass_context
 def serve(ctx: click.Context, no_grpc: bool, profiles: tuple[str, ...], **options) -> None:
     """Receive OTLP spans, store them in DuckDB and keep the metric windows current.
@@ -51,10 +51,11 @@ def serve(ctx: click.Context, no_grpc: bool, profiles: tuple[str, ...], **option
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--target-fallback") from None
     if settings.profiles:
+        from meritlens.collector.alerts._watch import watched_rules
         from meritlens.collector.serve._profiles_view import load_profiles
 
         try:
-            load_profiles(settings.profiles)
+            watched_rules(load_profiles(settings.profiles))
         except ValueError as exc:  # a ProfileError lists every problem of the file
             raise click.BadParameter(str(exc), param_hint="--profile") from None
     if settings.redact:

@@ -5,7 +5,7 @@ Routes (all GET, all read-only):
 - ``/``, ``/static/<file>``: the page (hand-written HTML, CSS and JavaScript shipped in the
   package; no build step, nothing fetched from elsewhere). ``/?view=overview|target|traces|trace|evidence``
   picks the page; its data is inlined for the first paint when the request may read it;
-- ``/api/dashboard/overview``, ``timeseries``, ``models``, ``traces``, ``trace``, ``evidence``: see
+- ``/api/dashboard/overview``, ``timeseries``, ``models``, ``traces``, ``trace``, ``evidence``, ``regressions``: see
   collector/serve/_dashboard_api.py;
 - ``/api/dashboard/targets``: every target with application spans, its span and task counts and scopes;
 - ``/api/dashboard/windows?target=&scope=``: stored windows with the catalogue facts of their metric;
@@ -70,7 +70,8 @@ MAX_TASK_LIMIT = 20000
 
 _WINDOW_SELECT = ", ".join(f'"{name}"' for name in WINDOW_COLUMN_NAMES)
 _CATALOGUE_ORDER = {spec.id: index for index, spec in enumerate(CATALOGUE)}
-_SCRIPTS = ("core.js", "charts.js", "windows.js", "overview.js", "target.js", "traces.js", "app.js")
+_SCRIPTS = ("core.js", "charts.js", "windows.js", "regressions.js", "overview.js", "target.js", "traces.js", "alerts.js",
+            "app.js")
 """The page's scripts, in the order index.html loads them."""
 _STATIC_FILES = {**{name: "text/javascript" for name in _SCRIPTS}, "dashboard.css": "text/css"}
 _INITIAL_VIEWS = {"overview", "target", "traces", "trace", "evidence"}
@@ -127,11 +128,12 @@ def _error(status: int, message: str) -> web.Response:
 class Dashboard:
     """The page and its endpoints over one store (`SpanQueries`); `install(app)` adds the routes."""
 
-    def __init__(self, store: SpanQueries, *, readiness: ReadinessProvider | None = None, token=None, redactor=None):
+    def __init__(self, store: SpanQueries, *, readiness: ReadinessProvider | None = None, token=None,
+                 regressions: Callable[[], dict] | None = None, redactor=None):
         self._store = store
         self._readiness = readiness
         self._token = token  # the collector's BearerToken: data is inlined only for a request it accepts
-        self._explorer = Explorer(store, readiness, redactor)
+        self._explorer = Explorer(store, readiness, regressions, redactor)
         self._index = _static_text("index.html")
         self._static = {name: _static_text(name) for name in _STATIC_FILES}
 

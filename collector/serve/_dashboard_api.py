@@ -8,7 +8,9 @@ the trace list, one trace, and the evidence behind a window (all GET, read-only 
 - ``/api/dashboard/traces?target=&model=&status=&range=&from=&to=&limit=``: the trace list;
 - ``/api/dashboard/trace?trace=``: every span of one trace with its attributes;
 - ``/api/dashboard/evidence?target=&scope=&metric=``: the samples and spans a window was computed
-  from, and whether their digest is the window's evidence digest.
+  from, and whether their digest is the window's evidence digest;
+- ``/api/dashboard/regressions?target=``: the recent day against the week before, every metric of every
+  target (or one target's rows of that report), as `meritlens regressions` reports it.
 
 `Explorer.document(view, query)` gives the same documents for the page's first paint.
 """
@@ -55,16 +57,26 @@ def _finite(value):
     return value if not isinstance(value, float) or math.isfinite(value) else None
 
 
+def _report_facts(report: dict | None) -> dict | None:
+    """What a regressions report compared and how, without its rows."""
+    if report is None:
+        return None
+    return {k: report[k] for k in ("recent", "baseline", "same_hours", "confidence", "correction", "family_size",
+                                   "interval_confidence")}
+
+
 class Explorer:
     """The explore endpoints over a store's read-only ``query`` and the dashboard's readiness provider."""
 
-    def __init__(self, store, readiness=None, redactor=None):
+    def __init__(self, store, readiness=None, regressions=None, redactor=None):
         self._store = store
         self._readiness = readiness
+        self._report = regressions
+        """The current regressions report (collector/serve/_regressions.py); None without windows by time."""
         self._redactor = redactor
 
     def install(self, app: web.Application) -> None:
-        for view in ("overview", "timeseries", "models", "traces", "trace", "evidence"):
+        for view in ("overview", "timeseries", "models", "traces", "trace", "evidence", "regressions"):
             app.router.add_get(f"/api/dashboard/{view}", self._handler(view))
 
     def _handler(self, view: str):
@@ -105,8 +117,14 @@ class Explorer:
             for state, figures in _OVERVIEW_FIGURES.items():
                 if row.get(state) != "measured":  # a figure of a window that is not measured is not shown
                     row.update(dict.fromkeys(figures))
+        report = self._report() if self._report is not None else None
+        for row in rows:
+            found = [r for r in report["regressions"] if r["target"] == row["target_id"]] if report else []
+            row["regressions"] = None if report is None else {
+                "compared": len(found), **{verdict: [r["metric"] for r in found if r["verdict"] == verdict]
+                                           for verdict in ("worse", "better")}}
         return {"db": self._store.db_name, "readiness_profiles": self._readiness is not None, "targets": rows,
-                "redaction": self._redaction()}
+                "regressions": _report_facts(report), "redaction": self._redaction()}
 
     def _redaction(self) -> dict | None:
         """What the redaction policy changed since the collector started, by rule (None: no policy)."""
@@ -116,6 +134,17 @@ class Explorer:
         return {"policy": self._redactor.policy.source,
                 "rules": [{"rule": rule, "action": action, "count": counts.get((rule, action), 0)}
                           for rule, action in self._redactor.policy.rule_names]}
+
+    def _regressions(self, query) -> dict:
+        """The current report, of one target when ``target`` is given (the family stays every target's)."""
+        if self._report is None:
+            return {"available": False, "regressions": [], "not_compared": []}
+        report = dict(self._report(), available=True)
+        target = query.get("target")
+        if target:
+            for part in ("regressions", "not_compared"):
+                report[part] = [r for r in report[part] if r["target"] == target]
+        return report
 
     def _readiness_of(self, target: str, recorded: dict | None) -> dict | None:
         if self._readiness is not None:

@@ -5,7 +5,9 @@ Each measured window is a gauge named after its unit (``meritlens_window_seconds
 holds no value is not exported as a number (missing is never zero), and
 ``meritlens_window_measured`` says which windows are measured. With task profiles loaded,
 ``meritlens_profile_metric_covered`` and ``meritlens_profile_metric_within_constraint`` carry the
-readiness the alert rules in docs/prometheus.md watch. Everything is read at scrape time through
+readiness the alert rules in docs/prometheus.md watch, ``meritlens_alert_firing`` the state of
+the profiles' own alert rules (docs/alerts.md), and ``meritlens_regression_*`` the regressions the
+dashboard shows (the recent day against the week before). Everything is read at scrape time through
 the store's read-only query; the route sits behind the same bearer token as the other endpoints.
 """
 
@@ -18,7 +20,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from meritlens.analytics.engine import METRICS, SPANS_TABLE, WINDOWS_TABLE, Direction
+from meritlens.analytics.engine import METRICS, SPANS_TABLE, WINDOWS_TABLE, Change, Direction
 from meritlens.collector.serve._health import Health
 
 METRICS_PATH = "/metrics"
@@ -47,15 +49,18 @@ def _finite(value) -> bool:
 class WindowCollector:
     """A prometheus_client collector reading the store at each scrape."""
 
-    def __init__(self, store, health: Health, readiness=None, window_lag=lambda: (0, 0), limiter=None,
-                 redactor=None):
+    def __init__(self, store, health: Health, readiness=None, window_lag=lambda: (0, 0), limiter=None, alerts=None,
+                 regressions=None, redactor=None):
         self._store = store
+        self._alerts = alerts
         self._redactor = redactor
         self._health = health
         self._readiness = readiness
         self._window_lag = window_lag
-        self._limiter = limiter
         """(batches, rows) committed that the windows do not include yet (the window processor's)."""
+        self._limiter = limiter
+        self._regressions = regressions
+        """The current regressions report (collector/serve/_regressions.py); None without windows by time."""
         self._stored_at_start = self._span_rows()
         self._duplicates = 0
         self._stored = 0
@@ -73,6 +78,10 @@ class WindowCollector:
             yield from self._memory()
         if self._readiness is not None:
             yield from self._profiles()
+        if self._alerts is not None:
+            yield from self._alert_states()
+        if self._regressions is not None:
+            yield from self._regression_families(self._regressions())
         if self._redactor is not None:
             yield from self._redactions()
 
@@ -85,6 +94,19 @@ class WindowCollector:
         for rule, action in self._redactor.policy.rule_names:  # every rule from the start, so a rate() sees it
             family.add_metric([rule, action], counts.get((rule, action), 0))
         yield family
+
+    def _alert_states(self):
+        labels = ["rule", "target", "metric"]
+        firing = GaugeMetricFamily("meritlens_alert_firing", "1 while the alert rule fires for the target (the "
+                                   "evidence put the metric on the wrong side, or no data), else 0.", labels=labels)
+        silenced = GaugeMetricFamily("meritlens_alert_silenced", "1 while the alert rule is silenced for the target "
+                                     "(`meritlens alerts silence`), else 0.", labels=labels)
+        for state in self._alerts.states():
+            key = [state["rule"], state["target"], state["metric"]]
+            firing.add_metric(key, 1 if state["firing"] else 0)
+            silenced.add_metric(key, 1 if state["silenced_until"] else 0)
+        yield firing
+        yield silenced
 
     def _windows(self):
         rows = self._store.query(_WINDOWS_SQL).rows
@@ -170,15 +192,46 @@ class WindowCollector:
         yield within
         yield ready
 
+    @staticmethod
+    def _regression_families(report: dict):
+        labels = ["target", "metric", "statistic"]
+        verdicts = GaugeMetricFamily(
+            "meritlens_regression_verdict", "1 for the verdict of each metric's regression (the recent day against "
+            "the week before; intervals Bonferroni-adjusted over the report), 0 for the other verdicts.",
+            labels=[*labels, "verdict"])
+        changes: dict[str, GaugeMetricFamily] = {}
+        for r in report["regressions"]:
+            common = [r["target"], r["metric"], r["statistic"]]
+            for verdict in (c.value for c in Change if c is not Change.UNSUPPORTED):  # a report has no unsupported
+                verdicts.add_metric([*common, verdict], 1 if r["verdict"] == verdict else 0)
+            if r["difference"] is None:
+                continue  # no interval: no change is exported (missing is never zero)
+            name = f"meritlens_regression_change_{unit_name(r['unit'])}"
+            if name not in changes:
+                changes[name] = GaugeMetricFamily(
+                    name, f"Recent minus baseline of metrics in {r['unit']}: the estimate and its interval's bounds "
+                    "(a bound the samples cannot set is absent).", labels=[*labels, "bound"])
+            for bound in ("value", "low", "high"):
+                if _finite(r["difference"][bound]):
+                    changes[name].add_metric([*common, "estimate" if bound == "value" else bound],
+                                             r["difference"][bound])
+        yield verdicts
+        yield from changes.values()
+        if report["interval_confidence"] is not None:
+            yield GaugeMetricFamily("meritlens_regression_interval_confidence", "Each regression interval's level: "
+                                    "the report's confidence split over its comparisons (Bonferroni).",
+                                    value=report["interval_confidence"])
+
 
 class MetricsEndpoint:
     """`GET /metrics` over one store: the windows' registry and the collector's health registry."""
 
-    def __init__(self, store, health: Health, readiness=None, window_lag=lambda: (0, 0), limiter=None,
-                 redactor=None):
+    def __init__(self, store, health: Health, readiness=None, window_lag=lambda: (0, 0), limiter=None, alerts=None,
+                 regressions=None, redactor=None):
         self._health = health
         self._registry = CollectorRegistry(auto_describe=False)
-        self._registry.register(WindowCollector(store, health, readiness, window_lag, limiter, redactor))
+        self._registry.register(WindowCollector(store, health, readiness, window_lag, limiter, alerts, regressions,
+                                                redactor))
 
     def install(self, app: web.Application) -> None:
         app.router.add_get(METRICS_PATH, self.metrics)

@@ -12,6 +12,7 @@ import pyarrow as pa
 from aiohttp import web
 
 from meritlens.collector.receive._auth import BearerToken
+from meritlens.collector.serve._alerts_api import AlertsEndpoint
 from meritlens.collector.serve._api import ApiRoutes
 from meritlens.collector.serve._dashboard import Dashboard
 from meritlens.collector.serve._health import Health
@@ -26,6 +27,7 @@ from meritlens.collector.process._redact import SpanRedactor
 from meritlens.collector.receive._pipeline import IngestPipeline
 from meritlens.instrumentation.pricing import price_call
 from meritlens.collector._settings import (
+    SHUTDOWN_WINDOW_ROWS,
     TARGET_FALLBACK_OFF,
     ServerSettings,
     address_file,
@@ -34,6 +36,7 @@ from meritlens.collector._settings import (
 from meritlens.collector.store._store import SpanStore
 from meritlens.collector.serve._forget import ForgetEndpoint
 from meritlens.collector.serve._ranges import RangeWindowsEndpoint
+from meritlens.collector.serve._regressions import Regressions, install_without_buckets
 from meritlens.collector.windows._processor import WindowProcessor
 
 log = logging.getLogger("meritlens.collector")
@@ -83,10 +86,14 @@ class Collector:
         )
         self.token = BearerToken(settings.bearer_token())
         self.readiness = None  # the dashboard's ReadinessProvider, from `serve --profile`
+        self.rules = []  # the profiles' [[alerts]] rules
         if settings.profiles:
+            from meritlens.collector.alerts._watch import watched_rules
             from meritlens.collector.serve._profiles_view import ProfileReadiness
 
             self.readiness = ProfileReadiness.load(self.store, settings.profiles)
+            self.rules = watched_rules(self.readiness.profiles)
+        self.alerts = None  # the AlertWatcher of the profiles' [[alerts]] rules
         self._runner: web.AppRunner | None = None
         self._http: HttpReceiver | None = None
         self._grpc_server = None
@@ -118,6 +125,14 @@ class Collector:
             keys, resumed = self.windows.open_windows()
             self.windows.start()
             log.info("opened %s; windows of %d keys %s", s.db, keys, "taken up" if resumed else "recomputed")
+            if self.rules:
+                from meritlens.collector.alerts._watch import AlertWatcher
+
+                self.alerts = AlertWatcher(self.store, self.windows, self.rules, s.alert_config(),
+                                           base_url=lambda: self.url)
+        if s.lake and self.rules:
+            log.warning("the profiles' alert rules are not evaluated with --lake: a single-node collector (--db)"
+                        " evaluates them")
         window_lag = self.windows.window_lag if self.windows else (lambda: (0, 0))
         self.pipeline.start()
         self.limiter.start()
@@ -129,12 +144,21 @@ class Collector:
         app = self._http.app()
         ApiRoutes(self.store, self.ingest, self.health, sql_max_rows=s.sql_max_rows, sql_timeout_s=s.sql_timeout_s,
                   window_lag=window_lag).install(app)
-        Dashboard(self.store, readiness=self.readiness, token=self.token, redactor=self.redactor).install(app)
-        MetricsEndpoint(self.store, self.health, readiness=self.readiness, window_lag=window_lag,
-                        limiter=self.limiter, redactor=self.redactor).install(app)
+        AlertsEndpoint(self.alerts, lake=bool(s.lake)).install(app)
+        regressions = None  # from the windows by time, which a lake's collectors do not keep
         if self.windows is not None:
             RangeWindowsEndpoint(self.windows, self.store.db_name).install(app)
+            regressions = Regressions(self.windows, self.readiness.profiles if self.readiness else [])
+            regressions.install(app)
             ForgetEndpoint(self.windows, self.health).install(app)
+        else:
+            install_without_buckets(app)
+        current = regressions.current if regressions else None
+        Dashboard(self.store, readiness=self.readiness, token=self.token, regressions=current,
+                  redactor=self.redactor).install(app)
+        MetricsEndpoint(self.store, self.health, readiness=self.readiness, window_lag=window_lag,
+                        limiter=self.limiter, alerts=self.alerts, regressions=current,
+                       redactor=self.redactor).install(app)
         # `_stop_http` waits for the requests in progress itself; what aiohttp then waits for is answers
         # already being written
         self._runner = web.AppRunner(app, auto_decompress=False, access_log=None, shutdown_timeout=_CLOSE_WAIT_S)
@@ -147,6 +171,8 @@ class Collector:
         await site.start()
         self.http_port = site._server.sockets[0].getsockname()[1]
         log.info("OTLP/HTTP listening on %s", self.url)
+        if self.alerts is not None:  # after the port is known: the events link to this collector's pages
+            self.alerts.start()
         if s.grpc_enabled:
             from meritlens.collector.receive import _grpc
               # imported only when enabled: gRPC's library is ~7 MiB resident
@@ -222,9 +248,13 @@ class Collector:
         self.limiter.shutdown()
         await loop.run_in_executor(None, self.pipeline.shutdown)
         self.ingest.close()
+        if self.alerts is not None:
+            await loop.run_in_executor(None, self.alerts.shutdown)
         if self.windows is not None:
-            # what is not windowed yet stays in `spans`: the next start follows it from the saved state
-            await loop.run_in_executor(None, self.windows.shutdown, False)
+            # a small backlog is windowed now; a larger one stays in `spans` for the next start (a stop
+            # stays within its timeout at any load)
+            small = self.windows.queue.lag()[1] <= SHUTDOWN_WINDOW_ROWS
+            await loop.run_in_executor(None, self.windows.shutdown, small)
         self.store.shutdown()
         if self.http_port is not None and not self.settings.lake:
             try:

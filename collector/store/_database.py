@@ -3,6 +3,7 @@ the one migration files of earlier versions need."""
 
 from __future__ import annotations
 
+import datetime as _dt
 import logging
 from dataclasses import dataclass
 
@@ -170,6 +171,15 @@ def rollback(con: duckdb.DuckDBPyConnection) -> None:
         con.execute("ROLLBACK")
     except duckdb.Error:
         pass
+
+
+def utc_now() -> _dt.datetime:
+    return _dt.datetime.now(_dt.UTC)
+
+
+def now_us() -> int:
+    """µs since the epoch: the unit of every time the collector keeps."""
+    return int(utc_now().timestamp() * 1_000_000)
 
 
 def timestamp_sql(us: int) -> str:

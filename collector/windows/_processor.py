@@ -16,11 +16,10 @@ read is rebuilt.
 
 from __future__ import annotations
 
-import datetime as _dt
 import logging
 import threading
 import time
-from typing import Callable
+from typing import Callable, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -53,7 +52,7 @@ from meritlens.collector._settings import (
     MIN_REBUILD_ROWS_PER_PARTITION,
     REBUILD_POOL_BYTES_PER_ROW,
 )
-from meritlens.collector.store._database import timestamp_sql, transaction
+from meritlens.collector.store._database import now_us, timestamp_sql, transaction, utc_now
 from meritlens.collector.store._keyfilter import GrowingKeyFilter
 from meritlens.collector.store._keyhash import key_hashes
 from meritlens.collector.store._rows import concat, trace_task_hashes
@@ -66,6 +65,7 @@ from meritlens.collector.windows._queue import CommitQueue
 from meritlens.collector.windows._rebuild import SpanRebuild
 
 log = logging.getLogger("meritlens.collector.windows")
+T = TypeVar("T")
 
 STATE_SAVE_INTERVAL_S = 10.0
 """How often changed window state is saved with its watermark: a crash costs the next start the
@@ -89,7 +89,7 @@ class WindowProcessor:
                  quantile_error: float = DEFAULT_RELATIVE_ERROR, state_save_s: float = STATE_SAVE_INTERVAL_S,
                  clock: Callable[[], int] | None = None):
         self.store = store
-        self._clock = clock or _now_us
+        self._clock = clock or now_us
         """µs since the epoch: what decides when time buckets merge (a test's own clock)."""
         if rebuild_rows_per_partition is None:
             pool = store.memory_limit_bytes or DEFAULT_DB_MEMORY_BYTES
@@ -118,6 +118,9 @@ class WindowProcessor:
         self._saved_us: int | None = None
         """The watermark of the state saved last by this processor."""
         self._warned_budget = False
+        self.on_windows: Callable[[set[tuple]], None] | None = None
+        """Called after a pass with the keys whose windows changed, (target, scope) and time buckets
+        (`BUCKET_KEY_COLUMNS`): the alert rules' evaluation."""
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         # a started store: the windows start from what it holds, and follow every later commit
@@ -297,6 +300,8 @@ class WindowProcessor:
             self._recompute(recompute | recompute_by_time, until_us)
         self.cache.touched(changed | changed_by_time)
         self.store_windows(changed | changed_by_time)
+        if self.on_windows is not None:
+            self.on_windows(changed | changed_by_time)
         return changed | changed_by_time
 
     def remove(self, rows: pa.Table, delete: Callable[[duckdb.DuckDBPyConnection], None]) -> set[WindowKey]:
@@ -476,7 +481,7 @@ class WindowProcessor:
         with ``replace_by_time``, the rows by time of no other key are kept."""
         if not keys and not replace_by_time:
             return
-        now = _now()
+        now = utc_now()
         cumulative = sorted(k for k in keys if len(k) == 2)
         rows = [w for key in cumulative for w in self.book.windows(key, self.store.db_name, now)]
         by_time = bucket_rows(self.book, [k for k in keys if len(k) == len(BUCKET_KEY_COLUMNS)], self.store.db_name, now)
@@ -534,17 +539,23 @@ class WindowProcessor:
             log.info("windows by time: %d buckets merged into %d longer ones", len(moved), len(groups))
             return True
 
-    def range_windows(self, since_us: int | None, until_us: int | None, target: str | None = None,
-                      scope: str | None = None) -> RangeWindows:
-        """The windows of a time range from the buckets that overlap it: those held in memory (the
-        freshest) and the saved ones."""
+    def read_buckets(self, since_us: int | None, until_us: int | None, read: Callable[[WindowBook], T],
+                     target: str | None = None, scope: str | None = None) -> T:
+        """``read(book)`` over the bucket states that overlap a time range: those held in memory (the
+        freshest) and the saved ones. It runs under the lock (the states are shared, not copied) and
+        must only read them: merges (`WindowBook.merged`) copy nothing back."""
         with self.lock:
             book = WindowBook(self.book.scale)
             for key in keys_in([k for k in self.book.keys if len(k) == len(BUCKET_KEY_COLUMNS)], since_us, until_us):
                 if (target is None or key[0] == target) and (scope is None or key[1] == scope):
-                    book.take_key(self.book, key)  # read only: the merge copies nothing back
+                    book.take_key(self.book, key)
             _state.load_range(self.con, since_us, until_us, target, scope, book)
-        return merge_range(book, since_us, until_us)
+            return read(book)
+
+    def range_windows(self, since_us: int | None, until_us: int | None, target: str | None = None,
+                      scope: str | None = None) -> RangeWindows:
+        """The windows of a time range: each (target, scope)'s merge of the buckets that overlap it."""
+        return self.read_buckets(since_us, until_us, lambda book: merge_range(book, since_us, until_us), target, scope)
 
     def save_state_if_due(self) -> bool:
         if self.cache.dirty and time.monotonic() - self.state_saved_at >= self._state_save_s:
@@ -570,11 +581,3 @@ class WindowProcessor:
             except Exception:  # noqa: BLE001 - the spans are stored; a start follows them from the state saved before
                 log.exception("saving the window state failed")
                 return False
-
-
-def _now() -> _dt.datetime:
-    return _dt.datetime.now(_dt.timezone.utc)
-
-
-def _now_us() -> int:
-    return int(_now().timestamp() * 1_000_000)

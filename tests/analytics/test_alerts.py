@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from meritlens.analytics._alerts import AlertRule, Evidence, RuleKind, evaluate, no_data, sequence_start
+from meritlens.analytics._alerts import AlertRule, Evidence, RuleKind, evaluate_rule, no_data, sequence_start
 from meritlens.analytics._intervals import wilson_interval
 from meritlens.analytics._sequential import evidence
 from meritlens.analytics._time_buckets import DAY_US, HOUR_US
@@ -25,7 +25,7 @@ def _month_alarms(rule: AlertRule, months: int, per_minute: float, draw_counts, 
     """Simulated months of per-minute evaluations of a constraint rule on a healthy target exactly at its
     threshold: (share of months with a false alarm, share with one from a 95% fixed-sample Wilson
     interval checked as often). ``draw_counts(rng, n)`` gives each minute's samples on the wrong side of
-    the threshold's indicator; the evidence is the same function `evaluate` applies to a window state."""
+    the threshold's indicator; the evidence is the same function `evaluate_rule` applies to a window state."""
     rng = np.random.default_rng(seed)
     per_range = rule.range_us // MINUTE_US
     ranges = _MONTH_MINUTES // per_range
@@ -90,7 +90,7 @@ def test_evaluate_on_real_states_decides_as_the_simulation_does():
         values = rng.binomial(1, p, rng.poisson(30))
         add_samples(state, values, now)
         k, n = k + int(values.sum()), n + values.size
-        result = evaluate(rule, state, firing=firing)
+        result = evaluate_rule(rule, state, firing=firing)
         firing = result.firing
         expected = bool(evidence(k - n * 0.05, k * 0.95 ** 2 + (n - k) * 0.05 ** 2, 0.05, rule.alpha)) and n >= 30
         assert (result.evidence is Evidence.WRONG_SIDE) == expected
@@ -114,7 +114,7 @@ def test_a_latency_shift_fires_holds_and_resolves_on_evidence():
             state = state_of(rule.metric, [])
         slow = 2.0 if 5 * 60 <= minute < 8 * 60 else 1.0
         add_samples(state, rng.lognormal(0, 0.5, 40) * slow, now)
-        result = evaluate(rule, state, firing=firing)
+        result = evaluate_rule(rule, state, firing=firing)
         firing = result.firing
         log.append(result)
     fired = [i for i, r in enumerate(log) if r.transition == "fired"]
@@ -131,39 +131,39 @@ def test_a_latency_shift_fires_holds_and_resolves_on_evidence():
 def test_a_handful_of_slow_samples_under_the_minimum_does_not_fire():
     rule = AlertRule("end_to_end_latency", RuleKind.CONSTRAINT, threshold=2.0, min_samples=30)
     state = state_of(rule.metric, np.full(8, 60.0))
-    result = evaluate(rule, state)
+    result = evaluate_rule(rule, state)
     assert not result.firing and result.evidence is Evidence.NOT_ENOUGH_SAMPLES and result.samples == 8
 
 
 def test_an_undecided_evaluation_keeps_the_state():
     rule = AlertRule("task_success", RuleKind.CONSTRAINT, threshold=0.9, min_samples=10)
     state = state_of(rule.metric, [1] * 18 + [0] * 2)  # 90% of 20: no evidence either way
-    assert evaluate(rule, state, firing=True).firing and evaluate(rule, state, firing=True).transition is None
-    assert not evaluate(rule, state, firing=False).firing
-    assert evaluate(rule, state).evidence is Evidence.UNDECIDED
+    assert evaluate_rule(rule, state, firing=True).firing and evaluate_rule(rule, state, firing=True).transition is None
+    assert not evaluate_rule(rule, state, firing=False).firing
+    assert evaluate_rule(rule, state).evidence is Evidence.UNDECIDED
 
 
 def test_a_regression_rule_fires_on_a_shift_against_its_baseline_and_not_without():
     rng = np.random.default_rng(12)
     baseline = state_of("end_to_end_latency", rng.lognormal(0, 0.5, 20_000))
     rule = AlertRule("end_to_end_latency", RuleKind.REGRESSION, tolerance=0.2, min_samples=50)
-    same = evaluate(rule, state_of(rule.metric, rng.lognormal(0, 0.5, 2000)), baseline=baseline)
+    same = evaluate_rule(rule, state_of(rule.metric, rng.lognormal(0, 0.5, 2000)), baseline=baseline)
     assert not same.firing and same.baseline_samples == 20_000
-    slower = evaluate(rule, state_of(rule.metric, rng.lognormal(0, 0.5, 2000) * 1.6), baseline=baseline)
+    slower = evaluate_rule(rule, state_of(rule.metric, rng.lognormal(0, 0.5, 2000) * 1.6), baseline=baseline)
     assert slower.firing and slower.transition == "fired" and slower.bound > 0.2
     assert slower.value == pytest.approx(0.6 * math.exp(0.5 * _Z95), rel=0.15)
     rate = AlertRule("task_success", RuleKind.REGRESSION, min_samples=50)
-    worse = evaluate(rate, state_of(rate.metric, rng.binomial(1, 0.7, 2000)),
+    worse = evaluate_rule(rate, state_of(rate.metric, rng.binomial(1, 0.7, 2000)),
                      baseline=state_of(rate.metric, rng.binomial(1, 0.9, 5000)))
     assert worse.firing and worse.bound < 0 and worse.counts["recent"]["ones"] < 1500
     with pytest.raises(ValueError, match="baseline"):
-        evaluate(rate, state_of(rate.metric, [1, 0]))
+        evaluate_rule(rate, state_of(rate.metric, [1, 0]))
 
 
 def test_a_sum_constraint_is_the_observed_sum():
     rule = AlertRule("total_task_cost", RuleKind.CONSTRAINT, threshold=10.0, range_us=DAY_US)
-    under = evaluate(rule, state_of(rule.metric, np.full(99, 0.1)))
-    over = evaluate(rule, state_of(rule.metric, np.full(101, 0.1)), firing=False)
+    under = evaluate_rule(rule, state_of(rule.metric, np.full(99, 0.1)))
+    over = evaluate_rule(rule, state_of(rule.metric, np.full(101, 0.1)), firing=False)
     assert under.evidence is Evidence.RIGHT_SIDE and over.firing and over.bound == pytest.approx(10.1)
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from meritlens.analytics._accumulate import DEFAULT_SCALE, SampleColumns, WindowAccumulator, WindowBook
+from meritlens.analytics._accumulate import DEFAULT_SCALE, WindowAccumulator, WindowBook
+from meritlens.analytics._sample_columns import SampleColumns
 from meritlens.analytics._time_buckets import HOUR_US, BucketCutoffs, bucketed
 from meritlens.analytics._definitions import DEFINITIONS_BY_METRIC
 from meritlens.analytics._samples import SAMPLE_ROW_COLUMNS, SAMPLE_VALUES

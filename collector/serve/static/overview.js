@@ -1,5 +1,5 @@
 // meritlens dashboard, the overview: which target costs most, which is slowest, which is not ready,
-// then one sortable table across targets; a row opens the target.
+// which got worse, then one sortable table across targets; a row opens the target.
 "use strict";
 
 (function (ML) {
@@ -9,6 +9,13 @@
   function readinessText(r) {
     if (!r) return "no profile";
     return r.baseline_ready ? "ready" : r.ready ? "baseline not ready" : "not ready";
+  }
+
+  function regressionsText(r) {
+    if (!r) return null;
+    if (r.worse.length) return `${r.worse.length} worse`;
+    if (r.better.length) return `${r.better.length} better`;
+    return r.compared ? "no change" : "nothing compared";
   }
 
   const COLUMNS = [
@@ -21,6 +28,7 @@
     { key: "latency_p95", label: "p95 latency", unit: "s", why: "latency not measured (fewer than two tasks)" },
     { key: "success_rate", label: "success rate", unit: "ratio", why: "no task recorded an outcome" },
     { key: "readiness", label: "readiness", text: true, value: (r) => readinessText(r.readiness) },
+    { key: "regressions", label: "regressions", text: true, value: (r) => regressionsText(r.regressions) },
     { key: "last_seen", label: "last seen", text: true },
   ];
 
@@ -39,7 +47,7 @@
   }
 
   // The three first questions, each answered with a link to the target.
-  function callouts(rows) {
+  function callouts(rows, report) {
     const best = (key) => rows.filter((r) => ML.isNum(r[key])).sort((a, b) => b[key] - a[key])[0];
     const costly = best("total_cost"), slow = best("latency_p95");
     const notReady = rows.filter((r) => r.readiness && !r.readiness.baseline_ready);
@@ -53,7 +61,18 @@
         costly ? `${ML.formatNumber(costly.total_cost, "USD")} over ${ML.plural(costly.priced_tasks || 0, "priced task")}` : "no priced task yet"),
       card("slowest", "Slowest (p95 latency)", slow ? targetLink(slow) : ML.missing("no latency measured"),
         slow ? ML.formatNumber(slow.latency_p95, "s") + " p95 per task" : "no latency measured yet"),
-      readinessCard(card, notReady, withProfile, targetLink));
+      readinessCard(card, notReady, withProfile, targetLink),
+      regressionsCard(card, rows, report, targetLink));
+  }
+
+  // The targets with a metric worse than in the baseline, by the dashboard's regressions report.
+  function regressionsCard(card, rows, report, targetLink) {
+    if (!report) return card("regressions", "Regressions", ML.missing("no windows by time"), "", "none");
+    const worse = rows.filter((r) => r.regressions && r.regressions.worse.length);
+    const note = ML.regressionsSummary(report);
+    if (worse.length === 0) return card("regressions", "Got worse", "no metric is worse", note, "ready");
+    return card("regressions", "Got worse", worse.map((r, i) => [i ? ", " : "", targetLink(r),
+      ` (${r.regressions.worse.join(", ")})`]), note, "not-ready");
   }
 
   // Headed by what its body says: the targets not ready, every profiled target ready, or no profile.
@@ -95,6 +114,14 @@
         title: !r ? "" : r.missing && r.missing.length ? "missing: " + r.missing.join(", ")
           : r.baseline_ready ? "" : "every required metric is covered; some lack the evidence the profile asks for" },
         value));
+    }
+    if (column.key === "regressions") {
+      const r = row.regressions;
+      if (!r) return el("td", { "data-col": "regressions" }, ML.missing("no windows by time on this collector"));
+      const verdict = r.worse.length ? "worse" : r.better.length ? "better" : "no_change";
+      return el("td", { "data-col": "regressions", "data-worse": r.worse.length },
+        el("span", { class: "verdict regression-" + verdict, title: [...r.worse.map((m) => m + " worse"),
+          ...r.better.map((m) => m + " better")].join(", ") }, value));
     }
     if (column.key === "last_seen") return el("td", { "data-col": "last_seen" }, ML.formatTime(value));
     if (column.unit === "count") return el("td", { class: "num", "data-col": column.key }, ML.intFormat.format(value || 0));
@@ -138,7 +165,7 @@
         return tr;
       })));
     const focused = document.activeElement && document.activeElement.dataset.sort;
-    main.replaceChildren(callouts(rows), el("div", { class: "panel wide" }, table),
+    main.replaceChildren(callouts(rows, doc.regressions), ML.alertsPanel(null), el("div", { class: "panel wide" }, table),
       ...[redactionPanel(doc.redaction)].filter(Boolean));
     if (focused) main.querySelector(`button[data-sort="${focused}"]`).focus(); // keep keyboard focus on re-sort
   };

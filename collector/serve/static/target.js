@@ -1,5 +1,5 @@
-// meritlens dashboard, one target: its figures over time for a chosen range and bucket, the breakdown
-// by model, its windows (each linking to its spans), per-task latency and cost, and readiness.
+// meritlens dashboard, one target: its figures over time for a chosen range and bucket, its regressions
+// (the recent day against the week before), the breakdown by model, its windows (each linking to its spans), per-task latency and cost, and readiness.
 "use strict";
 
 (function (ML) {
@@ -12,18 +12,19 @@
     const scope = state.get("scope") || "all";
     const range = ML.rangeQuery(state);
     const series = initial || ML.getJSON("/api/dashboard/timeseries", { target, ...range, bucket: state.get("bucket") || "auto" });
-    const [timeseries, models, windows, tasks, readiness, targets] = await Promise.all([
+    const [timeseries, models, windows, tasks, readiness, targets, regressions] = await Promise.all([
       series,
       ML.getJSON("/api/dashboard/models", { target, ...range }),
       ML.getJSON("/api/dashboard/windows", { target, scope }),
       ML.getJSON("/api/dashboard/tasks", { target, scope }),
       ML.getJSON("/api/dashboard/profiles", { target }),
       ML.getJSON("/api/dashboard/targets"),
+      ML.getJSON("/api/dashboard/regressions", { target }),
     ]);
     const meta = targets.targets.find((t) => t.target_id === target) ||
       { target_id: target, spans: 0, tasks: 0, last_span_time: null, scopes: ["all"] };
     return { meta, scope, timeseries, models, windows: windows.windows, notStored: windows.not_stored || [],
-      tasks, readiness, profilesLoaded: targets.readiness_profiles, db: targets.db };
+      tasks, readiness, regressions, profilesLoaded: targets.readiness_profiles, db: targets.db };
   };
 
   function select(label, name, options, value, onChange) {
@@ -136,7 +137,7 @@
       el("div", { class: "panel" }, el("h3", {}, "Cost per task"), ML.costPlot(view.tasks)),
       el("div", { class: "panel readiness" }, el("h3", {}, "Readiness"), ML.readinessView(view.readiness, view.profilesLoaded)));
     main.replaceChildren(el("section", { class: "target", "data-target": t.target_id, "data-scope": view.scope },
-      head, overTime(view.timeseries),
+      head, ML.alertsPanel(t.target_id), overTime(view.timeseries), ML.regressionsPanel(view.regressions),
       el("div", { class: "panel wide" }, el("h3", {}, "By model"), modelsTable(view.models)),
       el("div", { class: "grid" }, windowsPanel, side)));
   };

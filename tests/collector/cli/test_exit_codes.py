@@ -33,7 +33,7 @@ def _commands(group: click.Group, prefix: tuple[str, ...] = ()):
     for name, command in group.commands.items():
         if isinstance(command, click.Group):
             yield from _commands(command, (*prefix, name))
-        else:
+        if not isinstance(command, click.Group) or command.invoke_without_command:  # a group that runs alone too
             yield " ".join((*prefix, name))
 
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from meritlens.analytics._schema import SPAN_COLUMN_NAMES
-from meritlens.analytics._accumulate import group_samples
+from meritlens.analytics._sample_columns import group_samples
 from meritlens.analytics._distribution import SUM_SCALE
 from meritlens.analytics._definitions import SPAN_WINDOW_METRICS
 from meritlens.analytics._samples import SAMPLE_ROW_COLUMNS, SAMPLE_VALUES, WINDOW_INPUT_COLUMNS, sample_rows_sql
