@@ -355,6 +355,10 @@ class WindowBook:
     def nbytes(self, key: WindowKey) -> int:
         return sum(a.nbytes for a in self._windows.get(key, {}).values())
 
+    def sampled(self, key: WindowKey) -> bool:
+        """Whether ``key`` holds any sample (a key whose samples were all taken out holds none)."""
+        return any(self._facts.get(key, {}).values())
+
     def drop(self, key: WindowKey) -> None:
         self._windows.pop(key, None)
         self._facts.pop(key, None)

@@ -86,14 +86,14 @@ class Sampler(threading.Thread):
 
 
 class Collector:
-    def __init__(self, tmp: str, memory_limit: str | None = None, extra: tuple[str, ...] = ()):
+    def __init__(self, tmp: str, memory_limit: str | None = None, serve_args: tuple[str, ...] = ()):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.db = os.path.join(tmp, "bench.duckdb")
-        args = [os.path.join(BIN, "meritlens"), "serve", "--db", self.db, "--http-port", str(self.port), "--no-grpc",
-                *extra]
+        args = [os.path.join(BIN, "meritlens"), "serve", "--db", self.db, "--http-port", str(self.port), "--no-grpc"]
         if memory_limit:
             args += ["--memory-limit", memory_limit]
+        args += serve_args
         self.log_path = os.path.join(tmp, "collector.log")
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)

@@ -34,9 +34,10 @@ _PROGRESS_SQL = (f"SELECT (SELECT count(*) FROM spans), ({WINDOWED_CALLS_SQL}), 
 
 
 def run(spans: int, batch: int = 1000, clients: int = 2, memory_limit: str | None = None, seed: int = 0,
-        targets: int = 20) -> dict:
+        targets: int = 20, serve_args: tuple[str, ...] = ()) -> dict:
+    """One run; ``serve_args``: more options of `meritlens serve` (e.g. a redaction policy)."""
     with tempfile.TemporaryDirectory(prefix="meritlens-bench-") as tmp:
-        collector = Collector(tmp, memory_limit)
+        collector = Collector(tmp, memory_limit, serve_args)
         try:
             senders = Senders(collector.url, spans, batch=batch, clients=clients, seed=seed, targets=targets,
                               pregenerate=True)

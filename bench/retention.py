@@ -66,7 +66,7 @@ def bytes_per_span(spans: int) -> dict:
 def steady(rate: float, seconds: float, retain: str) -> dict:
     """The DuckDB file's size every minute under a paced load with retention on."""
     with tempfile.TemporaryDirectory(prefix="meritlens-bench-") as tmp:
-        collector = Collector(tmp, extra=("--retain", retain))
+        collector = Collector(tmp, serve_args=("--retain", retain))
         archive = collector.db + ".archive"
         minutes = []
         try:

@@ -21,6 +21,7 @@ import knee
 import lake
 import quantiles
 import queries
+import redaction
 import retention
 import sustained
 import windows
@@ -61,6 +62,12 @@ def main() -> None:
     q = queries.run(100_000, 10, 20)
     rows.append(("reading `windows` of a target, 100k stored", f"{q['windows_ms']:.2f} ms",
                  f"typed sum {q['typed_ms']:.1f} ms vs JSON extraction {q['json_ms']:.1f} ms"))
+
+    r = redaction.run(20_000, 1000, 0.05)
+    rows.append(("redaction, example policy, 20k spans in batches of 1,000",
+                 f"{r['clean_us'] / r['normalize_us']:.0%} of normalize",
+                 f"{r['clean_us']:.2f} µs a span with nothing to mask, {r['content_us']:.2f} µs with content on "
+                 f"{r['written']:,} spans; normalize {r['normalize_us']:.1f} µs"))
 
     c = lake.compute(50_000, 16_384, "local[2]")
     rows.append(("windows of 50k spans: DuckDB vs Spark local[2], rows equal", f"DuckDB {c['duckdb_s']:.1f} s",

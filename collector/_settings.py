@@ -392,6 +392,10 @@ class ServerSettings:
         "--target-fallback", DEFAULT_TARGET_FALLBACK, "Target ID for LLM-call spans that carry none, from "
         "{service.name}, {model}, {provider}, {scope}; 'none' turns it off.")
     """Template naming the target of LLM-call spans that carry none; "none" turns it off."""
+    redact: str | None = setting(
+        "--redact", None, "A redaction policy (TOML: docs/redaction.md) applied to every span before it is stored: "
+        "attributes dropped by key, patterns masked, values hashed; an invalid policy refuses to start.")
+    """The redaction policy file (`collector/process/_redact.py`); None: spans are stored as received."""
     shutdown_timeout_s: float = setting(
         "--shutdown-timeout", DEFAULT_SHUTDOWN_TIMEOUT_S, "Seconds a graceful stop (SIGTERM) may take; requests in "
         "progress get up to half of it.", kind="float")

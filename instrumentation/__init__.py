@@ -3,7 +3,8 @@
 Needs only the OpenTelemetry SDK and the OTLP exporter; never imports the collector.
 User guide: docs/instrumentation.md.
 
-`MeritlensInstrumentor` is the `opentelemetry-instrument` (zero-code) entry point; it needs the
+`RedactingSpanExporter` applies a redaction policy (`redaction`, docs/redaction.md) to spans before they
+leave the process. `MeritlensInstrumentor` is the `opentelemetry-instrument` (zero-code) entry point; it needs the
 `opentelemetry-instrumentation` package (`pip install 'meritlens[agent]'`).
 
 Names are imported from their modules on first use, so a process that reads only the attribute
@@ -19,7 +20,8 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "_instrument": ("instrument", "uninstrument"),
     "_instrumentor": ("MeritlensInstrumentor",),
     "_observe": ("observe",),
+    "_redact_export": ("RedactingSpanExporter",),
     "_task": ("Task", "current_task", "record_outcome", "step", "task", "tool"),
     "_usage": ("TokenUsage", "normalize_usage"),
     "pricing": ("price_call",),
-}, submodules=("conventions",))
+}, submodules=("conventions", "redaction"))

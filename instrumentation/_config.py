@@ -13,6 +13,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from meritlens.instrumentation import conventions as c
 from meritlens.instrumentation import pricing
 from meritlens.instrumentation._state import config, log
+from meritlens.instrumentation.redaction import RedactionPolicy, load_policy
 
 PROTOCOL_ENV = "OTEL_EXPORTER_OTLP_PROTOCOL"
 TRACES_PROTOCOL_ENV = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
@@ -37,6 +38,14 @@ def _otlp_exporter() -> SpanExporter:
     return HttpExporter()
 
 
+def _redacting(exporter: SpanExporter, policy: RedactionPolicy | None) -> SpanExporter:
+    if policy is None:
+        return exporter
+    from meritlens.instrumentation._redact_export import RedactingSpanExporter
+
+    return RedactingSpanExporter(exporter, policy)
+
+
 def configure(
     *,
     target: str | None = None,
@@ -44,6 +53,7 @@ def configure(
     price_file: str | os.PathLike[str] | None = None,
     span_exporter: SpanExporter | None = None,
     tracer_provider: Any = None,
+    redact: str | os.PathLike[str] | RedactionPolicy | None = None,
 ) -> Any:
     """Set up where meritlens' spans go; returns the tracer provider in use.
 
@@ -57,22 +67,28 @@ def configure(
     target. ``service_name`` overrides ``OTEL_SERVICE_NAME``. ``price_file`` installs a user price file (else
     ``MERITLENS_PRICE_FILE`` is read on first use). ``span_exporter`` replaces the OTLP exporter (tests, other
     backends). ``tracer_provider`` uses the given provider as is (adding ``span_exporter`` to it if given)
-    without touching the global one.
+    without touching the global one. ``redact`` (a policy file, or a loaded RedactionPolicy) wraps the
+    exporter configure() adds in a RedactingSpanExporter, so the policy applies before spans leave the process
+    (docs/redaction.md); an invalid policy raises RedactionPolicyError.
 
     Idempotent: a second call keeps the first provider and adds no second exporter (only ``price_file`` is
     applied again). Call :func:`shutdown` to flush and start over.
     """
+    policy = redact if redact is None or isinstance(redact, RedactionPolicy) else load_policy(redact)
     with config.lock:
         if price_file is not None:
             pricing.set_price_file(price_file)
         if config.tracer_provider is not None:
             if span_exporter is not None or tracer_provider is not None or target is not None or service_name:
                 log.info("meritlens is already configured; the new provider, exporter and resource are ignored")
+            if policy is not None:
+                log.warning("meritlens is already configured: the redaction policy %s is NOT applied; "
+                            "call shutdown() before configure(redact=...)", policy.source)
             return config.tracer_provider
         if tracer_provider is not None:
             provider = tracer_provider
             if span_exporter is not None:
-                provider.add_span_processor(BatchSpanProcessor(span_exporter))
+                provider.add_span_processor(BatchSpanProcessor(_redacting(span_exporter, policy)))
             owns = False
             resource_target = getattr(getattr(provider, "resource", None), "attributes", {}).get(c.TARGET_ID)
         else:
@@ -83,7 +99,7 @@ def configure(
                 attributes[c.TARGET_ID] = target
             resource = Resource.create(attributes)
             provider = TracerProvider(resource=resource)
-            provider.add_span_processor(BatchSpanProcessor(span_exporter or _otlp_exporter()))
+            provider.add_span_processor(BatchSpanProcessor(_redacting(span_exporter or _otlp_exporter(), policy)))
             owns = True
             resource_target = resource.attributes.get(c.TARGET_ID)
             if not isinstance(trace.get_tracer_provider(), TracerProvider):

@@ -12,6 +12,7 @@ from meritlens.collector.cli._alerts import alerts
 from meritlens.collector.cli._evaluate import evaluate, list_metrics, observations
 from meritlens.collector.cli._evidence_commands import profile, readiness
 from meritlens.collector.cli._experiments import compare, experiment, frontier
+from meritlens.collector.cli._forget import forget
 from meritlens.collector.cli._lake_commands import lake_group
 from meritlens.collector.cli._output import first_sentence
 from meritlens.collector.cli._query_commands import sql, windows
@@ -77,6 +78,6 @@ def _finish_help(command: click.Command, name: str) -> None:
 
 
 for _command in (serve, sql, windows, regressions, profile, readiness, alerts, evaluate, list_metrics, observations,
-                 experiment, compare, frontier, import_command, export_command, lake_group):
+                 experiment, compare, frontier, import_command, export_command, forget, lake_group):
     cli.add_command(_command)
     _finish_help(_command, _command.name)

@@ -83,10 +83,12 @@ class StoreDestination:
 
     via = "file"
 
-    def __init__(self, store: SpanStore, options: NormalizeOptions):
+    def __init__(self, store: SpanStore, options: NormalizeOptions, redactor=None):
         self._store = store
         self._windows = WindowProcessor(store)
         self._options = options
+        self._redactor = redactor
+        """The collector's redaction policy ($MERITLENS_REDACT), applied as `serve` would before storing."""
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
         self._touched: set[tuple[str, str]] = set()
@@ -96,7 +98,8 @@ class StoreDestination:
         result.refused += len(batch.refused)
         _note_refusals(result, batch.refused)
         if batch.size:
-            self._pending.append(batch.to_arrow())
+            table = batch.to_arrow()
+            self._pending.append(table if self._redactor is None else self._redactor.redact(table))
             self._pending_rows += batch.size
             if self._pending_rows >= _MAX_BUFFERED_ROWS:
                 self.flush(result)
@@ -214,14 +217,26 @@ def open_destination(source: Source,
     the file directly (default: what `meritlens serve` would use); a collector applies its own."""
     if not source.is_file:
         return CollectorDestination(source.url, token=source.token, ca_file=source.ca_file)
+    from meritlens.collector._settings import ServerSettings
+
+    settings = ServerSettings.from_env()
+    redactor = None
+    if settings.redact:  # the policy `serve` applies, so that a file holds no span it would not store
+        from meritlens.collector.process._redact import SpanRedactor
+        from meritlens.instrumentation.redaction import RedactionPolicyError
+
+        try:
+            redactor = SpanRedactor.from_file(settings.redact)
+        except RedactionPolicyError as exc:
+            raise ImportFailed(str(exc)) from None
     store = SpanStore(source.db)
     open_file_or_explain(source.db, store.start, ImportFailed)
     if options is None:
         from meritlens.collector._settings import ServerSettings
         from meritlens.collector.serve._server import normalize_options
 
-        options = normalize_options(ServerSettings.from_env())
-    return StoreDestination(store, options)
+        options = normalize_options(settings)
+    return StoreDestination(store, options, redactor)
 
 
 # --- the whole import ----------------------------------------------------------------------------

@@ -59,6 +59,14 @@ def serve(ctx: click.Context, no_grpc: bool, profiles: tuple[str, ...], **option
             watched_rules(load_profiles(settings.profiles))
         except ValueError as exc:  # a ProfileError lists every problem of the file
             raise click.BadParameter(str(exc), param_hint="--profile") from None
+    if settings.redact:
+        from meritlens.collector.process._redact import SpanRedactor
+        from meritlens.instrumentation.redaction import RedactionPolicyError
+
+        try:
+            SpanRedactor.from_file(settings.redact)
+        except RedactionPolicyError as exc:  # one line naming the file and the rule
+            raise click.ClickException(str(exc)) from None
     check_free(settings)
     from meritlens.collector.store._archive import ArchiveError, RecomputeRefused
 

@@ -50,6 +50,7 @@ class TraceServiceReceiver(trace_service_pb2_grpc.TraceServiceServicer):
         self._max_concurrent_rpcs = max_concurrent_rpcs
         self._max_message_bytes = max_message_bytes
         self._active = 0  # calls in Export; the event loop is the only thread that changes it
+        self._refusals = RefusalLog(withheld=(grpc.StatusCode.INVALID_ARGUMENT.name,) if ingest.redacting else ())
 
     async def Export(self, requests, context: grpc.aio.ServicerContext):  # gRPC method name
         """One OTLP export: ``requests`` yields the call's single serialized message."""
@@ -89,20 +90,14 @@ class TraceServiceReceiver(trace_service_pb2_grpc.TraceServiceServicer):
         return _otlp.export_response(outcome.rejected, outcome.message)
 
     async def _abort(self, context: grpc.aio.ServicerContext, err: IngestError) -> None:
-        await _abort(context, self._ingest.refused(err))
-
-
-_REFUSALS = RefusalLog()
-
-
-async def _abort(context: grpc.aio.ServicerContext, err: IngestError) -> None:
-    code = _GRPC_CODES.get(err.rpc_code, grpc.StatusCode.UNKNOWN)
-    _REFUSALS.note(code.name, "gRPC TraceService/Export", err.message, context.peer())
-    status = _otlp.rpc_status(err.rpc_code, err.message, err.retry_after_s)
-    trailing = [(STATUS_DETAILS_KEY, status.SerializeToString())]
-    if err.retry_after_s is not None:
-        trailing.append((RETRY_INFO_KEY, _otlp.retry_info(err.retry_after_s).SerializeToString()))
-    await context.abort(code, err.message, tuple(trailing))
+        err = self._ingest.refused(err)
+        code = _GRPC_CODES.get(err.rpc_code, grpc.StatusCode.UNKNOWN)
+        self._refusals.note(code.name, "gRPC TraceService/Export", err.message, context.peer())
+        status = _otlp.rpc_status(err.rpc_code, err.message, err.retry_after_s)
+        trailing = [(STATUS_DETAILS_KEY, status.SerializeToString())]
+        if err.retry_after_s is not None:
+            trailing.append((RETRY_INFO_KEY, _otlp.retry_info(err.retry_after_s).SerializeToString()))
+        await context.abort(code, err.message, tuple(trailing))
 
 
 def add_receiver(server: grpc.aio.Server, receiver: TraceServiceReceiver) -> None:

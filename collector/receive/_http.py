@@ -159,7 +159,7 @@ class HttpReceiver:
         self._idle = asyncio.Event()
         self._idle.set()
         self._draining = False
-        self.refusals = RefusalLog()
+        self.refusals = RefusalLog(withheld=(400,) if ingest.redacting else ())
 
     def app(self) -> web.Application:
         """An application with the OTLP route and the token and drain middlewares, which apply to

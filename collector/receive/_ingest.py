@@ -28,6 +28,7 @@ from meritlens.collector._settings import RETRY_AFTER_SECONDS, request_memory_by
 from meritlens.collector.process import _otlp
 from meritlens.collector.process._normalize import normalize
 from meritlens.collector.process._options import NormalizeOptions
+from meritlens.collector.process._redact import SpanRedactor
 from meritlens.collector.process._walk import SpanBatch
 from meritlens.collector.receive._memory import MemoryLimiter
 from meritlens.collector.receive._pipeline import IngestPipeline, Overloaded
@@ -152,7 +153,7 @@ class Ingest:
     def __init__(
         self, pipeline: IngestPipeline, budget: InflightBudget, *, max_spans_per_request: int,
         limits: _otlp.SpanLimits, normalize_options: NormalizeOptions = NormalizeOptions(), decode_threads: int = 2,
-        limiter: MemoryLimiter | None = None, health: IngestHealth = NO_HEALTH,
+        limiter: MemoryLimiter | None = None, health: IngestHealth = NO_HEALTH, redactor: SpanRedactor | None = None,
     ):
         self._pipeline = pipeline
         self.health = health
@@ -161,10 +162,16 @@ class Ingest:
         self._max_spans = max_spans_per_request
         self._limits = limits
         self._normalize_options = normalize_options
+        self._redactor = redactor
         # Decoding and normalizing are CPU work; doing them off the event loop keeps health checks,
         # SQL and the other receiver answering. Two threads bound the transient memory they use.
         self._executor = concurrent.futures.ThreadPoolExecutor(
             decode_threads, thread_name_prefix=_DECODE_THREAD)
+
+    @property
+    def redacting(self) -> bool:
+        """Whether a redaction policy applies to the spans before they are stored."""
+        return self._redactor is not None
 
     def reservation(self) -> Reservation:
         return Reservation(self.budget)
@@ -211,6 +218,8 @@ class Ingest:
                 batch, table = await loop.run_in_executor(self._executor, self._prepare, decoded)
             except _otlp.BadRequest as exc:  # a part of the body only parsed while normalizing
                 raise bad_request(str(exc)) from None
+            except _RedactionFailed as exc:
+                raise _refuse_unredacted(exc) from None
             except Exception:
                 raise _internal("normalizing the spans failed") from None
             del decoded
@@ -241,7 +250,13 @@ class Ingest:
             raise overloaded(f"storing spans failed (incident {incident})", "store_failed") from None
 
     def _prepare(self, decoded: _otlp.DecodedRequest):
-        return prepare(decoded, self._limits, self._normalize_options)
+        batch, table = prepare(decoded, self._limits, self._normalize_options)
+        if table is not None and self._redactor is not None:
+            try:
+                table = self._redactor.redact(table)
+            except Exception as exc:
+                raise _RedactionFailed(type(exc).__name__) from None
+        return batch, table
 
 
 def prepare(decoded: _otlp.DecodedRequest, limits: _otlp.SpanLimits,
@@ -252,6 +267,19 @@ def prepare(decoded: _otlp.DecodedRequest, limits: _otlp.SpanLimits,
     checks = _otlp.SpanChecks(lean, limits, None if body is None else len(body))
     batch = normalize(lean, decoded.refusals, options, checks=checks, body=body)
     return batch, (batch.to_arrow() if batch.size else None)
+
+
+class _RedactionFailed(Exception):
+    """The policy could not be applied to a batch; its text is the error's type only (never a value)."""
+
+
+def _refuse_unredacted(exc: _RedactionFailed) -> IngestError:
+    """Spans the policy could not be applied to are never stored; the log names the error's type only, as a
+    traceback's text could hold a value the policy hides."""
+    incident = uuid.uuid4().hex[:12]
+    log.error("applying the redaction policy failed (%s, incident %s); the request was refused", exc, incident)
+    return IngestError(500, code_pb2.INTERNAL, f"applying the redaction policy failed: an internal error "
+                                               f"(incident {incident}); this is a bug")
 
 
 def _internal(what: str) -> IngestError:

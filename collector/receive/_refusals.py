@@ -14,11 +14,14 @@ DEFAULT_PERIOD_S = 10.0
 
 class RefusalLog:
     """``note(status, where, reason)``: logs the first refusal of each (status, where) at once, then
-    at most one line per ``period_s`` saying how many more there were."""
+    at most one line per ``period_s`` saying how many more there were. The reason of a status in
+    ``withheld`` is not logged: a malformed request's reason can quote its content, which a redaction
+    policy keeps out of the log (the client still gets it in the response)."""
 
-    def __init__(self, period_s: float = DEFAULT_PERIOD_S, clock=time.monotonic):
+    def __init__(self, period_s: float = DEFAULT_PERIOD_S, clock=time.monotonic, withheld: tuple = ()):
         self._period_s = period_s
         self._clock = clock
+        self._withheld = withheld
         self._lock = threading.Lock()  # gRPC refusals come from its threads, HTTP's from the event loop
         self._last: dict[tuple, float] = {}
         self._skipped: dict[tuple, int] = {}
@@ -34,6 +37,8 @@ class RefusalLog:
             self._last[key] = now
             skipped = self._skipped.pop(key, 0)
         more = f" (and {skipped} more like it in the last {self._period_s:g}s)" if skipped else ""
+        if status in self._withheld:
+            reason = "the reason may quote the request's content, which the redaction policy keeps out of the log"
         reason = " ".join(reason.split())
         if len(reason) > 300:
             reason = reason[:300] + "..."

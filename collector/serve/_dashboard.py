@@ -129,11 +129,11 @@ class Dashboard:
     """The page and its endpoints over one store (`SpanQueries`); `install(app)` adds the routes."""
 
     def __init__(self, store: SpanQueries, *, readiness: ReadinessProvider | None = None, token=None,
-                 regressions: Callable[[], dict] | None = None):
+                 regressions: Callable[[], dict] | None = None, redactor=None):
         self._store = store
         self._readiness = readiness
         self._token = token  # the collector's BearerToken: data is inlined only for a request it accepts
-        self._explorer = Explorer(store, readiness, regressions)
+        self._explorer = Explorer(store, readiness, regressions, redactor)
         self._index = _static_text("index.html")
         self._static = {name: _static_text(name) for name in _STATIC_FILES}
 

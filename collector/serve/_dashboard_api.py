@@ -1,7 +1,8 @@
 """The dashboard's explore endpoints: the overview across targets, a target over time and by model,
 the trace list, one trace, and the evidence behind a window (all GET, read-only JSON).
 
-- ``/api/dashboard/overview``: one row per target with its figures and readiness;
+- ``/api/dashboard/overview``: one row per target with its figures and readiness, and what the redaction
+  policy changed, by rule;
 - ``/api/dashboard/timeseries?target=&range=&from=&to=&bucket=``: per time bucket;
 - ``/api/dashboard/models?target=&range=&from=&to=``: calls by provider and model;
 - ``/api/dashboard/traces?target=&model=&status=&range=&from=&to=&limit=``: the trace list;
@@ -67,11 +68,12 @@ def _report_facts(report: dict | None) -> dict | None:
 class Explorer:
     """The explore endpoints over a store's read-only ``query`` and the dashboard's readiness provider."""
 
-    def __init__(self, store, readiness=None, regressions=None):
+    def __init__(self, store, readiness=None, regressions=None, redactor=None):
         self._store = store
         self._readiness = readiness
         self._report = regressions
         """The current regressions report (collector/serve/_regressions.py); None without windows by time."""
+        self._redactor = redactor
 
     def install(self, app: web.Application) -> None:
         for view in ("overview", "timeseries", "models", "traces", "trace", "evidence", "regressions"):
@@ -122,7 +124,16 @@ class Explorer:
                 "compared": len(found), **{verdict: [r["metric"] for r in found if r["verdict"] == verdict]
                                            for verdict in ("worse", "better")}}
         return {"db": self._store.db_name, "readiness_profiles": self._readiness is not None, "targets": rows,
-                "regressions": _report_facts(report)}
+                "regressions": _report_facts(report), "redaction": self._redaction()}
+
+    def _redaction(self) -> dict | None:
+        """What the redaction policy changed since the collector started, by rule (None: no policy)."""
+        if self._redactor is None:
+            return None
+        counts = self._redactor.counts()
+        return {"policy": self._redactor.policy.source,
+                "rules": [{"rule": rule, "action": action, "count": counts.get((rule, action), 0)}
+                          for rule, action in self._redactor.policy.rule_names]}
 
     def _regressions(self, query) -> dict:
         """The current report, of one target when ``target`` is given (the family stays every target's)."""

@@ -38,6 +38,9 @@ class Health:
             "limit that refused them: memory_limit (the process above the memory limiter's soft limit; refused before "
             "the body is read), in_flight_bytes, grpc_calls, write_queue, store_failed, shutting_down.", ["reason"],
             registry=self.registry)
+        self._forgotten = Counter(
+            "meritlens_spans_forgotten", "Stored spans removed on request (meritlens forget --yes).",
+            registry=self.registry)
         for reason in REFUSAL_REASONS:  # every reason is exposed from the start, so a rate() sees its first refusal
             self._refused.labels(reason)
         for reason in OVERLOAD_REASONS:
@@ -56,6 +59,9 @@ class Health:
     def overloaded(self, reason: str) -> None:
         self._overloaded.labels(reason).inc()
 
+    def forgot(self, spans: int) -> None:
+        self._forgotten.inc(spans)
+
     def wrote(self, seconds: float) -> None:
         self._write_seconds.observe(seconds)
 
@@ -64,6 +70,11 @@ class Health:
         """Export requests refused so far, by reason, read through the counter's public samples."""
         [family] = self._overloaded.collect()
         return {s.labels["reason"]: int(s.value) for s in family.samples if s.name.endswith("_total")}
+
+    def forgotten_total(self) -> int:
+        """Stored spans removed on request so far."""
+        [family] = self._forgotten.collect()
+        return int(next(s.value for s in family.samples if s.name.endswith("_total")))
 
     def accepted_total(self) -> int:
         """Spans acknowledged so far, read through the counter's public samples."""

@@ -50,9 +50,10 @@ class WindowCollector:
     """A prometheus_client collector reading the store at each scrape."""
 
     def __init__(self, store, health: Health, readiness=None, window_lag=lambda: (0, 0), limiter=None, alerts=None,
-                 regressions=None):
+                 regressions=None, redactor=None):
         self._store = store
         self._alerts = alerts
+        self._redactor = redactor
         self._health = health
         self._readiness = readiness
         self._window_lag = window_lag
@@ -78,6 +79,18 @@ class WindowCollector:
             yield from self._alert_states()
         if self._regressions is not None:
             yield from self._regression_families(self._regressions())
+        if self._redactor is not None:
+            yield from self._redactions()
+
+    def _redactions(self):
+        counts = self._redactor.counts()
+        family = CounterMetricFamily(
+            "meritlens_redactions", "Values the redaction policy changed before storing them, by rule and action: "
+            "masked and hashed count matches replaced and values hashed whole, dropped attributes removed.",
+            labels=["rule", "action"])
+        for rule, action in self._redactor.policy.rule_names:  # every rule from the start, so a rate() sees it
+            family.add_metric([rule, action], counts.get((rule, action), 0))
+        yield family
 
     def _alert_states(self):
         labels = ["rule", "target", "metric"]
@@ -212,10 +225,11 @@ class MetricsEndpoint:
     """`GET /metrics` over one store: the windows' registry and the collector's health registry."""
 
     def __init__(self, store, health: Health, readiness=None, window_lag=lambda: (0, 0), limiter=None, alerts=None,
-                 regressions=None):
+                 regressions=None, redactor=None):
         self._health = health
         self._registry = CollectorRegistry(auto_describe=False)
-        self._registry.register(WindowCollector(store, health, readiness, window_lag, limiter, alerts, regressions))
+        self._registry.register(WindowCollector(store, health, readiness, window_lag, limiter, alerts, regressions,
+                                                redactor))
 
     def install(self, app: web.Application) -> None:
         app.router.add_get(METRICS_PATH, self.metrics)

@@ -21,6 +21,7 @@ from meritlens.collector._settings import (
 from meritlens.collector.process._normalize import NATIVE_SCANNER
 from meritlens.collector.process._options import NormalizeOptions, check_target_fallback
 from meritlens.collector.process._otlp import SpanLimits
+from meritlens.collector.process._redact import SpanRedactor
 from meritlens.collector.receive._auth import BearerToken
 from meritlens.collector.receive._http import HttpReceiver
 from meritlens.collector.receive._ingest import InflightBudget, Ingest
@@ -29,6 +30,7 @@ from meritlens.collector.receive._pipeline import IngestPipeline
 from meritlens.collector.serve._alerts_api import AlertsEndpoint
 from meritlens.collector.serve._api import ApiRoutes
 from meritlens.collector.serve._dashboard import Dashboard
+from meritlens.collector.serve._forget import ForgetEndpoint
 from meritlens.collector.serve._health import Health
 from meritlens.collector.serve._metrics import MetricsEndpoint
 from meritlens.collector.serve._ranges import RangeWindowsEndpoint
@@ -74,6 +76,7 @@ class Collector:
         move_bytes = max(1, (budget.duckdb - settings.checkpoint_wal_bytes) // 2)
         self.pipeline = IngestPipeline(self.store, max_pending_batches=settings.max_pending_batches,
                                        move_bytes=move_bytes, health=self.health)
+        self.redactor = SpanRedactor.from_file(settings.redact) if settings.redact else None
         self.budget = InflightBudget(budget.in_flight)
         self.limiter = MemoryLimiter(settings.memory_limiter(), in_flight=lambda: self.budget.used)
         self.ingest = Ingest(
@@ -81,6 +84,7 @@ class Collector:
             max_spans_per_request=settings.max_spans_per_request,
             limits=SpanLimits(settings.max_attributes, settings.max_attribute_bytes),
             normalize_options=normalize_options(settings), limiter=self.limiter, health=self.health,
+            redactor=self.redactor,
         )
         self.token = BearerToken(settings.bearer_token())
         self.readiness = None  # the dashboard's ReadinessProvider, from `serve --profile`
@@ -152,12 +156,15 @@ class Collector:
             RangeWindowsEndpoint(self.windows, self.store.db_name).install(app)
             regressions = Regressions(self.windows, self.readiness.profiles if self.readiness else [])
             regressions.install(app)
+            ForgetEndpoint(self.windows, self.health).install(app)
         else:
             install_without_buckets(app)
         current = regressions.current if regressions else None
-        Dashboard(self.store, readiness=self.readiness, token=self.token, regressions=current).install(app)
+        Dashboard(self.store, readiness=self.readiness, token=self.token, regressions=current,
+                  redactor=self.redactor).install(app)
         MetricsEndpoint(self.store, self.health, readiness=self.readiness, window_lag=window_lag,
-                        limiter=self.limiter, alerts=self.alerts, regressions=current).install(app)
+                        limiter=self.limiter, alerts=self.alerts, regressions=current,
+                       redactor=self.redactor).install(app)
         # `_stop_http` waits for the requests in progress itself; what aiohttp then waits for is answers
         # already being written
         self._runner = web.AppRunner(app, auto_decompress=False, access_log=None, shutdown_timeout=_CLOSE_WAIT_S)

@@ -55,6 +55,14 @@ class SampleDelta:
             after = first_of_each_span(table, hashes.column("s").to_numpy())
         return self._delta(before, after)
 
+    def of_removal(self, rows: pa.Table, hashes: pa.Table, until_us: int) -> tuple[pa.Table | None, pa.Table]:
+        """(samples removed, samples added) by deleting the stored ``rows`` (``hashes``: their `key_hashes`
+        columns): the samples of their closure (committed up to ``until_us``) out, those of the closure
+        without them in. Changes no state."""
+        closure = self._closure(rows, hashes, until_us)
+        gone = pc.is_in(_span_keys(closure), value_set=_span_keys(rows).combine_chunks())
+        return self._delta(closure, closure.filter(pc.invert(gone)))
+
     def fill_seen(self, until_us: int | None = None) -> None:
         """The filter holds the trace and task keys of the stored spans (committed up to ``until_us``)."""
         self.seen.clear()
@@ -138,6 +146,10 @@ class SampleDelta:
             self._con.execute(f"PREPARE {name} AS {sql}")
             self._prepared[sql] = name
         return self._con.sql(f"EXECUTE {name}").to_arrow_table()
+
+
+def _span_keys(table: pa.Table) -> pa.ChunkedArray:
+    return pc.binary_join_element_wise(table.column("trace_id"), table.column("span_id"), ":")
 
 
 def touched_keys(table: pa.Table) -> set[tuple[str, str]]:

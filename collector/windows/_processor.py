@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+import duckdb
 import pyarrow as pa
 
 from meritlens.analytics.engine import (
@@ -280,24 +281,64 @@ class WindowProcessor:
         is then no longer whole (`_recover`)."""
         hashes = key_hashes(table) if hashes is None else hashes
         if touched_keys(table):
-            removed, added = self.delta.of_batch(table, hashes, until_us, self.windowed_us)
-            by_time = bucketed(removed, self.cutoffs), bucketed(added, self.cutoffs)
-            keys = delta_keys(removed, added) | delta_keys(*by_time, key_columns=BUCKET_KEY_COLUMNS)
-            damaged = self.cache.load(self.con, keys)
-            if damaged:
-                self._rebuild_targets({k[0] for k in damaged}, self.windowed_us, also=damaged)
-            changed, recompute = self.book.apply_delta(removed, added)
-            changed_by_time, recompute_by_time = self.book.apply_delta(*by_time, BUCKET_KEY_COLUMNS)
-            if recompute or recompute_by_time:
-                self._recompute(recompute | recompute_by_time, until_us)
-            self.cache.touched(changed | changed_by_time)
-            self.store_windows(changed | changed_by_time)
-            if self.on_windows is not None:
-                self.on_windows(changed | changed_by_time)
+            self._apply(*self.delta.of_batch(table, hashes, until_us, self.windowed_us), until_us)
         self.delta.seen.add(trace_task_hashes(hashes))
         self.windowed_us = max(self.windowed_us, until_us)
         if not self._fit_memory():
             self.save_state_if_due()
+
+    def _apply(self, removed: pa.Table | None, added: pa.Table, until_us: int,
+               before: Callable[[], None] | None = None) -> set[WindowKey]:
+        """Apply a sample delta to the state and write the changed windows' rows; ``before`` runs once the keys'
+        state is loaded, before the delta is applied. Returns the changed keys."""
+        by_time = bucketed(removed, self.cutoffs), bucketed(added, self.cutoffs)
+        keys = delta_keys(removed, added) | delta_keys(*by_time, key_columns=BUCKET_KEY_COLUMNS)
+        damaged = self.cache.load(self.con, keys)
+        if damaged:
+            self._rebuild_targets({k[0] for k in damaged}, self.windowed_us, also=damaged)
+        if before is not None:
+            before()
+        changed, recompute = self.book.apply_delta(removed, added)
+        changed_by_time, recompute_by_time = self.book.apply_delta(*by_time, BUCKET_KEY_COLUMNS)
+        if recompute or recompute_by_time:
+            self._recompute(recompute | recompute_by_time, until_us)
+        self.cache.touched(changed | changed_by_time)
+        self.store_windows(changed | changed_by_time)
+        if self.on_windows is not None:
+            self.on_windows(changed | changed_by_time)
+        return changed | changed_by_time
+
+    def remove(self, rows: pa.Table, delete: Callable[[duckdb.DuckDBPyConnection], None]) -> set[WindowKey]:
+        """Delete stored span rows (``rows``: every column the windows read, `conform`ed) with ``delete`` (given
+        the processor's connection, in a transaction of its own) and bring the windows to what they would be
+        without them: their tasks' and traces' old samples out, the samples of the spans that remain in.
+        Returns the changed keys. A key left with no sample goes, rows and state, as it would never have been.
+        The saved watermark goes in the deleting transaction, so a crash before the state is saved again makes
+        the next start recompute the windows rather than take up a state that still counts the deleted spans."""
+
+        def deleting() -> None:
+            with self.store.write_lock, transaction(self.con):
+                delete(self.con)
+                _state.delete_watermark(self.con)
+
+        with self.lock:
+            self.update_windows()
+            changed: set[WindowKey] = set()
+            if self.complete and rows.num_rows and touched_keys(rows):
+                delta = self.delta.of_removal(rows, key_hashes(rows), self.windowed_us)
+                changed = self._apply(*delta, self.windowed_us, before=deleting)
+            else:
+                deleting()
+            empty = sorted((k for k in changed if not self.book.sampled(k)), key=repr)
+            self.cache.forget(empty)
+            with self.store.write_lock, transaction(self.con):
+                _state.delete_window_rows(self.con, [k for k in empty if len(k) == 2])
+                _state.delete_bucket_rows(self.con, [k for k in empty if len(k) == len(BUCKET_KEY_COLUMNS)])
+            if self.complete:  # the watermark is gone: saved again even when no key changed
+                with self.store.write_lock:
+                    self.cache.save(self.con, self.windowed_us, self.definitions_digest(), self.cutoffs, dropped=empty)
+                self._saved_us, self.state_saved_at = self.windowed_us, time.monotonic()
+            return changed
 
     def mark_processed(self, group: list[CommittedBatch], until_us: int) -> None:
         self.windowed_us = max(self.windowed_us, until_us)

@@ -193,6 +193,12 @@ def delete_state(con: duckdb.DuckDBPyConnection) -> None:
         delete_watermark(con)
 
 
+def delete_window_rows(con: duckdb.DuckDBPyConnection, keys: list[tuple]) -> None:
+    """Delete the `windows` rows of these (target_id, scope) keys."""
+    for target, scope in keys:
+        con.execute(f"DELETE FROM {WINDOWS_TABLE} WHERE target_id = ? AND scope = ?", [target, scope])
+
+
 def delete_bucket_rows(con: duckdb.DuckDBPyConnection, keys: list[tuple] | None) -> None:
     """Delete the `windows_by_time` rows of these bucket keys (merged into longer buckets, or dropped;
     None: every row)."""

@@ -36,6 +36,20 @@ def handler(request: httpx2.Request) -> httpx2.Response:
     return httpx2.Response(200, json=BODY)
 
 
+def instrument_with(which: str, provider) -> None:
+    """Install one third-party instrumentation of the openai SDK (none for "meritlens" and "none")."""
+    if which == "openinference":
+        from openinference.instrumentation.openai import OpenAIInstrumentor
+        OpenAIInstrumentor().instrument(tracer_provider=provider)
+    elif which == "openllmetry":
+        from opentelemetry.instrumentation.openai import OpenAIInstrumentor
+        OpenAIInstrumentor().instrument(tracer_provider=provider)
+    elif which == "otel-v2":
+        httpx2.alias_httpx()
+        from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+        OpenAIInstrumentor().instrument(tracer_provider=provider)
+
+
 def main() -> None:
     which, endpoint, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
     from opentelemetry import trace
@@ -47,16 +61,7 @@ def main() -> None:
     provider = TracerProvider(resource=Resource.create({"service.name": f"svc-{which}"}))
     provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
     trace.set_tracer_provider(provider)
-    if which == "openinference":
-        from openinference.instrumentation.openai import OpenAIInstrumentor
-        OpenAIInstrumentor().instrument(tracer_provider=provider)
-    elif which == "openllmetry":
-        from opentelemetry.instrumentation.openai import OpenAIInstrumentor
-        OpenAIInstrumentor().instrument(tracer_provider=provider)
-    elif which == "otel-v2":
-        httpx2.alias_httpx()
-        from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
-        OpenAIInstrumentor().instrument(tracer_provider=provider)
+    instrument_with(which, provider)
     import openai
 
     client = openai.OpenAI(api_key="test", http_client=httpx2.Client(transport=httpx2.MockTransport(handler)))

@@ -129,12 +129,26 @@
       ML.valueOrMissing(value, column.unit, column.why));
   }
 
+  // What the collector's redaction policy changed since it started, rule by rule (absent without a policy).
+  function redactionPanel(redaction) {
+    if (!redaction) return null;
+    return el("div", { class: "panel wide" }, el("table", { class: "overview", id: "redaction-table" },
+      el("caption", {}, "Redaction before storage (", redaction.policy, "): values changed since the collector started. ",
+        "Masked content is what the windows' evidence and judges see."),
+      el("thead", {}, el("tr", {}, el("th", { scope: "col" }, "rule"), el("th", { scope: "col" }, "action"),
+        el("th", { scope: "col", class: "num" }, "values"))),
+      el("tbody", {}, redaction.rules.map((r) => el("tr", { "data-rule": r.rule, "data-action": r.action },
+        el("th", { scope: "row" }, r.rule), el("td", {}, r.action),
+        el("td", { class: "num", "data-col": "count" }, ML.intFormat.format(r.count)))))));
+  }
+
   ML.renderOverview = function (main, doc) {
     const rows = doc.targets;
     if (rows.length === 0) {
       main.replaceChildren(el("p", { class: "empty", id: "no-targets" },
         "No target has sent application spans yet. Point an OTLP exporter at this collector ",
-        "(OTEL_EXPORTER_OTLP_ENDPOINT=", window.location.origin, ") and the windows appear here."));
+        "(OTEL_EXPORTER_OTLP_ENDPOINT=", window.location.origin, ") and the windows appear here."),
+        ...[redactionPanel(doc.redaction)].filter(Boolean));
       return;
     }
     const rerender = () => ML.renderOverview(main, doc);
@@ -151,7 +165,8 @@
         return tr;
       })));
     const focused = document.activeElement && document.activeElement.dataset.sort;
-    main.replaceChildren(callouts(rows, doc.regressions), ML.alertsPanel(null), el("div", { class: "panel wide" }, table));
+    main.replaceChildren(callouts(rows, doc.regressions), ML.alertsPanel(null), el("div", { class: "panel wide" }, table),
+      ...[redactionPanel(doc.redaction)].filter(Boolean));
     if (focused) main.querySelector(`button[data-sort="${focused}"]`).focus(); // keep keyboard focus on re-sort
   };
 })(window.ML);

@@ -246,3 +246,16 @@ def test_retention_settings_are_checked_in_one_line(tmp_path):
     assert "--retain is not offered with --lake" in _refused(tmp_path / "x.duckdb", "--retain", "5m", "--lake",
                                                              str(tmp_path / "lake"))
     assert "is not a duration" in _refused(tmp_path / "x.duckdb", "--retain", "soon")
+
+
+def test_forget_refuses_spans_that_moved_to_the_archive_and_removes_nothing(tmp_path):
+    spans = Spans()
+    with CollectorProcess(tmp_path / "retained.duckdb", args=RETAIN) as collector:
+        first = spans.tasks(0, 4)
+        export([collector], first)
+        wait_moved(collector, len(first))
+        trace_id = format(first[0].context.trace_id, "032x")
+        result = run_cli("forget", "--url", collector.url, "--trace-id", trace_id, "--yes", check=False)
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert "moved to the archive" in result.stderr and "nothing was removed" in result.stderr
+        assert span_counts(collector)[:2] == (spans.made, spans.made)
