@@ -8,9 +8,10 @@ from __future__ import annotations
 import httpx
 
 from tests.analytics.evidence_helpers import export_body
-from tests.collector.windows.test_incremental_windows import _COLUMNS, _random_spans
+from tests.collector.windows.test_incremental_windows import _random_spans
 from tests.conftest import CollectorProcess, run_cli
 from tests.redaction_support import example_policy
+from tests.store_under_test import WINDOW_ROW_COLUMNS
 
 _BY_TIME = ("target_id", "metric", "scope", "bucket_start", "bucket_seconds", "value", "sample_count", "state",
             "evidence_digest")
@@ -24,7 +25,7 @@ def _send(collector, spans) -> None:
 
 
 def _windows(collector) -> tuple[list, list]:
-    return (collector.sql(f"SELECT {', '.join(_COLUMNS)} FROM windows ORDER BY ALL"),
+    return (collector.sql(f"SELECT {', '.join(WINDOW_ROW_COLUMNS)} FROM windows ORDER BY ALL"),
             collector.sql(f"SELECT {', '.join(_BY_TIME)} FROM windows_by_time ORDER BY ALL"))
 
 

@@ -10,7 +10,6 @@ import pytest
 
 from meritlens.collector.windows._forget import ForgetError, condition, forget
 from tests.analytics.evidence_helpers import store_spans
-from tests.collector.windows.test_incremental_windows import _windows
 from tests.collector.windows.test_windows_by_time import Clock, _by_time, _spans_over_hours, _store
 
 
@@ -20,7 +19,7 @@ def _reference(tmp_path, spans, clock, name: str) -> tuple[list, list]:
     try:
         if spans:
             store_spans(store, spans)
-        return _windows(store), _by_time(store)
+        return store.window_rows(), _by_time(store)
     finally:
         store.shutdown()
 
@@ -57,14 +56,14 @@ def test_windows_after_forgetting_equal_a_store_that_never_received_the_spans(tm
         assert report.spans == len(gone) and report.windows_changed > 0
         assert store.query("select count(*) from spans").rows[0][0] == len(kept)
         expected = _reference(tmp_path, kept, clock, "reference")
-        assert (_windows(store), _by_time(store)) == expected
+        assert (store.window_rows(), _by_time(store)) == expected
     finally:
         store.shutdown()
     # the saved state is the state after forgetting: a restart takes it up
     store = _store(path, clock)
     try:
         assert store.open_windows()[1] is True
-        assert (_windows(store), _by_time(store)) == expected
+        assert (store.window_rows(), _by_time(store)) == expected
     finally:
         store.shutdown()
 
