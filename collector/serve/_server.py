@@ -12,6 +12,7 @@ import pyarrow as pa
 from aiohttp import web
 
 from meritlens.collector._settings import (
+    DEFAULT_WINDOW_GATHER_S,
     SHUTDOWN_WINDOW_ROWS,
     TARGET_FALLBACK_OFF,
     ServerSettings,
@@ -121,9 +122,11 @@ class Collector:
         if s.lake:  # the lake's windows come from `meritlens lake windows` (Spark)
             log.info("writing span segments to %s as %s", s.lake, self.store.writer.collector_id)
         else:
+            # staged rows reach DuckDB a row group at a time, already gathered: a pass follows each move
             self.windows = WindowProcessor(self.store, key_filter_bytes=budget.key_filter,
                                            window_memory_bytes=budget.window_state,
-                                           quantile_error=s.quantile_error)
+                                           quantile_error=s.quantile_error,
+                                           gather_s=0.0 if s.stage_s > 0 else DEFAULT_WINDOW_GATHER_S)
             keys, resumed = self.windows.open_windows()
             self.windows.start()
             log.info("opened %s; windows of %d keys %s", s.db, keys, "taken up" if resumed else "recomputed")

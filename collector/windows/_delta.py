@@ -120,12 +120,19 @@ class SampleDelta:
         if before.num_rows == 0:  # only new tasks: nothing to take out
             return None, added
         removed = self._samples_of(before, "_before")
+        # samples of closure tasks the batch did not change cancel out; equal rows have equal keys, so
+        # only the few rows whose key is on both sides are compared
+        old_shared = _key_in(removed, added)
+        if not old_shared.any():
+            return removed, added
+        new_shared = _key_in(added, removed)
         con = self._con
-        con.register("_old", removed)
-        con.register("_new", added)
-        try:  # samples of closure tasks the batch did not change cancel out
-            return (self._select("SELECT * FROM _old EXCEPT ALL SELECT * FROM _new"),
-                    self._select("SELECT * FROM _new EXCEPT ALL SELECT * FROM _old"))
+        con.register("_old", removed.filter(old_shared))
+        con.register("_new", added.filter(new_shared))
+        try:
+            gone = self._select("SELECT * FROM _old EXCEPT ALL SELECT * FROM _new")
+            came = self._select("SELECT * FROM _new EXCEPT ALL SELECT * FROM _old")
+            return _concat(removed.filter(~old_shared), gone), _concat(added.filter(~new_shared), came)
         finally:
             con.unregister("_old")
             con.unregister("_new")
@@ -146,6 +153,16 @@ class SampleDelta:
             self._con.execute(f"PREPARE {name} AS {sql}")
             self._prepared[sql] = name
         return self._con.sql(f"EXECUTE {name}").to_arrow_table()
+
+
+def _key_in(samples: pa.Table, other: pa.Table) -> np.ndarray:
+    """Whether each sample row's key (its spans' digest, high half) is also a key of ``other``."""
+    found = pc.is_in(samples.column("key_high"), value_set=other.column("key_high").combine_chunks())
+    return pc.fill_null(found, False).to_numpy(zero_copy_only=False)
+
+
+def _concat(kept: pa.Table, compared: pa.Table) -> pa.Table:
+    return pa.concat_tables([kept, compared.cast(kept.schema)]) if compared.num_rows else kept
 
 
 def _span_keys(table: pa.Table) -> pa.ChunkedArray:
