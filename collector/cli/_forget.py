@@ -78,7 +78,7 @@ def _through_collector(source, where: str, act: bool):
     except CollectorRefused as exc:
         if exc.status == 404:
             raise click.ClickException(f"the collector at {source.url} offers no forgetting (a lake collector: its "
-                                       "spans are Parquet segments, which forget does not rewrite)") from None
+                                       "spans are the lake's Parquet files, which forget does not rewrite)") from None
         raise click.ClickException(str(exc)) from None
     except QueryError as exc:
         raise click.ClickException(str(exc)) from None
