@@ -48,8 +48,8 @@ def forget(trace_ids: tuple[str, ...], where: str | None, yes: bool, redact: str
     A dry run by default: it prints the spans that match (by target, with their traces, and how many are in the
     archive); --yes removes them. The windows, the windows by time and their evidence digests then equal those of a
     collector that never received the spans. The archive segments that hold matching spans are rewritten without
-    them. A crash in the middle shows none of them in `spans`: the next start finishes rewriting the segments and
-    recomputes the windows. Through the running collector when one holds the file, else on the file. Bytes of
+    them. A crash in the middle shows none of them in `spans`: the next start finishes rewriting the segments, and
+    the windows leave them out. Through the running collector when one holds the file, else on the file. Bytes of
     removed spans can remain in the DuckDB file's free blocks until it is compacted (docs/operations.md,
     "Forgetting")."""
     from meritlens.collector.windows._forget import ForgetError, condition
