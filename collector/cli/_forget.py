@@ -42,13 +42,16 @@ def with_hashes(where: str, policy_path: str | None) -> str:
                                                       "hmac('...') in --where names", "MERITLENS_REDACT"))
 @connection_options
 def forget(trace_ids: tuple[str, ...], where: str | None, yes: bool, redact: str | None, connection) -> None:
-    """Remove spans on request: from DuckDB and the staging log, with the windows brought to what they would be
-    without them.
+    """Remove spans on request: from DuckDB, the staging log and the archive, with the windows brought to what
+    they would be without them.
 
-    A dry run by default: it prints the spans that match (by target, with their traces); --yes removes them. The
-    windows, the windows by time and their evidence digests then equal those of a collector that never received
-    the spans. Through the running collector when one holds the file, else on the file. Bytes of removed spans
-    can remain in the DuckDB file's free blocks until it is compacted (docs/operations.md, "Forgetting")."""
+    A dry run by default: it prints the spans that match (by target, with their traces, and how many are in the
+    archive); --yes removes them. The windows, the windows by time and their evidence digests then equal those of a
+    collector that never received the spans. The archive segments that hold matching spans are rewritten without
+    them. A crash in the middle shows none of them in `spans`: the next start finishes rewriting the segments, and
+    the windows leave them out. Through the running collector when one holds the file, else on the file. Bytes of
+    removed spans can remain in the DuckDB file's free blocks until it is compacted (docs/operations.md,
+    "Forgetting")."""
     from meritlens.collector.windows._forget import ForgetError, condition
 
     try:
@@ -75,7 +78,7 @@ def _through_collector(source, where: str, act: bool):
     except CollectorRefused as exc:
         if exc.status == 404:
             raise click.ClickException(f"the collector at {source.url} offers no forgetting (a lake collector: its "
-                                       "spans are Parquet segments, which forget does not rewrite)") from None
+                                       "spans are the lake's Parquet files, which forget does not rewrite)") from None
         raise click.ClickException(str(exc)) from None
     except QueryError as exc:
         raise click.ClickException(str(exc)) from None

@@ -10,14 +10,21 @@ steps leaves a segment no reader sees (removed at the next start) and never a sp
 Each reader's connection gets two temporary views, bound inside its transaction (`bind_spans`):
 `spans` (DuckDB's rows, then the archive's) and `spans_hot` (DuckDB's rows only: what a query that must
 not read the archive uses). The archive is also a lake: `meritlens sql --lake ARCHIVE` reads it alone.
+
+A forget of archived spans records their keys in `span_forget_pending` in the transaction that deletes
+the hot rows and updates the windows, then rewrites the segments holding them and clears the record
+(`finish_forgets`; a start finishes one a crash cut short). While the record holds spans, `spans` leaves
+them out (an anti join, bound only then: it reads the archive's key columns), so no reader sees them from that
+commit on, whichever segments are rewritten yet.
 """
 
 from __future__ import annotations
 
+import bisect
 import datetime as _dt
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -38,6 +45,10 @@ ARCHIVE_DDL = (f"CREATE TABLE IF NOT EXISTS {ARCHIVE_TABLE} (archived_until TIME
                " spans_moved BIGINT NOT NULL, location VARCHAR)")
 """One row: every span received up to ``archived_until`` left DuckDB (``spans_moved`` of them, in
 all), to the archive at ``location`` ('none': dropped)."""
+FORGET_TABLE = "span_forget_pending"
+FORGET_DDL = (f"CREATE TABLE IF NOT EXISTS {FORGET_TABLE} (trace_id VARCHAR NOT NULL, span_id VARCHAR NOT NULL,"
+              " received_at TIMESTAMPTZ NOT NULL)")
+"""Archived spans a forget removed whose segments may still hold them (`finish_forgets`)."""
 HOT_SPANS = "spans_hot"
 """The view of the spans still in DuckDB (the last retention horizon's)."""
 SEGMENT_BATCH_ROWS = 16_384
@@ -101,6 +112,7 @@ def create_state(con: duckdb.DuckDBPyConnection, location: str | None) -> Archiv
     """Create the archive row, recording ``location`` (a path, a URI, 'none'; None: keep what is
     recorded). Raises ArchiveError when spans moved to another location already."""
     con.execute(ARCHIVE_DDL)
+    con.execute(FORGET_DDL)
     state = read_state(con)
     if not con.execute(f"SELECT count(*) FROM {ARCHIVE_TABLE}").fetchall()[0][0]:
         con.execute(f"INSERT INTO {ARCHIVE_TABLE} VALUES (make_timestamptz(0::BIGINT), 0, ?)", [location])
@@ -144,7 +156,10 @@ class SpanArchive:
     def write(self, after_us: int, until_us: int, batches) -> str:
         """Publish the spans received in (after_us, until_us] (Arrow record batches) as one segment,
         durable on return."""
-        name = f"archive-{after_us:017d}-{until_us:017d}.parquet"
+        return self.write_named(f"archive-{after_us:017d}-{until_us:017d}.parquet", batches)
+
+    def write_named(self, name: str, batches) -> str:
+        """`write` of the segment file ``name``, replacing it whole."""
         batches = (b.cast(self._schema) for b in batches if b.num_rows)
         return self.lake.publish_batches(self._dir, name, self._schema, batches)
 
@@ -182,25 +197,62 @@ class SpanArchive:
             return self._schema.empty_table()
         return pads.dataset(paths, schema=self._schema, format="parquet", filesystem=self.lake.fs)
 
-    def rewrite_without(self, matches: Callable[[pa.Table], pa.Array], until_us: int | None = None) -> int:
+    def rewrite_without(self, matches: Callable[[pa.Table], pa.Array], until_us: int | None = None,
+                        received_us: Collection[int] | None = None) -> int:
         """Rewrite every segment holding spans for which ``matches`` (a table's rows -> a boolean
-        array) is true, without them; each segment is replaced whole and atomically. Returns the spans
-        removed."""
+        array) is true, without them; each segment is replaced whole and atomically, read and written a
+        batch at a time. With ``received_us`` (the spans' receive times), only the segments holding one of
+        them are read. Returns the spans removed."""
+        import pyarrow as pa
         import pyarrow.compute as pc
         import pyarrow.dataset as pads
 
+        def hits(batch: pa.RecordBatch) -> pa.Array:
+            return pc.fill_null(matches(pa.Table.from_batches([batch])), False)
+
+        times = sorted(received_us) if received_us is not None else None
         removed = 0
         for segment in self.segments(until_us):
-            table = pads.dataset(segment.path, schema=self._schema, format="parquet",
-                                 filesystem=self.lake.fs).to_table()
-            hit = pc.fill_null(matches(table), False)
-            count = pc.sum(hit).as_py() or 0
+            if times is not None:
+                first = bisect.bisect_right(times, segment.after_us)
+                if first == len(times) or times[first] > segment.until_us:
+                    continue
+            dataset = pads.dataset(segment.path, schema=self._schema, format="parquet", filesystem=self.lake.fs)
+            count = sum(pc.sum(hits(b)).as_py() or 0 for b in dataset.to_batches(batch_size=SEGMENT_BATCH_ROWS))
             if not count:
                 continue
-            kept = table.filter(pc.invert(hit))
-            self.lake.publish_parquet(self._dir, segment.path.rsplit("/", 1)[-1], kept)
+            kept = (b.filter(pc.invert(hits(b))) for b in dataset.to_batches(batch_size=SEGMENT_BATCH_ROWS))
+            self.write_named(segment.path.rsplit("/", 1)[-1], kept)
             removed += count
         return removed
+
+
+def finish_forgets(cursor: duckdb.DuckDBPyConnection, archive: SpanArchive | None,
+                   rebind: Callable[[], None]) -> int:
+    """Rewrite the segments holding the spans `FORGET_TABLE` records without them, clear the record, then
+    ``rebind`` the long-lived connections' views (to the rewritten files, without the record's condition);
+    returns the spans taken out of segments. Rewriting a segment again finds nothing, so a crash anywhere in it
+    leaves the record for the next start to finish."""
+    import pyarrow.compute as pc
+
+    pending = cursor.sql(f"SELECT trace_id, span_id, epoch_us(received_at) AS us FROM {FORGET_TABLE}"
+                         ).to_arrow_table()
+    if not pending.num_rows:
+        return 0
+    removed = 0
+    if archive is not None:
+        wanted = _span_keys(pending)
+        removed = archive.rewrite_without(lambda t: pc.is_in(_span_keys(t), value_set=wanted),
+                                          received_us=set(pending.column("us").to_pylist()))
+    cursor.execute(f"DELETE FROM {FORGET_TABLE}")
+    rebind()
+    return removed
+
+
+def _span_keys(table: pa.Table) -> pa.Array:
+    import pyarrow.compute as pc
+
+    return pc.binary_join_element_wise(table.column("trace_id"), table.column("span_id"), "/").combine_chunks()
 
 
 def open_archive(state: ArchiveState) -> SpanArchive | None:
@@ -232,8 +284,22 @@ def bind_spans(cursor: duckdb.DuckDBPyConnection, archive: SpanArchive | None,
     casts = ", ".join(f'CAST("{name}" AS {kind}) AS "{name}"' for name, kind in columns)
     cursor.register(_ARCHIVED, archive.dataset(state.archived_until_us))
     cursor.execute(f"CREATE OR REPLACE TEMP VIEW {SPANS_TABLE} AS SELECT * FROM {physical} UNION ALL"
-                   f" SELECT {casts} FROM {_ARCHIVED} WHERE received_at <= {timestamp_sql(state.archived_until_us)}")
+                   f" SELECT {casts} FROM {_ARCHIVED} WHERE received_at <= {timestamp_sql(state.archived_until_us)}"
+                   f"{_not_forgotten(cursor, physical)}")
     return state
+
+
+def _not_forgotten(cursor: duckdb.DuckDBPyConnection, physical: str) -> str:
+    """The condition leaving out the archived spans a forget removed whose segments are not rewritten yet; none
+    while there are none (it costs a scan of the archive's key columns), or on a file no forget touched."""
+    if not cursor.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ? AND schema_name = 'main'"
+                          " AND database_name = current_database()", [FORGET_TABLE]).fetchall()[0][0]:
+        return ""
+    pending = physical.rsplit(".", 1)[0] + "." + FORGET_TABLE
+    if not cursor.execute(f"SELECT EXISTS (SELECT 1 FROM {pending})").fetchall()[0][0]:
+        return ""
+    return (f" AND NOT EXISTS (SELECT 1 FROM {pending} f WHERE f.trace_id = {_ARCHIVED}.trace_id"
+            f" AND f.span_id = {_ARCHIVED}.span_id)")
 
 
 def bind_recorded_archive(cursor: duckdb.DuckDBPyConnection) -> None:

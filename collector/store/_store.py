@@ -39,6 +39,7 @@ from meritlens.collector.store._archive import (
     ArchiveState,
     bind_spans,
     create_state,
+    finish_forgets,
     open_archive,
     physical_spans,
     read_state,
@@ -122,7 +123,8 @@ class SpanStore:
         """The span table itself (a temporary view `spans` over it and the archive shadows it)."""
         self._bound: list[duckdb.DuckDBPyConnection] = []
         """Connections whose views `spans` follow every move (the span writer's, the window processor's)."""
-        self._move_lock = threading.Lock()
+        self.archive_lock = threading.Lock()
+        """Held by a move and by a forget from its deletion to its segments' rewrite: they never interleave."""
         self.move_guard: AbstractContextManager = contextlib.nullcontext()
         """Held while a move commits (the window processor's lock: no pass reads spans meanwhile)."""
         self.moved = 0
@@ -194,6 +196,8 @@ class SpanStore:
         if self.archive is not None:
             self.archive.make_dirs()
             self.archive.remove_beyond(self.archive_state.archived_until_us)
+        if removed := self.finish_forgets():
+            log.info("took %d forgotten spans out of the archive's segments (a forget cut short)", removed)
         self._span_cursor = self._bound_cursor()
         self._clock.last = max(self._max_received_us(), self.archive_state.archived_until_us)
         self._fill_locator()
@@ -369,7 +373,7 @@ class SpanStore:
         """Move the oldest spans received up to ``horizon_us`` (about ``max_rows`` of them, whole
         commits) out of DuckDB: written to the archive as one durable segment (none with 'none'), then,
         in one transaction, the watermark advanced and their rows deleted. Returns the spans moved."""
-        with self._move_lock:
+        with self.archive_lock:
             cursor, after_us = self._db.cursor(), self.archive_state.archived_until_us
             try:
                 until_us = cursor.execute(
@@ -399,6 +403,15 @@ class SpanStore:
                 return moved
             finally:
                 cursor.close()
+
+    def finish_forgets(self) -> int:
+        """`_archive.finish_forgets` on this file (call with `archive_lock` held, or at start)."""
+        def rebind() -> None:
+            with self._span_lock, self.move_guard:
+                self._rebind()
+
+        with self._db.cursor() as cursor:
+            return finish_forgets(cursor, self.archive, rebind)
 
     def _rebind(self) -> None:
         """Point every bound connection's `spans` at the archive as it is now (a closed one is let go)."""

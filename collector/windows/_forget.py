@@ -5,10 +5,19 @@ query (`_sqlguard`: a condition cannot write), so a dry run and the deletion nam
 they are found, every acknowledged span is stored (the staging log is emptied into DuckDB) and windowed;
 the deletion then goes through the window processor (`WindowProcessor.remove`), which brings the windows,
 the windows by time and their evidence digests to what they would be without those spans.
+
+Spans that retention moved to the archive are found through `spans` too, and their window rows read from there.
+Crash safety: the transaction that deletes the hot rows and drops the saved windows' watermark also records
+the archived spans' keys (`span_forget_pending`), which `spans` leaves out from that commit on; the segments
+holding them are rewritten after it and the record cleared (`finish_forgets`). A crash before the commit changes
+nothing; after it, the next start rewrites what is left, and the windows are the state saved without them or,
+without that save, recomputed from `spans`, which leaves them out.
+The store's `archive_lock` keeps moves out from the search to the rewrite, so no move archives a span meanwhile.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import asdict, dataclass, field
 
@@ -16,14 +25,15 @@ import duckdb
 import pyarrow as pa
 
 from meritlens.analytics.engine import SPANS_TABLE, sql_string
-from meritlens.collector.store._archive import read_state
-from meritlens.collector.store._database import timestamp_sql
+from meritlens.collector.store._archive import FORGET_TABLE, bind_spans, physical_spans
+from meritlens.collector.store._database import count, timestamp_sql
 from meritlens.collector.windows._delta import WINDOW_INPUT_SQL, conform
 
 MAX_LISTED_TRACES = 20
 """Trace ids a report lists (it counts them all)."""
 _TRACE_ID = re.compile(r"[0-9a-f]{32}")
 _FORGET = "_meritlens_forget"
+_FORGET_ROWS = "_meritlens_forget_rows"
 
 
 class ForgetError(ValueError):
@@ -63,6 +73,8 @@ class ForgetReport:
     """The first `MAX_LISTED_TRACES` of them."""
     spans_by_target: dict[str, int] = field(default_factory=dict)
     """Span counts by target id ("" for spans without one)."""
+    archived: int = 0
+    """Of ``spans``, those in the archive (the segments holding them are rewritten without them)."""
     windows_changed: int = 0
 
     def to_json(self) -> dict:
@@ -74,8 +86,11 @@ class ForgetReport:
         head = f"{verb} {self.spans} span{'s' if self.spans != 1 else ''} of {self.traces} trace" \
                f"{'s' if self.traces != 1 else ''} matching {self.condition}"
         lines = [head]
-        for target, count in sorted(self.spans_by_target.items()):
-            lines.append(f"  {target or '(no target)'}: {count} span{'s' if count != 1 else ''}")
+        for target, spans in sorted(self.spans_by_target.items()):
+            lines.append(f"  {target or '(no target)'}: {spans} span{'s' if spans != 1 else ''}")
+        if self.archived:
+            rewritten = "are" if self.done else "would be"
+            lines.append(f"  in the archive: {self.archived} of them (the segments holding them {rewritten} rewritten)")
         if self.trace_ids:
             more = self.traces - len(self.trace_ids)
             lines.append("  traces: " + ", ".join(self.trace_ids) + (f" and {more} more" if more > 0 else ""))
@@ -88,56 +103,55 @@ class ForgetReport:
 
 
 def forget(processor, where: str, *, act: bool, wait_s: float | None = None) -> ForgetReport:
-    """Find the spans matching the condition ``where`` among every acknowledged span and, with ``act``, delete
-    them and bring the windows to what they would be without them. ForgetError when the condition cannot run."""
+    """Find the spans matching the condition ``where`` among every acknowledged span, in DuckDB and the archive,
+    and, with ``act``, delete them and bring the windows to what they would be without them. ForgetError when the
+    condition cannot run."""
     store = processor.store
     if store.wait_committed(wait_s) is None or not processor.wait_for_windows(wait_s):
         raise ForgetError("the collector could not store and window every acknowledged span in time; try again")
-    _refuse_archived(processor, where)
-    try:
-        with store.query_arrow(f"SELECT DISTINCT trace_id, span_id, coalesce(target_id, '') AS target_id"
-                               f" FROM {SPANS_TABLE} WHERE {where}") as query:
-            keys = query.reader.read_all()
-    except (duckdb.Error, ValueError) as exc:
-        raise ForgetError(f"the condition {where} cannot select spans: {str(exc).splitlines()[0]}") from None
-    report = ForgetReport(condition=where, done=act, spans=keys.num_rows)
-    traces = sorted(set(keys.column("trace_id").to_pylist()))
-    report.traces, report.trace_ids = len(traces), traces[:MAX_LISTED_TRACES]
-    for target in keys.column("target_id").to_pylist():
-        report.spans_by_target[target] = report.spans_by_target.get(target, 0) + 1
-    if act and keys.num_rows:
-        report.windows_changed = len(_remove(processor, keys.select(["trace_id", "span_id"])))
+    with store.archive_lock if act else contextlib.nullcontext():
+        archived_until = timestamp_sql(store.archive_state.archived_until_us)
+        try:
+            with store.query_arrow(f"SELECT DISTINCT trace_id, span_id, coalesce(target_id, '') AS target_id,"
+                                   f" received_at <= {archived_until} AS archived FROM {SPANS_TABLE}"
+                                   f" WHERE {where}") as query:
+                keys = query.reader.read_all()
+        except (duckdb.Error, ValueError) as exc:
+            raise ForgetError(f"the condition {where} cannot select spans: {str(exc).splitlines()[0]}") from None
+        report = ForgetReport(condition=where, done=act, spans=keys.num_rows,
+                              archived=sum(keys.column("archived").to_pylist()))
+        traces = sorted(set(keys.column("trace_id").to_pylist()))
+        report.traces, report.trace_ids = len(traces), traces[:MAX_LISTED_TRACES]
+        for target in keys.column("target_id").to_pylist():
+            report.spans_by_target[target] = report.spans_by_target.get(target, 0) + 1
+        if act and keys.num_rows:
+            report.windows_changed = len(_remove(processor, keys.select(["trace_id", "span_id"]), archived_until))
+            store.finish_forgets()
     return report
 
 
-def _refuse_archived(processor, where: str) -> None:
-    """ForgetError when matching spans were moved to the archive: forget deletes from DuckDB only, and
-    leaving archived copies behind would report them forgotten while `spans` still shows them."""
-    state = read_state(processor.con)
-    if not state.archived_until_us:
-        return
-    try:
-        with processor.store.query_arrow(f"SELECT count(*) FROM {SPANS_TABLE} WHERE ({where})"
-                                         f" AND received_at <= {timestamp_sql(state.archived_until_us)}") as query:
-            archived = query.reader.read_all().column(0)[0].as_py()
-    except (duckdb.Error, ValueError) as exc:
-        raise ForgetError(f"the condition {where} cannot select spans: {str(exc).splitlines()[0]}") from None
-    if archived:
-        raise ForgetError(f"{archived} matching span(s) were moved to the archive ({state.location}), which forget"
-                          " does not rewrite: nothing was removed")
-
-
-def _remove(processor, keys: pa.Table) -> set:
+def _remove(processor, keys: pa.Table, archived_until: str) -> set:
+    """Remove the spans ``keys`` names from the windows and DuckDB, recording those in the archive."""
     con = processor.con
     con.register(_FORGET, keys)
     try:
         rows = conform(con.sql(f"SELECT {WINDOW_INPUT_SQL} FROM {SPANS_TABLE} s SEMI JOIN {_FORGET} f"
                                " ON s.trace_id = f.trace_id AND s.span_id = f.span_id").to_arrow_table())
+        spans = physical_spans(con)
 
         def delete(con) -> None:
-            con.execute(f"DELETE FROM {SPANS_TABLE} USING {_FORGET} f"
-                        f" WHERE {SPANS_TABLE}.trace_id = f.trace_id AND {SPANS_TABLE}.span_id = f.span_id")
+            con.execute(f"DELETE FROM {spans} USING {_FORGET} f"
+                        f" WHERE {spans}.trace_id = f.trace_id AND {spans}.span_id = f.span_id")
+            if count(con.execute(f"INSERT INTO {FORGET_TABLE} SELECT trace_id, span_id, received_at"
+                                 f" FROM {_FORGET_ROWS} WHERE received_at <= {archived_until}")):
+                # the windows' `spans` leaves them out from this commit on (the span writer's duplicate check
+                # follows at the rewrite: a retried export of them meanwhile is taken as stored)
+                bind_spans(con, processor.store.archive)
 
-        return processor.remove(rows, delete)
+        con.register(_FORGET_ROWS, rows)
+        try:
+            return processor.remove(rows, delete)
+        finally:
+            con.unregister(_FORGET_ROWS)
     finally:
         con.unregister(_FORGET)

@@ -16,6 +16,7 @@ from pathlib import Path
 import duckdb
 import httpx
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -29,6 +30,8 @@ from tests.conftest import CollectorProcess, run_cli
 
 WINDOW_ROWS = ("SELECT target_id, metric, scope, aggregation, value, sample_count, evidence_digest FROM windows"
                " ORDER BY target_id, metric, scope, aggregation")
+BY_TIME_ROWS = ("SELECT target_id, metric, scope, bucket_start, bucket_seconds, value, sample_count, evidence_digest"
+                " FROM windows_by_time ORDER BY ALL")
 RETAIN = ("--retain", "0.5s", "--stage-seconds", "0")
 
 
@@ -248,14 +251,134 @@ def test_retention_settings_are_checked_in_one_line(tmp_path):
     assert "is not a duration" in _refused(tmp_path / "x.duckdb", "--retain", "soon")
 
 
-def test_forget_refuses_spans_that_moved_to_the_archive_and_removes_nothing(tmp_path):
+def _segment_spans(db: Path) -> dict[str, tuple[int, set[str]]]:
+    """Each archive segment's file: its inode and the span ids it holds, read from the Parquet."""
+    found = {}
+    for path in sorted((Path(str(db) + ".archive") / "spans").glob("archive-*.parquet")):
+        found[path.name] = (path.stat().st_ino, set(pq.read_table(path, columns=["span_id"]).column(0).to_pylist()))
+    return found
+
+
+def _span_id(span: ReadableSpan) -> str:
+    return format(span.context.span_id, "016x")
+
+
+def _windows_and_by_time(collector: CollectorProcess) -> tuple[list, list]:
+    return endpoint_sql(collector, WINDOW_ROWS), endpoint_sql(collector, BY_TIME_ROWS)
+
+
+def _assert_windows_of_a_collector_never_sent(db: Path, sent: list[list[ReadableSpan]], gone: set[str],
+                                              windows: tuple[list, list]) -> None:
+    """``windows`` (`_windows_and_by_time`) equal those of a collector sent the same exports without ``gone``."""
+    with CollectorProcess(db, args=("--stage-seconds", "0")) as never:
+        for batch in sent:
+            export([never], [s for s in batch if _span_id(s) not in gone])
+        expected = _windows_and_by_time(never)
+    for got, want in zip(windows, expected, strict=True):
+        assert_same_windows(got, want)
+
+
+def test_forget_removes_spans_from_duckdb_and_rewrites_the_archive_segments_that_hold_them(tmp_path):
     spans = Spans()
-    with CollectorProcess(tmp_path / "retained.duckdb", args=RETAIN) as collector:
+    first, second = spans.tasks(0, 4), spans.tasks(4, 4)  # two moves: two segments
+    late, hot = spans.late(0), spans.tasks(10, 3)
+    sent = [first, second, late, hot]
+    for name in ("forgetting", "never"):  # one file name: it is part of the windows' evidence URIs
+        (tmp_path / name).mkdir()
+    db = tmp_path / "forgetting" / "m.duckdb"
+    with CollectorProcess(db, args=RETAIN) as collector:
+        for batch in (first, second):
+            export([collector], batch)
+            wait_moved(collector, len(first) + (len(second) if batch is second else 0))
+    partly = next(s for s in first if s.attributes.get(c.TASK_ID) == "t2" and s.name == "chat m")
+    gone = {_span_id(s) for s in first + late + hot if s.attributes.get(c.TASK_ID) in ("t0", "t10")}
+    gone.add(_span_id(partly))  # one call of a task whose other spans stay
+    where = f"task_id IN ('t0', 't10') OR span_id = '{_span_id(partly)}'"
+    segments = _segment_spans(db)
+    assert len(segments) == 2
+    [(held_first, (_, ids_first)), (held_second, (inode_second, ids_second))] = segments.items()
+    assert gone & ids_first and not gone & ids_second
+    # a horizon no span reaches during the test: the forget finds spans partly hot, partly archived
+    with CollectorProcess(db, args=("--retain", "1h", "--stage-seconds", "0")) as collector:
+        export([collector], late + hot)
+        dry = run_cli("forget", "--url", collector.url, "--where", where)
+        assert f"would remove {len(gone)} spans" in dry.stdout, dry.stdout + dry.stderr
+        archived = len(gone & ids_first)  # task t0's trace and t2's call; the rest is hot
+        assert 0 < archived < len(gone) and f"in the archive: {archived} of them" in dry.stdout, dry.stdout
+        done = run_cli("forget", "--url", collector.url, "--where", where, "--yes")
+        assert f"removed {len(gone)} spans" in done.stdout, done.stdout + done.stderr
+        listed = ", ".join(f"'{i}'" for i in sorted(gone))
+        assert endpoint_sql(collector, f"SELECT count(*) FROM spans WHERE span_id IN ({listed})") == [[0]]
+        assert span_counts(collector)[:2] == (spans.made - len(gone), spans.made - len(gone))
+        assert endpoint_sql(collector, "SELECT count(*) FROM span_forget_pending") == [[0]]
+        after = _segment_spans(db)
+        assert after[held_first][1] == ids_first - gone  # the other spans of the rewritten segment stay
+        assert after[held_second] == (inode_second, ids_second)  # a segment holding none is not rewritten
+        forgetting = _windows_and_by_time(collector)
+    _assert_windows_of_a_collector_never_sent(tmp_path / "never" / "m.duckdb", sent, gone, forgetting)
+
+
+def test_a_forget_cut_short_before_its_segments_are_rewritten_is_finished_at_start(tmp_path):
+    db = tmp_path / "retained.duckdb"
+    spans = Spans()
+    with CollectorProcess(db, args=RETAIN) as collector:
         first = spans.tasks(0, 4)
         export([collector], first)
         wait_moved(collector, len(first))
-        trace_id = format(first[0].context.trace_id, "032x")
-        result = run_cli("forget", "--url", collector.url, "--trace-id", trace_id, "--yes", check=False)
-        assert result.returncode == 2, result.stdout + result.stderr
-        assert "moved to the archive" in result.stderr and "nothing was removed" in result.stderr
-        assert span_counts(collector)[:2] == (spans.made, spans.made)
+    trace = [s for s in first if s.context.trace_id == first[0].context.trace_id]
+    gone = {_span_id(s) for s in trace}
+    [(name, (_, held))] = _segment_spans(db).items()
+    assert gone <= held
+    # what a forget killed between its commit and the rewrite leaves: the record, the segments as they were
+    segment = pq.read_table(Path(str(db) + ".archive") / "spans" / name)
+    con = duckdb.connect(str(db))
+    try:
+        con.register("segment", segment)
+        con.execute("INSERT INTO span_forget_pending SELECT trace_id, span_id, received_at FROM segment"
+                    " WHERE trace_id = ?", [format(first[0].context.trace_id, "032x")])
+    finally:
+        con.close()
+    listed = ", ".join(f"'{i}'" for i in sorted(gone))
+    looked = run_cli("sql", "--db", str(db), "--format", "csv",
+                     f"SELECT count(*), count(*) FILTER (span_id IN ({listed})) FROM spans")
+    assert looked.stdout.split()[-1] == f"{spans.made - len(gone)},0"  # invisible before any start
+    with CollectorProcess(db, args=RETAIN) as collector:
+        assert span_counts(collector)[:2] == (spans.made - len(gone), spans.made - len(gone))
+        assert endpoint_sql(collector, "SELECT count(*) FROM span_forget_pending") == [[0]]
+    assert _segment_spans(db)[name][1] == held - gone
+    # with no collector holding the file, forget rewrites the segments itself
+    other = format(first[-1].context.trace_id, "032x")
+    done = run_cli("forget", "--db", str(db), "--trace-id", other, "--yes")
+    assert "removed 3 spans" in done.stdout and "in the archive: 3 of them" in done.stdout, done.stdout
+    assert not {_span_id(s) for s in first if format(s.context.trace_id, "032x") == other} & _segment_spans(db)[name][1]
+
+
+def test_forgets_while_spans_move_leave_none_of_the_spans_anywhere(tmp_path):
+    spans = Spans()
+    sent: list[list[ReadableSpan]] = []
+    forgotten: set[str] = set()
+    for name in ("forgetting", "never"):
+        (tmp_path / name).mkdir()
+    db = tmp_path / "forgetting" / "m.duckdb"
+    with CollectorProcess(db, args=RETAIN) as collector:
+        for step in range(6):
+            sent.append(spans.tasks(10 * step, 5))
+            export([collector], sent[-1])
+            # a task just sent (hot, or moving) and one of the step before (moving, or archived)
+            named = [f"t{10 * step}"] + ([f"t{10 * step - 9}"] if step else [])
+            forgotten.update(named)
+            listed = ", ".join(f"'{t}'" for t in named)
+            with collector.client(timeout=60.0) as client:
+                response = client.post("/api/forget", json={"where": f"task_id IN ({listed})", "yes": True})
+            assert response.status_code == 200 and response.json()["spans"] == 3 * len(named), response.text
+            time.sleep(0.5)  # about a horizon: the step's spans start to move
+        gone = {_span_id(s) for batch in sent for s in batch if s.attributes.get(c.TASK_ID) in forgotten}
+        deadline = time.monotonic() + 60
+        while span_counts(collector)[2]:  # every span left moves to the archive
+            assert time.monotonic() < deadline, collector.log()
+            time.sleep(0.1)
+        assert span_counts(collector)[:2] == (spans.made - len(gone), spans.made - len(gone))
+        forgetting = _windows_and_by_time(collector)
+    held = set().union(*(ids for _, ids in _segment_spans(db).values()))
+    assert len(held) == spans.made - len(gone) and not held & gone
+    _assert_windows_of_a_collector_never_sent(tmp_path / "never" / "m.duckdb", sent, gone, forgetting)
