@@ -9,7 +9,8 @@ bench/spangen.py's agent tasks from bench/loadgen.py (made while sending) at ``-
   LLM-call and tool spans (scope all: `retry_rate`'s samples, one per LLM call, plus
   `tool_use_performance`'s, one per tool span; ~85% of the spans, every request holds them) reaching
   the count the acknowledged requests held (the generator's tally), the time of a poll being when its
-  answer came (each poll costs the collector ~2 ms of CPU). Reported: p99 and max over the seconds; a
+  answer came. The polls do not wait (`"wait_s": 0`): a waiting query makes the collector store and
+  window what is staged at once, which a monitor polling 4 times a second would force on every pass. Reported: p99 and max over the seconds; a
   second whose spans were never counted has an infinite lag.
 * refusals: requests answered 503/429 after ``--warmup`` seconds (default: a fifth of the load, at
   most 60 s).
@@ -89,7 +90,7 @@ def run(rate: float, seconds: float, *, memory_limit: str = "512MiB", batch: int
         reader = httpx.Client(timeout=60)
 
         def windowed() -> int:
-            r = reader.post(collector.url + "/api/sql", json={"sql": WINDOWED_CALLS_SQL})
+            r = reader.post(collector.url + "/api/sql", json={"sql": WINDOWED_CALLS_SQL, "wait_s": 0})
             r.raise_for_status()
             return int(r.json()["rows"][0][0])
 

@@ -100,7 +100,12 @@ class ApiRoutes:
             return web.json_response({"error": f"the SQL request is larger than {CLIENT_MAX_SIZE} bytes"}, status=413)
         except (ValueError, KeyError, TypeError):
             return web.json_response({"error": 'body must be a JSON object {"sql": "<query>"}'}, status=400)
-        run = functools.partial(self._store.query, sql, max_rows=self._sql_max_rows, timeout_s=self._sql_timeout_s)
+        wait_s = payload.get("wait_s")
+        if wait_s is not None and (isinstance(wait_s, bool) or not isinstance(wait_s, int | float) or wait_s < 0):
+            return web.json_response({"error": f'"wait_s" must be a number of seconds >= 0, got {wait_s!r}'},
+                                     status=400)
+        run = functools.partial(self._store.query, sql, max_rows=self._sql_max_rows, timeout_s=self._sql_timeout_s,
+                                wait_s=wait_s)
         async with self._sql_slots:
             try:
                 result = await asyncio.get_running_loop().run_in_executor(None, run)

@@ -96,11 +96,19 @@ def test_a_query_after_an_acknowledged_export_sees_its_spans_without_waiting_for
         _send_with_the_sdk(collector, 3)
         with collector.client() as client:
             assert client.get(f"{collector.url}/healthz").json()["staged_rows"] == 3
+            now = client.post(f"{collector.url}/api/sql", json={"sql": "select count(*) n from spans", "wait_s": 0})
+            assert now.json()["rows"] == [[0]] and now.json()["windows_behind"] is True  # answered as they are
+            assert client.get(f"{collector.url}/healthz").json()["staged_rows"] == 3  # and it moved nothing
+            bad = client.post(f"{collector.url}/api/sql", json={"sql": "select 1", "wait_s": "soon"})
+            assert bad.status_code == 400 and "wait_s" in bad.json()["error"]
             answer = client.post(f"{collector.url}/api/sql", json={"sql": "select count(*) n from spans"}).json()
         assert answer["rows"] == [[3]]
         assert "windows_behind" not in answer  # the query made the writer store them; it did not time out
         assert collector.sql("select sample_count from windows where target_id = 'bot'"
                              " and metric = 'input_tokens' and scope = 'all'") == [{"sample_count": 3}]
+        with collector.client() as client:
+            now = client.post(f"{collector.url}/api/sql", json={"sql": "select 1", "wait_s": 0}).json()
+        assert "windows_behind" not in now  # nothing acknowledged is left out now
     finally:
         assert collector.stop() == 0, collector.log()
 
