@@ -10,7 +10,8 @@ bench/spangen.py's agent tasks from bench/loadgen.py (made while sending) at ``-
   `tool_use_performance`'s, one per tool span; ~85% of the spans, every request holds them) reaching
   the count the acknowledged requests held (the generator's tally), the time of a poll being when its
   answer came. The polls do not wait (`"wait_s": 0`): a waiting query makes the collector store and
-  window what is staged at once, which a monitor polling 4 times a second would force on every pass. Reported: p99 and max over the seconds; a
+  window what is staged at once, which a monitor polling 4 times a second would force on every pass.
+  Reported: p99 and max over the seconds; a
   second whose spans were never counted has an infinite lag.
 * refusals: requests answered 503/429 after ``--warmup`` seconds (default: a fifth of the load, at
   most 60 s).

@@ -50,8 +50,10 @@ class WindowCollector:
     """A prometheus_client collector reading the store at each scrape."""
 
     def __init__(self, store, health: Health, readiness=None, window_lag=lambda: (0, 0), limiter=None, alerts=None,
-                 regressions=None, redactor=None):
+                 regressions=None, redactor=None, memory_parts=dict):
         self._store = store
+        self._memory_parts = memory_parts
+        """Part name -> bytes now (`SpanStore.memory_parts` and the window processor's)."""
         self._alerts = alerts
         self._redactor = redactor
         self._health = health
@@ -159,6 +161,14 @@ class WindowCollector:
                                 value=config.soft_limit)
         yield GaugeMetricFamily("meritlens_memory_refusing_exports", "1 while exports are refused for memory, else 0.",
                                 value=1 if self._limiter.limited else 0)
+        parts = GaugeMetricFamily(
+            "meritlens_memory_part_bytes", "Bytes of each bounded part of the memory budget now (duckdb: DuckDB's own "
+            "count; window_state: the window processor's estimate of its state; key_locator, seen_keys: their "
+            "arrays); the rest of the anonymous memory is the interpreter, libraries, requests in flight and the "
+            "allocators' slack.", labels=["part"])
+        for part, used in self._memory_parts().items():
+            parts.add_metric([part], used)
+        yield parts
 
     def _profiles(self):
         covered = GaugeMetricFamily(
@@ -225,11 +235,11 @@ class MetricsEndpoint:
     """`GET /metrics` over one store: the windows' registry and the collector's health registry."""
 
     def __init__(self, store, health: Health, readiness=None, window_lag=lambda: (0, 0), limiter=None, alerts=None,
-                 regressions=None, redactor=None):
+                 regressions=None, redactor=None, memory_parts=dict):
         self._health = health
         self._registry = CollectorRegistry(auto_describe=False)
         self._registry.register(WindowCollector(store, health, readiness, window_lag, limiter, alerts, regressions,
-                                                redactor))
+                                                redactor, memory_parts))
 
     def install(self, app: web.Application) -> None:
         app.router.add_get(METRICS_PATH, self.metrics)

@@ -167,7 +167,7 @@ class Collector:
                   redactor=self.redactor).install(app)
         MetricsEndpoint(self.store, self.health, readiness=self.readiness, window_lag=window_lag,
                         limiter=self.limiter, alerts=self.alerts, regressions=current,
-                       redactor=self.redactor).install(app)
+                        redactor=self.redactor, memory_parts=self._memory_parts).install(app)
         # `_stop_http` waits for the requests in progress itself; what aiohttp then waits for is answers
         # already being written
         self._runner = web.AppRunner(app, auto_decompress=False, access_log=None, shutdown_timeout=_CLOSE_WAIT_S)
@@ -213,6 +213,12 @@ class Collector:
                 fh.write(self.url + "\n")
         except OSError:
             log.warning("could not write %s; queries by --db need --url", address_file(s.db))
+
+    def _memory_parts(self) -> dict[str, int]:
+        parts = self.store.memory_parts() if self.windows else {}  # a lake collector has neither part
+        if self.windows:
+            parts.update(window_state=self.windows.cache.nbytes, seen_keys=self.windows.delta.seen.nbytes)
+        return parts
 
     def _client_host(self) -> str:
         host = self.settings.host

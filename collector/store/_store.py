@@ -432,6 +432,16 @@ class SpanStore:
     def readers_waiting(self) -> bool:
         return self._stager.readers_waiting
 
+    def memory_parts(self) -> dict[str, int]:
+        """Bytes of the store's parts of the memory budget now: DuckDB's own count of its memory (its
+        buffer pool and what its operators hold) and the key locator."""
+        cursor = self._open_reader()
+        try:
+            duckdb_bytes = cursor.execute("SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory()").fetchall()
+        finally:
+            cursor.close()
+        return {"duckdb": int(duckdb_bytes[0][0]), "key_locator": self._locator.nbytes}
+
     def staged_rows(self) -> int:
         """Acknowledged span rows in the staging log that DuckDB does not hold yet."""
         return self._stager.rows()

@@ -13,6 +13,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from meritlens.collector._settings import DEFAULT_MEMORY_LIMIT, MemoryBudget
 from meritlens.instrumentation import conventions as c
 from tests.collector.dashboard_spans import T0, TARGET, XSS_TARGET, known_spans, post
 from tests.collector.prometheus_proc import PROMTOOL, PrometheusProcess
@@ -122,6 +123,14 @@ def test_metrics_give_each_measured_window_and_the_collectors_health(collector):
     assert samples[("meritlens_staging_rows", ())] == 0
     assert samples[("meritlens_span_write_duration_seconds_count", ())] >= 1
     assert ("meritlens_window_lag_rows", ()) in samples
+    # the bounded parts of the memory budget, each inside its share and none missing
+    parts = {dict(labels)["part"]: value for (name, labels), value in samples.items()
+             if name == "meritlens_memory_part_bytes"}
+    budget = MemoryBudget.of(DEFAULT_MEMORY_LIMIT)
+    shares = {"duckdb": budget.duckdb, "window_state": budget.window_state, "key_locator": budget.span_index,
+              "seen_keys": budget.key_filter}
+    assert parts.keys() == shares.keys()
+    assert all(0 < parts[p] <= shares[p] for p in shares), (parts, shares)
 
 
 def test_too_many_spans_in_one_request_are_counted_as_refused(tmp_path):
