@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import gc
 import logging
-import threading
 import time
 from collections.abc import Callable
 
+from meritlens.collector._periodic import Periodic
 from meritlens.collector._settings import MemoryLimiterConfig
 
 log = logging.getLogger("meritlens.collector.memory")
@@ -56,8 +56,7 @@ class MemoryLimiter:
         self._read = read
         self._in_flight = in_flight
         """Bytes the requests being processed hold in the in-flight share (`InflightBudget.used`)."""
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._checks = Periodic("meritlens-memory", config.check_interval_s, self.check)
         self.usage: int | None = None
         """The anonymous memory at the last check (None: not read yet, or not reported here)."""
         self.limited = False
@@ -72,19 +71,10 @@ class MemoryLimiter:
                         " limiter is off, so --memory-limit bounds only the parts the collector sizes itself",
                         STATUS_PATH)
             return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="meritlens-memory", daemon=True)
-        self._thread.start()
+        self._checks.start()
 
     def shutdown(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.config.check_interval_s):
-            self.check()
+        self._checks.shutdown()
 
     def check(self) -> None:
         """Read the memory once and refuse or accept exports from now on accordingly."""

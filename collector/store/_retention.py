@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
+from meritlens.collector._periodic import Periodic
 from meritlens.collector.store._store import SpanStore
 
 log = logging.getLogger("meritlens.collector.store")
@@ -29,39 +29,32 @@ class Retention:
         self.interval_s = interval_s or min(MAX_INTERVAL_S, max(MIN_INTERVAL_S, retain_s / 4))
         self.move_rows = move_rows
         self.failures = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._moves = Periodic("meritlens-retention", self.interval_s, self._move_now)
 
     def start(self) -> None:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="meritlens-retention", daemon=True)
-        self._thread.start()
+        self._moves.start()
 
     def shutdown(self) -> None:
         """Stop between moves (a move under way finishes first)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self._moves.shutdown()
 
     def move_past_horizon(self) -> int:
         """Move every span past the horizon now, in moves of at most ``move_rows``; returns how many."""
         horizon_us = time.time_ns() // 1000 - self.retain_us
         moved = 0
-        while not self._stop.is_set():
+        while not self._moves.stopping:
             step = self.store.move_to_archive(horizon_us, self.move_rows)
             moved += step
             if step < self.move_rows:
                 break
         return moved
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            try:
-                moved = self.move_past_horizon()
-            except Exception:  # noqa: BLE001 - the spans stay in DuckDB; the next round tries again
-                self.failures += 1
-                log.exception("moving spans past the retention horizon failed; they stay in DuckDB")
-                continue
-            if moved:
-                log.debug("moved %d spans past the retention horizon", moved)
+    def _move_now(self) -> None:
+        try:
+            moved = self.move_past_horizon()
+        except Exception:  # noqa: BLE001 - the spans stay in DuckDB; the next round tries again
+            self.failures += 1
+            log.exception("moving spans past the retention horizon failed; they stay in DuckDB")
+            return
+        if moved:
+            log.debug("moved %d spans past the retention horizon", moved)
