@@ -215,10 +215,10 @@ class Collector:
             log.warning("could not write %s; queries by --db need --url", address_file(s.db))
 
     def _memory_parts(self) -> dict[str, int]:
-        parts = self.store.memory_parts() if self.windows else {}  # a lake collector has neither part
-        if self.windows:
-            parts.update(window_state=self.windows.cache.nbytes, seen_keys=self.windows.delta.seen.nbytes)
-        return parts
+        if not self.windows:  # a lake collector has none of these parts
+            return {}
+        return {**self.store.memory_parts(), "window_state": self.windows.cache.nbytes,
+                "seen_keys": self.windows.delta.seen.nbytes}
 
     def _client_host(self) -> str:
         host = self.settings.host
