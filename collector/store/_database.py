@@ -58,7 +58,8 @@ class Database:
         self.read_only = read_only
         self._catalog: str | None = None
         self.con = self._connect(options.config(), options.row_group_rows)
-        lock_configuration(self.con)
+        if read_only:  # a writable store sets DuckDB's memory limit as its table grows (`DuckDBMemory`);
+            lock_configuration(self.con)  # user SQL reaches it only through `run_read_only`: reads alone
 
     def _connect(self, config: dict, row_group_rows: int | None) -> duckdb.DuckDBPyConnection:
         """A writable file is attached to an in-memory database with `ROW_GROUP_SIZE` (which only
@@ -67,7 +68,8 @@ class Database:
         if self.read_only or self.path == ":memory:" or row_group_rows is None:
             return duckdb.connect(self.path, read_only=self.read_only, config=config)
         locked = {key: config.pop(key) for key in LOCKED_DOWN if key in config}  # they forbid ATTACH
-        con = duckdb.connect(config=config)
+        # an in-memory database spills to `.tmp` in the working directory: spill beside the file instead
+        con = duckdb.connect(config={**config, "temp_directory": f"{self.path}.tmp"})
         try:
             try:
                 con.execute(f"ATTACH {sql_string(self.path)} (ROW_GROUP_SIZE {row_group_rows})")
