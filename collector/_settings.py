@@ -161,18 +161,6 @@ DEFAULT_DB_MEMORY_BYTES = _DEFAULT_BUDGET.duckdb
 """DuckDB's memory limit (its buffer pool; larger operations spill to a temporary directory). DuckDB
 keeps the blocks it writes and reads cached up to this limit, so a long-running collector's memory
 grows towards it. A larger limit makes large ad-hoc queries and the start-up rebuild faster."""
-DUCKDB_BYTES_PER_STORED_SPAN = 5
-"""DuckDB's memory outside its memory limit that grows with the table: it keeps every row group's
-segments and their statistics in memory (~94 segments a row group of `ROW_GROUP_ROWS` spans, ~780
-bytes each: ~4.5 bytes a stored span, measured with heaptrack on DuckDB 2.0). Its share of the budget
-lowers DuckDB's memory limit by this much a stored span (`DuckDBMemory`)."""
-DUCKDB_EVICTION_QUEUE_BYTES = 32 * 1024 * 1024
-"""DuckDB's memory outside its memory limit that grows to a cap: the entries of buffers already freed
-that its eviction queues keep until each queue holds 32,768 (the buffer's handle stays allocated with
-its entry); measured at 200k-230k entries of ~150 bytes under a sustained load."""
-MIN_DUCKDB_POOL_DIVISOR = 4
-"""DuckDB's memory limit never goes below this part of its share, however many spans it stores: past
-that the table's metadata is memory beyond the budget (a warning says so: set --retain)."""
 DEFAULT_CHECKPOINT_WAL_BYTES = 64 * 1024 * 1024
 """Write-ahead log size at which DuckDB checkpoints the file (its own default is 16MiB). Each
 checkpoint compresses the row group still being filled again, so checkpointing less often costs less

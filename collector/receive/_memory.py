@@ -62,7 +62,8 @@ class MemoryLimiter:
         self.limited = False
         self.available = True
         """False where the system does not report the anonymous memory: nothing is refused then."""
-        self._quiet_until = 0.0
+        self._collect_after = 0.0
+        self._warn_after = 0.0
 
     def start(self) -> None:
         self.check()
@@ -86,13 +87,15 @@ class MemoryLimiter:
         soft = self.config.soft_limit
         if usage + self._in_flight() > soft and not self.limited:
             now = time.monotonic()
-            if now >= self._quiet_until:
-                self._quiet_until = now + QUIET_PERIOD_S
+            if now >= self._collect_after:
+                self._collect_after = now + QUIET_PERIOD_S
                 gc.collect()
                 usage = self._read() or usage
-                if usage + self._in_flight() > soft:
-                    log.warning("%s is above the soft limit %s: refusing exports until it falls (%s)",
-                                self._described(usage), _mib(soft), self._limits())
+            # its own period: a crossing that the collection undid must not silence the next one's refusals
+            if usage + self._in_flight() > soft and now >= self._warn_after:
+                self._warn_after = now + QUIET_PERIOD_S
+                log.warning("%s is above the soft limit %s: refusing exports until it falls (%s)",
+                            self._described(usage), _mib(soft), self._limits())
         self.usage = usage
         self.limited = usage + self._in_flight() > soft
 

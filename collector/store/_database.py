@@ -58,8 +58,7 @@ class Database:
         self.read_only = read_only
         self._catalog: str | None = None
         self.con = self._connect(options.config(), options.row_group_rows)
-        if read_only:  # a writable store sets DuckDB's memory limit as its table grows (`DuckDBMemory`);
-            lock_configuration(self.con)  # user SQL reaches it only through `run_read_only`: reads alone
+        lock_configuration(self.con)
 
     def _connect(self, config: dict, row_group_rows: int | None) -> duckdb.DuckDBPyConnection:
         """A writable file is attached to an in-memory database with `ROW_GROUP_SIZE` (which only

@@ -52,7 +52,6 @@ from meritlens.collector.store._database import (
     timestamp_sql,
     transaction,
 )
-from meritlens.collector.store._duckdb_memory import DuckDBMemory
 from meritlens.collector.store._keyfilter import KeyLocator
 from meritlens.collector.store._keyhash import key_hashes
 from meritlens.collector.store._results import QueryResult
@@ -102,8 +101,7 @@ class SpanStore:
     """A DuckDB file holding `spans` (and the tables the analytics write). One span writer; readers
     use their own cursors.
 
-    ``memory_limit_bytes``: DuckDB's share of the memory, its pool and what it holds beside it
-    (`DuckDBMemory`; None: DuckDB's default limit, 80% of RAM).
+    ``memory_limit_bytes`` caps DuckDB's buffer pool (None: DuckDB's default, 80% of RAM).
     ``span_index_bytes`` bounds the `KeyLocator` that finds stored keys. With ``staging``, `stage`
     makes batches durable in a log next to the file and a later `move_staged` commits them in one
     INSERT (`Stager`); `append` commits at once. ``archive``: where `move_to_archive` moves spans (a
@@ -133,8 +131,7 @@ class SpanStore:
         """Spans moved out of DuckDB since start."""
         self.read_only = read_only
         self.memory_limit_bytes = memory_limit_bytes
-        self.duckdb_memory = DuckDBMemory(memory_limit_bytes) if memory_limit_bytes is not None else None
-        self._options = DatabaseOptions(self.pool_bytes, db_threads, checkpoint_wal_bytes, row_group_rows)
+        self._options = DatabaseOptions(memory_limit_bytes, db_threads, checkpoint_wal_bytes, row_group_rows)
         self._staging = staging and path != ":memory:" and not read_only
         self._stager = Stager(staging_path(path), place=f"to be stored in {path}", move_rows=stage_move_rows,
                               move_s=stage_move_s, max_rows=max_staged_rows, row_group_rows=row_group_rows)
@@ -179,15 +176,6 @@ class SpanStore:
         self._stager.on_move_demand = callback
 
     @property
-    def pool_bytes(self) -> int | None:
-        """DuckDB's memory limit now (None: its default)."""
-        return self.duckdb_memory.pool_bytes if self.duckdb_memory else None
-
-    def _follow_table_size(self, cursor: duckdb.DuckDBPyConnection) -> None:
-        if self.duckdb_memory is not None:
-            self.duckdb_memory.follow(cursor, self.stored_rows)
-
-    @property
     def db_name(self) -> str:
         return os.path.basename(self.path)
 
@@ -218,7 +206,6 @@ class SpanStore:
             f"SELECT coalesce(max(epoch_us(received_at)), 0), count(*) FROM {SPANS_TABLE}").fetchall()[0]
         self._clock.last = max(last, self.archive_state.archived_until_us)
         self.held_spans_at_start = self.stored_rows > 0 or self.archive_state.archived_until_us > 0
-        self._follow_table_size(self._db.con)
         if self._staging:
             self._stager.open()
 
@@ -350,7 +337,6 @@ class SpanStore:
                 self.inserted += inserted
                 seq = self.commits
                 self._changed.notify_all()
-            self._follow_table_size(self._span_cursor)
             if announce and self.on_commit is not None:
                 self.on_commit(CommittedBatch(table.select(_WINDOW_INPUT), keys, received_us, follow, seq))
         return WriteResult(received=received, inserted=inserted)
@@ -414,7 +400,6 @@ class SpanStore:
                         self.stored_rows -= moved
                         self.moved += moved
                 checkpoint_now(cursor)
-                self._follow_table_size(cursor)
                 return moved
             finally:
                 cursor.close()
@@ -448,16 +433,14 @@ class SpanStore:
         return self._stager.readers_waiting
 
     def memory_parts(self) -> dict[str, int]:
-        """Bytes of the store's parts of the memory budget now: DuckDB's (its own count of its buffer pool
-        and what its operators hold, plus the estimate of what it holds beside them, `DuckDBMemory`)
-        and the key locator."""
+        """Bytes of the store's parts of the memory budget now: DuckDB's own count of its memory (its
+        buffer pool and what its operators hold) and the key locator."""
         cursor = self._open_reader()
         try:
             duckdb_bytes = cursor.execute("SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory()").fetchall()
         finally:
             cursor.close()
-        beside = self.duckdb_memory.metadata_bytes(self.stored_rows) if self.duckdb_memory else 0
-        return {"duckdb": int(duckdb_bytes[0][0]) + beside, "key_locator": self._locator.nbytes}
+        return {"duckdb": int(duckdb_bytes[0][0]), "key_locator": self._locator.nbytes}
 
     def staged_rows(self) -> int:
         """Acknowledged span rows in the staging log that DuckDB does not hold yet."""

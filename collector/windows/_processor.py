@@ -94,7 +94,7 @@ class WindowProcessor:
         self._clock = clock or now_us
         """µs since the epoch: what decides when time buckets merge (a test's own clock)."""
         if rebuild_rows_per_partition is None:
-            pool = store.pool_bytes or DEFAULT_DB_MEMORY_BYTES
+            pool = store.memory_limit_bytes or DEFAULT_DB_MEMORY_BYTES
             rebuild_rows_per_partition = max(MIN_REBUILD_ROWS_PER_PARTITION, pool // REBUILD_POOL_BYTES_PER_ROW)
         self._query_wait_s = query_wait_s
         self._gather_s = gather_s
