@@ -151,18 +151,28 @@ class Database:
 
 
 class transaction:
-    """``with transaction(con):`` BEGIN ... COMMIT, rolled back on any exception."""
+    """``with transaction(con):`` BEGIN ... COMMIT, rolled back on any exception, a failed COMMIT's
+    included. A transaction that a failed statement left open (DuckDB refuses every statement of an
+    aborted transaction until a ROLLBACK) is rolled back before this one begins."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection):
         self._con = con
 
     def __enter__(self) -> duckdb.DuckDBPyConnection:
-        self._con.execute("BEGIN")
+        try:
+            self._con.execute("BEGIN")
+        except duckdb.Error:
+            rollback(self._con)
+            self._con.execute("BEGIN")
         return self._con
 
     def __exit__(self, kind, exc, tb) -> None:
         if kind is None:
-            self._con.execute("COMMIT")
+            try:
+                self._con.execute("COMMIT")
+            except BaseException:
+                rollback(self._con)
+                raise
         else:
             rollback(self._con)
 

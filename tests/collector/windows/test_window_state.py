@@ -308,3 +308,44 @@ def test_a_growing_task_never_needs_a_recomputation(tmp_path):
         assert store.window_rows() == _from_scratch(tmp_path / "scratch_dir", [s for b in batches for s in b])
     finally:
         store.shutdown()
+
+
+def _abort_transaction(con) -> None:
+    """Leave ``con`` as a failed statement inside a transaction leaves it: DuckDB refuses every
+    statement until a ROLLBACK."""
+    con.execute("BEGIN")
+    with pytest.raises(duckdb.Error):
+        con.execute("SELECT error('a statement that fails')")
+    with pytest.raises(duckdb.Error, match="aborted"):
+        con.execute("SELECT 1")
+
+
+def test_a_connection_left_in_an_aborted_transaction_is_rolled_back_and_the_windows_go_on(tmp_path):
+    """After such a failure a pass, a state save and a read of the windows by time work again, and
+    the windows still equal a computation from scratch."""
+    spans = _spans(23)
+    q = len(spans) // 4
+    (tmp_path / "store").mkdir()
+    store = _open(tmp_path / "store" / "spans.duckdb")
+    try:
+        store_spans(store, spans[:q])
+        _abort_transaction(store.con)
+        store_spans(store, spans[q:2 * q])  # this pass fails on the aborted connection, and ends it
+        store.update_windows()  # the next pass follows the stored spans from the saved state
+        assert store.stats["recoveries"] == 1
+
+        store.windows._state_save_s = 3600.0
+        store_spans(store, spans[2 * q:3 * q])  # changed state, not saved yet
+        _abort_transaction(store.con)
+        assert store.save_state() is True
+        assert store.stored_watermark()[0] == store.windowed_us
+
+        _abort_transaction(store.con)
+        with pytest.raises(duckdb.Error, match="aborted"):
+            store.range_windows(None, None)
+        assert store.range_windows(None, None)  # the failed read ended the transaction
+
+        store_spans(store, spans[3 * q:])
+        assert store.window_rows() == _from_scratch(tmp_path, spans)
+    finally:
+        store.shutdown()
