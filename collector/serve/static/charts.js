@@ -162,7 +162,10 @@
     const xScale = (v) => f.left + (v - xLo) / (xHi - xLo) * (f.right - f.left);
     const yScale = (v) => f.bottom - v / yHi * (f.bottom - f.top);
     const xAxis = valueAxis(xHi, "s");
-    const xTicks = ML.ticks(xLo, xHi, 6).filter((t) => t >= xLo && t <= xHi);
+    // labels on the bins' own edges, so the first is where the first bin starts (ticks of another
+    // step could start one bin or more to its right)
+    const every = Math.ceil((edges.length - 1) / 6);
+    const xTicks = edges.filter((_, i) => i % every === 0);
     axes(f, xScale, yScale, xTicks, yTicks, xAxis.format, String, `latency per task (${xAxis.unitLabel})`, "tasks");
     counts.forEach((count, i) => {
       if (count === 0) return;
