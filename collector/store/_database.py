@@ -3,8 +3,10 @@ the one migration files of earlier versions need."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import duckdb
@@ -175,6 +177,17 @@ class transaction:
                 raise
         else:
             rollback(self._con)
+
+
+@contextlib.contextmanager
+def rollback_on_error(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    """Statements outside `transaction` whose failure must not leave ``con`` refusing the next ones: a
+    DuckDB error inside a transaction a caller left open aborts it until a ROLLBACK."""
+    try:
+        yield con
+    except BaseException:
+        rollback(con)
+        raise
 
 
 def rollback(con: duckdb.DuckDBPyConnection) -> None:

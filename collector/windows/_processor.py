@@ -54,7 +54,7 @@ from meritlens.collector._settings import (
     REBUILD_POOL_BYTES_PER_ROW,
 )
 from meritlens.collector.store._archive import RecomputeRefused
-from meritlens.collector.store._database import now_us, rollback, timestamp_sql, transaction, utc_now
+from meritlens.collector.store._database import now_us, rollback, rollback_on_error, timestamp_sql, transaction, utc_now
 from meritlens.collector.store._keyfilter import GrowingKeyFilter
 from meritlens.collector.store._keyhash import key_hashes
 from meritlens.collector.store._rows import concat, trace_task_hashes
@@ -187,7 +187,6 @@ class WindowProcessor:
                 self.compact_if_due()
             except Exception:  # keep following; the next pass retries
                 log.exception("updating the windows failed")
-                self._end_aborted()
                 self._stop.wait(1.0)
 
     # --- waiting --------------------------------------------------------------------------------
@@ -253,7 +252,7 @@ class WindowProcessor:
         bulk load) writes no window rows: the next `open_windows` follows its batches from the spans."""
         if self.con is None:
             raise RuntimeError("the window processor is shut down")
-        with self.lock:
+        with self.lock, rollback_on_error(self.con):
             if self.replay_until_us is not None:
                 if not self.queue.closing:
                     self._catch_up()
@@ -273,7 +272,6 @@ class WindowProcessor:
                     self.follow(concat([b.table for b in followed]), until_us, concat([b.keys for b in followed]))
                 except Exception:  # the spans are stored; the saved state follows them again
                     log.exception("updating the windows failed; they follow the stored spans from the saved state")
-                    self._end_aborted()
                     self._recover()
                     return 0
             self.mark_processed(group, until_us)
@@ -383,6 +381,7 @@ class WindowProcessor:
     def _recover(self) -> None:
         """After a failed pass: drop the state in memory and follow the stored spans again from the
         saved state (every committed batch is in `spans`); without a usable saved state, recompute."""
+        rollback(self.con)  # what the failure left open
         self.stats["recoveries"] += 1
         stored = _state.stored_watermark(self.con) if self.complete else None
         self.cache.clear()
@@ -393,13 +392,6 @@ class WindowProcessor:
         self.delta.fill_seen(stored[0])
         group = self.queue.snapshot()
         self.replay_until_us = max(self.store.last_received_us, group[-1].received_us if group else 0)
-
-    def _end_aborted(self) -> None:
-        """After a failure: a DuckDB error inside a transaction leaves the connection refusing every
-        statement until a ROLLBACK, so roll back what the failure may have left open."""
-        with self.lock:
-            if self.con is not None:
-                rollback(self.con)
 
     def invalidate_state(self) -> None:
         """The state may now miss committed spans: save none, and forget the saved one (the next start
@@ -538,7 +530,7 @@ class WindowProcessor:
         cutoffs = BucketCutoffs.at(self._clock())
         if cutoffs == self.cutoffs or not self.complete or self.con is None:
             return False
-        with self.lock:
+        with self.lock, rollback_on_error(self.con):
             if not self.save_state():
                 return False
             moved, groups = merge_plan(_state.saved_bucket_keys(self.con, before_us=cutoffs.hours_from), cutoffs)
@@ -569,11 +561,8 @@ class WindowProcessor:
             for key in keys_in([k for k in self.book.keys if len(k) == len(BUCKET_KEY_COLUMNS)], since_us, until_us):
                 if (target is None or key[0] == target) and (scope is None or key[1] == scope):
                     book.take_key(self.book, key)
-            try:
+            with rollback_on_error(self.con):
                 _state.load_range(self.con, since_us, until_us, target, scope, book)
-            except Exception:
-                self._end_aborted()
-                raise
             return read(book)
 
     def range_windows(self, since_us: int | None, until_us: int | None, target: str | None = None,
